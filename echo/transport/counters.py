@@ -1,0 +1,97 @@
+"""Transport counters: Aeron's system counters are the vocabulary (reference §5 of DESIGN.md).
+
+One mutable object per transport, shared by the pure state machines, which bump plain int
+attributes (cheap on the hot path); `snapshot()` gives a dict for logs, tests and metrics.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+FIELDS = (
+    "bytes_sent",
+    "bytes_received",
+    "datagrams_sent",
+    "datagrams_received",
+    "data_frames_sent",
+    "heartbeats_sent",
+    "heartbeats_received",
+    "setups_sent",
+    "setups_received",
+    "status_messages_sent",
+    "status_messages_received",
+    "setup_elicitations_sent",
+    "naks_sent",
+    "naks_received",
+    "retransmits_sent",
+    "retransmitted_bytes",
+    "rttm_replies_sent",
+    "invalid_frames",
+    "flow_control_overruns",
+    "flow_control_underruns",
+    "duplicate_data",
+    "unknown_session_drops",
+    "session_filter_drops",
+    "images_created",
+    "images_closed",
+    "destinations_added",
+    "destinations_removed",
+    "destinations_refused",
+    "send_errors",
+    "receive_errors",
+    "send_would_block",
+    "dropped_by_test_loss",
+)
+
+
+class Counters:
+    __slots__ = (*FIELDS, "invalid_by_reason")
+
+    bytes_sent: int
+    bytes_received: int
+    datagrams_sent: int
+    datagrams_received: int
+    data_frames_sent: int
+    heartbeats_sent: int
+    heartbeats_received: int
+    setups_sent: int
+    setups_received: int
+    status_messages_sent: int
+    status_messages_received: int
+    setup_elicitations_sent: int
+    naks_sent: int
+    naks_received: int
+    retransmits_sent: int
+    retransmitted_bytes: int
+    rttm_replies_sent: int
+    invalid_frames: int
+    flow_control_overruns: int
+    flow_control_underruns: int
+    duplicate_data: int
+    unknown_session_drops: int
+    session_filter_drops: int
+    images_created: int
+    images_closed: int
+    destinations_added: int
+    destinations_removed: int
+    destinations_refused: int
+    send_errors: int
+    receive_errors: int
+    send_would_block: int
+    dropped_by_test_loss: int
+    invalid_by_reason: Counter[str]
+
+    def __init__(self) -> None:
+        for name in FIELDS:
+            setattr(self, name, 0)
+        self.invalid_by_reason: Counter[str] = Counter()
+
+    def invalid(self, reason: str) -> None:
+        self.invalid_frames += 1
+        self.invalid_by_reason[reason] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        values: dict[str, int] = {name: getattr(self, name) for name in FIELDS}
+        for reason, count in sorted(self.invalid_by_reason.items()):
+            values[f"invalid_frames.{reason}"] = count
+        return values

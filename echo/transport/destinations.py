@@ -1,0 +1,100 @@
+"""Multi-destination-cast destination tracking (reference §3). Pure.
+
+Dynamic mode: every status message that reaches a publication's control socket registers its
+*source address* as a destination. Behind a NAT that source is the NAT's public mapping of the
+receiver's data socket, so data sent there passes back through the hole the receiver punched
+(seeds/000 §4.1). A destination is matched by receiver id and address, refreshed by each SM and
+dropped after `timeout` seconds without one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Address = Any  # a socket address tuple as returned by recvfrom: (host, port[, flow, scope])
+
+DESTINATION_TIMEOUT = 5.0
+DEFAULT_MAX_DESTINATIONS = 1024
+
+
+class DynamicDestinations:
+    __slots__ = ("_entries", "addresses", "max_destinations", "timeout")
+
+    def __init__(
+        self, *, timeout: float = DESTINATION_TIMEOUT, max_destinations: int = DEFAULT_MAX_DESTINATIONS
+    ) -> None:
+        self.timeout = timeout
+        self.max_destinations = max_destinations
+        # (receiver_id, address) -> time of last SM; insertion order is the send order.
+        self._entries: dict[tuple[int, Address], float] = {}
+        #: the live addresses, deduplicated, in the order data is sent to them
+        self.addresses: list[Address] = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def on_status_message(self, receiver_id: int, address: Address, now: float) -> str:
+        """Returns "added", "refreshed" or "refused" (the table is full)."""
+        key = (receiver_id, address)
+        if key in self._entries:
+            self._entries[key] = now
+            return "refreshed"
+        if len(self._entries) >= self.max_destinations:
+            return "refused"
+        self._entries[key] = now
+        self._rebuild()
+        return "added"
+
+    def remove_receiver(self, receiver_id: int, address: Address) -> bool:
+        if self._entries.pop((receiver_id, address), None) is None:
+            return False
+        self._rebuild()
+        return True
+
+    def expire(self, now: float) -> int:
+        """Drop destinations silent for longer than the timeout; returns how many went.
+
+        The survivors are rebuilt into a new table: Aeron's swap-with-last removal once lost a
+        live destination sitting between two idle ones ([idle, live, idle], PR #2145).
+        """
+        deadline = now - self.timeout
+        stale = [key for key, last in self._entries.items() if last < deadline]
+        if not stale:
+            return 0
+        for key in stale:
+            del self._entries[key]
+        self._rebuild()
+        return len(stale)
+
+    def next_expiry(self) -> float | None:
+        if not self._entries:
+            return None
+        return min(self._entries.values()) + self.timeout
+
+    def _rebuild(self) -> None:
+        seen: dict[Address, None] = {}
+        for _, address in self._entries:
+            seen.setdefault(address, None)
+        self.addresses = list(seen)
+
+
+class ManualDestinations:
+    __slots__ = ("addresses",)
+
+    def __init__(self) -> None:
+        self.addresses: list[Address] = []
+
+    def __len__(self) -> int:
+        return len(self.addresses)
+
+    def add(self, address: Address) -> bool:
+        if address in self.addresses:
+            return False
+        self.addresses.append(address)
+        return True
+
+    def remove(self, address: Address) -> bool:
+        if address not in self.addresses:
+            return False
+        self.addresses.remove(address)
+        return True

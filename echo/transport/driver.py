@@ -1,0 +1,329 @@
+"""The trio driver: the only module that touches sockets.
+
+It owns one non-blocking UDP socket per channel endpoint, one reader task per socket (each wakes
+on readability and drains the socket until it would block, DESIGN.md §7), and one timer loop for
+the whole transport that sleeps until the earliest deadline of any endpoint. The protocol itself
+lives in the pure endpoints of sender.py and receiver.py; the driver hands them datagrams with
+`now = trio.current_time()` and gives them a `send` that writes to the socket.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from echo.transport.counters import Counters
+from echo.transport.destinations import Address
+from echo.transport.receiver import (
+    ImageAvailable,
+    ImageUnavailable,
+    ReceiveEndpoint,
+    ReceiverTimers,
+)
+from echo.transport.sender import SendEndpoint, SenderTimers
+
+# Datagrams drained from one socket before the reader yields to other tasks.
+_READ_BUDGET = 256
+_RECV_BUFFER = 65536
+
+
+@attrs.frozen
+class TransportConfig:
+    """Every timer and size of the transport, with Aeron's defaults (reference §2.7)."""
+
+    mtu: int = 1408
+    term_length: int = 16 * 1024 * 1024
+    rcv_wnd: int = 128 * 1024
+    setup_interval: float = 0.1
+    heartbeat_interval: float = 0.1
+    status_message_interval: float = 0.2
+    image_liveness_timeout: float = 10.0
+    publication_connection_timeout: float = 5.0
+    linger: float = 5.0
+    nak_delay: float = 0.0001
+    nak_retry_ratio: int = 100
+    group_nak_max_backoff: float = 0.01
+    retransmit_linger: float = 0.01
+    max_group_retransmits: int = 16
+    destination_timeout: float = 5.0
+    max_destinations: int = 1024
+    mdc_registration_interval: float = 1.0
+    setup_elicit_interval: float = 0.2
+    image_cooldown: float = 10.0
+    #: largest term length a SETUP from the network may ask a receiver to allocate
+    max_receiver_term_length: int = 64 * 1024 * 1024
+    socket_rcvbuf: int = 4 * 1024 * 1024
+    socket_sndbuf: int = 4 * 1024 * 1024
+    #: auto-assigned publication session ids avoid [low, high] (Aeron's reserved range)
+    reserved_session_low: int = -1
+    reserved_session_high: int = 1000
+    #: test-only: drop this fraction of received datagrams at random, before parsing
+    test_receive_loss: float = 0.0
+    seed: int | None = None
+
+    def sender_timers(self) -> SenderTimers:
+        return SenderTimers(
+            setup_interval=self.setup_interval,
+            heartbeat_interval=self.heartbeat_interval,
+            connection_timeout=self.publication_connection_timeout,
+            linger=self.linger,
+            retransmit_linger=self.retransmit_linger,
+        )
+
+    def receiver_timers(self, nak_delay: float | None = None) -> ReceiverTimers:
+        return ReceiverTimers(
+            status_message_interval=self.status_message_interval,
+            liveness_timeout=self.image_liveness_timeout,
+            nak_delay=self.nak_delay if nak_delay is None else nak_delay,
+            nak_retry_ratio=self.nak_retry_ratio,
+            group_nak_max_backoff=self.group_nak_max_backoff,
+            setup_elicit_interval=self.setup_elicit_interval,
+            mdc_registration_interval=self.mdc_registration_interval,
+            cooldown=self.image_cooldown,
+        )
+
+
+Endpoint = SendEndpoint | ReceiveEndpoint
+
+
+class SocketEndpoint:
+    """A socket bound for one endpoint, and who to tell when something happens on it."""
+
+    def __init__(self, sock: socket.socket, endpoint: Endpoint, key: Any) -> None:
+        self.sock = sock
+        self.endpoint = endpoint
+        self.key = key
+        self.scheduled = math.inf
+        self.blocked = False
+        self.closed = False
+        #: called after datagrams were handled or the endpoint was serviced
+        self.listeners: list[Callable[[], None]] = []
+        #: receive endpoints: where image events go
+        self.on_image_event: Callable[[ImageAvailable | ImageUnavailable], None] | None = None
+        self.local_address: Address = sock.getsockname()
+        self.send = self._make_send()
+
+    def _make_send(self) -> Callable[[bytes | memoryview, Address], bool]:
+        sendto = self.sock.sendto
+        counters = self.endpoint.counters
+
+        def send(datagram: bytes | memoryview, address: Address) -> bool:
+            try:
+                sent = sendto(datagram, address)
+            except BlockingIOError:
+                counters.send_would_block += 1
+                self.blocked = True
+                return False
+            except OSError:
+                # EPERM from a firewall, ENETUNREACH, an ICMP error reported late: the datagram is
+                # lost, which the protocol recovers from. It must never end a task.
+                counters.send_errors += 1
+                return True
+            counters.datagrams_sent += 1
+            counters.bytes_sent += sent
+            return True
+
+        return send
+
+
+class Driver:
+    def __init__(self, config: TransportConfig, nursery: trio.Nursery) -> None:
+        self.config = config
+        self.nursery = nursery
+        self.counters = Counters()
+        self.rng = random.Random(config.seed) if config.seed is not None else random.SystemRandom()
+        self._loss_rng = random.Random(config.seed)
+        self._heap: list[tuple[float, int, SocketEndpoint]] = []
+        self._seq = itertools.count()
+        self._dirty: set[SocketEndpoint] = set()
+        self._wakeup = trio.lowlevel.ParkingLot()
+        self._woken = False
+        self.endpoints: dict[Any, SocketEndpoint] = {}
+        self._closed = False
+        self._next_session = self.rng.randrange(-(2**31), 2**31)
+        self._receiver_id_base = self.rng.getrandbits(63)
+        self._receiver_ids = itertools.count(1)
+
+    # ---------------------------------------------------------------- ids
+
+    def next_session_id(self, taken: Callable[[int], bool]) -> int:
+        low, high = self.config.reserved_session_low, self.config.reserved_session_high
+        for _ in range(1 << 16):
+            candidate = self._next_session
+            self._next_session = ((candidate + 1 + 2**31) % 2**32) - 2**31
+            if low <= candidate <= high:
+                # Jump over the reserved range (Aeron's nextAvailableSessionId), wrapping as int32.
+                self._next_session = ((high + 1 + 2**31) % 2**32) - 2**31
+                continue
+            if not taken(candidate):
+                return candidate
+        raise RuntimeError("no free session id outside the reserved range")
+
+    def next_receiver_id(self) -> int:
+        return (self._receiver_id_base + next(self._receiver_ids)) & 0x7FFFFFFFFFFFFFFF
+
+    def initial_term_id(self) -> int:
+        return self.rng.randrange(-(2**31), 2**31)
+
+    # ---------------------------------------------------------------- sockets
+
+    async def open_socket(self, bind: tuple[str, int], family: int) -> socket.socket:
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            for option, size in (
+                (socket.SO_RCVBUF, self.config.socket_rcvbuf),
+                (socket.SO_SNDBUF, self.config.socket_sndbuf),
+            ):
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, option, size)
+                except OSError:
+                    pass
+            sock.bind(bind)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def register(self, sep: SocketEndpoint) -> None:
+        self.endpoints[sep.key] = sep
+        self.nursery.start_soon(self._reader, sep)
+        self.wake(sep)
+
+    def unregister(self, sep: SocketEndpoint) -> None:
+        if sep.closed:
+            return
+        sep.closed = True
+        self.endpoints.pop(sep.key, None)
+        self._dirty.discard(sep)
+        trio.lowlevel.notify_closing(sep.sock)
+        sep.sock.close()
+
+    # ---------------------------------------------------------------- scheduling
+
+    def wake(self, sep: SocketEndpoint) -> None:
+        """Ask the timer loop to service `sep` as soon as the current task yields."""
+        self._dirty.add(sep)
+        if not self._woken:
+            self._woken = True
+            self._wakeup.unpark_all()
+
+    def service(self, sep: SocketEndpoint, now: float) -> None:
+        if sep.closed:
+            return
+        endpoint = sep.endpoint
+        endpoint.poll(now, sep.send)
+        if isinstance(endpoint, ReceiveEndpoint) and endpoint.events:
+            events = endpoint.events[:]
+            endpoint.events.clear()
+            if sep.on_image_event is not None:
+                for event in events:
+                    sep.on_image_event(event)
+        for listener in sep.listeners:
+            listener()
+        self._schedule(sep, now)
+
+    def _schedule(self, sep: SocketEndpoint, now: float) -> None:
+        deadline = sep.endpoint.next_deadline(now)
+        if sep.blocked:
+            return  # the writable waiter re-queues it
+        if deadline <= now:
+            self._dirty.add(sep)
+            return
+        if deadline < sep.scheduled or sep.scheduled <= now:
+            sep.scheduled = deadline
+            if deadline != math.inf:
+                heapq.heappush(self._heap, (deadline, next(self._seq), sep))
+
+    async def timer_loop(self) -> None:
+        heap = self._heap
+        while not self._closed:
+            now = trio.current_time()
+            due: list[SocketEndpoint] = []
+            while heap and heap[0][0] <= now:
+                deadline, _, sep = heapq.heappop(heap)
+                if deadline == sep.scheduled:
+                    sep.scheduled = math.inf
+                    due.append(sep)
+            if self._dirty:
+                due.extend(self._dirty)
+                self._dirty.clear()
+            self._woken = False
+            for sep in due:
+                if not sep.closed and not sep.blocked:
+                    self.service(sep, now)
+                    if sep.blocked:
+                        self.nursery.start_soon(self._await_writable, sep)
+            if self._dirty:
+                # Something is due again at once (more data than one poll sends): let other
+                # tasks run, then go round again.
+                await trio.lowlevel.checkpoint()
+                continue
+            timeout = heap[0][0] if heap else math.inf
+            with trio.move_on_at(timeout):
+                if not self._woken:
+                    await self._wakeup.park()
+
+    async def _await_writable(self, sep: SocketEndpoint) -> None:
+        try:
+            await trio.lowlevel.wait_writable(sep.sock)
+        except (trio.ClosedResourceError, OSError):
+            return
+        sep.blocked = False
+        self.wake(sep)
+
+    async def _reader(self, sep: SocketEndpoint) -> None:
+        sock = sep.sock
+        buffer = bytearray(_RECV_BUFFER)
+        view = memoryview(buffer)
+        endpoint = sep.endpoint
+        counters = self.counters
+        loss = self.config.test_receive_loss
+        loss_rng = self._loss_rng
+        recvfrom_into = sock.recvfrom_into
+        while not sep.closed:
+            try:
+                await trio.lowlevel.wait_readable(sock)
+            except (trio.ClosedResourceError, OSError):
+                return
+            if sep.closed:
+                return
+            now = trio.current_time()
+            received = 0
+            for _ in range(_READ_BUDGET):
+                try:
+                    size, source = recvfrom_into(buffer)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    # ECONNREFUSED from an ICMP port-unreachable and the like: count and go on.
+                    counters.receive_errors += 1
+                    continue
+                counters.datagrams_received += 1
+                counters.bytes_received += size
+                if loss and loss_rng.random() < loss:
+                    counters.dropped_by_test_loss += 1
+                    continue
+                try:
+                    endpoint.on_datagram(view[:size], source, now)
+                except Exception:  # pragma: no cover - a bug must not take the transport down
+                    counters.invalid("internal_error")
+                received += 1
+            if received:
+                self.service(sep, now)
+            else:
+                await trio.lowlevel.checkpoint()
+
+    def close(self) -> None:
+        self._closed = True
+        for sep in list(self.endpoints.values()):
+            self.unregister(sep)
+        self._wakeup.unpark_all()

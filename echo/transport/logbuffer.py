@@ -1,0 +1,261 @@
+"""Term buffers and the position arithmetic of the Aeron log (reference §2).
+
+A stream's log is three terms of a power-of-two length. A *position* is a 64-bit byte count
+from the start of the stream; `(term_id, term_offset)` is the same thing on the wire, with
+`term_id` an int32 that wraps. Everything here is pure: no clock, no sockets.
+
+Terms are anonymous private mmaps, so a 16 MiB term costs only the pages a stream touches, and a
+term is "cleaned" (zeroed) with MADV_DONTNEED instead of writing zeros: a server with a thousand
+duologues must not hold three full terms per stream in memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+
+from echo.transport.frames import (
+    BEGIN_FLAG,
+    DATA_HEADER_LENGTH,
+    DATA_HEADER_STRUCT,
+    END_FLAG,
+    FRAME_ALIGNMENT,
+    UNFRAGMENTED_FLAGS,
+    FrameType,
+    align,
+)
+
+PARTITION_COUNT = 3
+TERM_MIN_LENGTH = 64 * 1024
+TERM_MAX_LENGTH = 1024 * 1024 * 1024
+MAX_MESSAGE_LENGTH_LIMIT = 16 * 1024 * 1024
+
+_I32 = struct.Struct("<i")
+_FRAME_LENGTH_AND_TYPE = struct.Struct("<i2xH")
+_ZERO_SLOT = bytes(FRAME_ALIGNMENT)
+
+
+def i32(value: int) -> int:
+    """Wrap to a signed 32-bit int, as Java's int arithmetic does (reference §2.2)."""
+    return ((value + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
+def check_term_length(term_length: int) -> None:
+    if not TERM_MIN_LENGTH <= term_length <= TERM_MAX_LENGTH:
+        raise ValueError(
+            f"term length {term_length} outside [{TERM_MIN_LENGTH}, {TERM_MAX_LENGTH}]"
+        )
+    if term_length & (term_length - 1):
+        raise ValueError(f"term length {term_length} is not a power of two")
+
+
+def position_bits_to_shift(term_length: int) -> int:
+    return term_length.bit_length() - 1
+
+
+def compute_position(term_id: int, term_offset: int, bits: int, initial_term_id: int) -> int:
+    # The int32 subtraction wraps *before* widening: that is what lets term ids wrap past 2^31 - 1.
+    term_count = i32(term_id - initial_term_id)
+    return (term_count << bits) + term_offset
+
+
+def compute_term_begin_position(term_id: int, bits: int, initial_term_id: int) -> int:
+    return i32(term_id - initial_term_id) << bits
+
+
+def compute_term_id(position: int, bits: int, initial_term_id: int) -> int:
+    return i32((position >> bits) + initial_term_id)
+
+
+def compute_max_message_length(term_length: int) -> int:
+    return min(term_length >> 3, MAX_MESSAGE_LENGTH_LIMIT)
+
+
+def max_possible_position(term_length: int) -> int:
+    return term_length << 31
+
+
+def partition_index(position: int, bits: int) -> int:
+    return (position >> bits) % PARTITION_COUNT
+
+
+def compute_fragmented_length(length: int, max_payload: int) -> int:
+    """Bytes a message of `length` occupies in the term once fragmented (reference §2.3)."""
+    full, remainder = divmod(length, max_payload)
+    total = full * align(max_payload + DATA_HEADER_LENGTH)
+    if remainder > 0 or length == 0:
+        total += align(remainder + DATA_HEADER_LENGTH)
+    return total
+
+
+class TermBuffers:
+    """Three terms of `term_length` bytes, lazily backed by the OS."""
+
+    __slots__ = ("_maps", "term_length", "terms")
+
+    def __init__(self, term_length: int) -> None:
+        check_term_length(term_length)
+        self.term_length = term_length
+        self._maps = [
+            mmap.mmap(-1, term_length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            for _ in range(PARTITION_COUNT)
+        ]
+        self.terms = [memoryview(m) for m in self._maps]
+
+    def clean(self, index: int) -> None:
+        """Zero a whole term: MADV_DONTNEED on a private anonymous map gives fresh zero pages."""
+        try:
+            self._maps[index].madvise(mmap.MADV_DONTNEED)
+        except (AttributeError, OSError):  # pragma: no cover - non-Linux fallback
+            self.terms[index][:] = bytes(self.term_length)
+
+    def close(self) -> None:
+        for view in self.terms:
+            view.release()
+        for m in self._maps:
+            m.close()
+
+
+def write_frame(
+    term: memoryview,
+    term_offset: int,
+    *,
+    flags: int,
+    frame_type: int,
+    session_id: int,
+    stream_id: int,
+    term_id: int,
+    payload: bytes | memoryview,
+) -> int:
+    """Write one frame (header + payload); returns its aligned length."""
+    length = len(payload)
+    frame_length = DATA_HEADER_LENGTH + length
+    start = term_offset + DATA_HEADER_LENGTH
+    term[start : start + length] = payload
+    DATA_HEADER_STRUCT.pack_into(
+        term, term_offset, frame_length, 0, flags, frame_type, term_offset, session_id,
+        stream_id, term_id, 0,
+    )
+    return align(frame_length)
+
+
+def write_pad(
+    term: memoryview, term_offset: int, *, session_id: int, stream_id: int, term_id: int
+) -> None:
+    """Fill `[term_offset, term_length)` with one PAD frame (only its header is written)."""
+    DATA_HEADER_STRUCT.pack_into(
+        term, term_offset, len(term) - term_offset, 0, UNFRAGMENTED_FLAGS, FrameType.PAD,
+        term_offset, session_id, stream_id, term_id, 0,
+    )
+
+
+def append_message(
+    term: memoryview,
+    term_offset: int,
+    data: bytes | memoryview,
+    max_payload: int,
+    *,
+    session_id: int,
+    stream_id: int,
+    term_id: int,
+) -> int:
+    """Append a (possibly fragmented) message at `term_offset`; returns the new tail offset.
+
+    The caller has checked that `compute_fragmented_length(len(data))` fits in the term.
+    """
+    length = len(data)
+    if length <= max_payload:
+        return term_offset + write_frame(
+            term, term_offset, flags=UNFRAGMENTED_FLAGS, frame_type=FrameType.DATA,
+            session_id=session_id, stream_id=stream_id, term_id=term_id, payload=data,
+        )
+    view = memoryview(data)
+    offset = term_offset
+    consumed = 0
+    flags = BEGIN_FLAG
+    while consumed < length:
+        chunk = view[consumed : consumed + max_payload]
+        consumed += len(chunk)
+        if consumed >= length:
+            flags |= END_FLAG
+        offset += write_frame(
+            term, offset, flags=flags, frame_type=FrameType.DATA, session_id=session_id,
+            stream_id=stream_id, term_id=term_id, payload=chunk,
+        )
+        flags = 0
+    return offset
+
+
+def scan_for_availability(term: memoryview, term_offset: int, max_length: int) -> tuple[int, int]:
+    """How many bytes of whole aligned frames can go in one datagram (Aeron's TermScanner).
+
+    Returns `(available, padding)`: `available` bytes start at `term_offset`; a PAD frame
+    contributes only its header and `padding` is the rest of it, which the sender skips.
+    """
+    available = 0
+    padding = 0
+    end = len(term)
+    while True:
+        offset = term_offset + available
+        if offset >= end:
+            break
+        frame_length, frame_type = _FRAME_LENGTH_AND_TYPE.unpack_from(term, offset)
+        if frame_length <= 0:
+            break
+        aligned = (frame_length + 31) & ~31
+        if frame_type == FrameType.PAD:
+            padding = aligned - DATA_HEADER_LENGTH
+            aligned = DATA_HEADER_LENGTH
+        available += aligned
+        if available > max_length:
+            available -= aligned
+            padding = 0
+            break
+        if padding or available >= max_length:
+            break
+    return available, padding
+
+
+def insert_packet(term: memoryview, term_offset: int, packet: bytes | memoryview) -> bool:
+    """Copy a received datagram into the term unless its first slot is already filled.
+
+    Aeron's TermRebuilder: a retransmit of frames already held is harmless, because the
+    bytes at a given offset of a stream never change.
+    """
+    if _I32.unpack_from(term, term_offset)[0] != 0:
+        return False
+    length = len(packet)
+    term[term_offset : term_offset + length] = packet
+    return True
+
+
+def rebuild_offset(term: memoryview, term_offset: int, limit_offset: int) -> int:
+    """Walk complete frames from `term_offset`; returns the offset of the first empty slot."""
+    offset = term_offset
+    unpack = _I32.unpack_from
+    while offset < limit_offset:
+        frame_length = unpack(term, offset)[0]
+        if frame_length <= 0:
+            break
+        offset += (frame_length + 31) & ~31
+    return offset
+
+
+def scan_for_gap(term: memoryview, term_offset: int, limit_offset: int) -> tuple[int, int] | None:
+    """Find the first gap in `[term_offset, limit_offset)` (Aeron's TermGapScanner).
+
+    Returns `(gap_offset, gap_length)` or None. A gap runs from the first empty slot to the
+    next slot that holds a frame (or to `limit_offset`).
+    """
+    begin = rebuild_offset(term, term_offset, limit_offset)
+    if begin >= limit_offset:
+        return None
+    # Every received frame starts on a 32-byte slot with a non-zero length, and nothing inside a
+    # gap has been written, so the next non-zero byte marks the end of the gap. `lstrip` finds it
+    # in C instead of a Python loop over slots.
+    region = bytes(term[begin:limit_offset])
+    zeros = len(region) - len(region.lstrip(b"\x00"))
+    length = zeros - (zeros % FRAME_ALIGNMENT) if zeros < len(region) else len(region)
+    if length <= 0:
+        length = FRAME_ALIGNMENT
+    return begin, length

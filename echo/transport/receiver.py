@@ -1,0 +1,631 @@
+"""Image state: rebuilding a publication's log, loss detection, NAKs and status messages.
+
+Pure, like sender.py: `now` is passed in and output goes through an injected `send(datagram,
+address) -> bool`. `ReceiveEndpoint` is what Aeron calls a receive channel endpoint plus its data
+packet dispatcher: one socket's worth of subscriptions, images, setup elicitation and, for a
+multi-destination subscription, the setup-eliciting SMs that register it with the publisher.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections.abc import Callable
+
+import attrs
+
+from echo.transport.counters import Counters
+from echo.transport.destinations import Address
+from echo.transport.frames import (
+    BEGIN_FLAG,
+    DATA_HEADER_LENGTH,
+    DATA_HEADER_STRUCT,
+    END_FLAG,
+    FRAME_ALIGNMENT,
+    MAX_UDP_PAYLOAD_LENGTH,
+    SETUP_GROUP_FLAG,
+    SM_EOS_FLAG,
+    SM_SETUP_FLAG,
+    UNFRAGMENTED_FLAGS,
+    DataHeader,
+    FrameError,
+    FrameType,
+    Nak,
+    Setup,
+    StatusMessage,
+    parse_datagram_untrusted,
+)
+from echo.transport.logbuffer import (
+    PARTITION_COUNT,
+    TermBuffers,
+    check_term_length,
+    compute_max_message_length,
+    compute_position,
+    i32,
+    insert_packet,
+    position_bits_to_shift,
+    rebuild_offset,
+    scan_for_gap,
+)
+
+Send = Callable[[bytes | memoryview, Address], bool]
+Deliver = Callable[[bytes], None]
+
+DEFAULT_RECEIVER_WINDOW = 128 * 1024
+_HEADER_FIELDS = DATA_HEADER_STRUCT.unpack_from
+
+
+@attrs.frozen
+class ReceiverTimers:
+    status_message_interval: float = 0.2
+    liveness_timeout: float = 10.0
+    nak_delay: float = 0.0001  # unicast: 100 µs, then retry every nak_delay * 100 (10 ms)
+    nak_retry_ratio: int = 100
+    group_nak_max_backoff: float = 0.01
+    group_size: int = 10
+    setup_elicit_interval: float = 0.2
+    mdc_registration_interval: float = 1.0
+    cooldown: float = 10.0
+
+
+def group_nak_delay(rng: random.Random, max_backoff: float, group_size: int) -> float:
+    """Aeron's OptimalMulticastDelayGenerator: a random NAK delay in (0, max_backoff].
+
+    Spreading the NAKs of a group over time lets one NAK (and its retransmit, which every
+    receiver sees) suppress the rest (reference §2.5).
+    """
+    lam = math.log(group_size) + 1.0
+    t = max_backoff
+    factor = (math.exp(lam) - 1.0) * (t / lam)
+    x = rng.uniform(0.0, lam / t) + lam / (t * (math.exp(lam) - 1.0))
+    delay = (t / lam) * math.log(x * factor)
+    return min(max(delay, 0.0), t)
+
+
+class ImageState(enum.Enum):
+    ACTIVE = "active"
+    END_OF_STREAM = "end_of_stream"  # the publisher closed and everything was consumed
+    TIMED_OUT = "timed_out"  # no packet for the liveness timeout
+    CLOSED = "closed"  # the subscription went away
+
+
+class Image:
+    """One publication (session) as seen by a subscription: Aeron's PublicationImage."""
+
+    def __init__(
+        self,
+        *,
+        session_id: int,
+        stream_id: int,
+        initial_term_id: int,
+        active_term_id: int,
+        term_offset: int,
+        term_length: int,
+        mtu: int,
+        control_address: Address,
+        receiver_id: int,
+        counters: Counters,
+        now: float,
+        rcv_wnd: int = DEFAULT_RECEIVER_WINDOW,
+        is_group: bool = False,
+        reliable: bool = True,
+        group_tag: int | None = None,
+        timers: ReceiverTimers | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.initial_term_id = initial_term_id
+        self.term_length = term_length
+        self.mtu = mtu
+        self.control_address = control_address
+        self.receiver_id = receiver_id
+        self.counters = counters
+        self.is_group = is_group
+        self.reliable = reliable
+        self.group_tag = group_tag
+        self.timers = timers or ReceiverTimers()
+        self.rng = rng or random.Random()
+        self.bits = position_bits_to_shift(term_length)
+        self.mask = term_length - 1
+        self.window = min(rcv_wnd, term_length // 2)
+        self.log = TermBuffers(term_length)
+        self.terms = self.log.terms
+
+        join = compute_position(active_term_id, term_offset, self.bits, initial_term_id)
+        self.join_position = join
+        self.subscriber_position = join
+        self.rebuild_position = join
+        self.hwm = join
+        self.last_sm_position = join
+        self._join_term = join >> self.bits
+        self._subscriber_term = self._join_term
+        self.state = ImageState.ACTIVE
+        self.eos_position: int | None = None
+        self._last_packet = now
+        self._sm_deadline = now  # the first SM goes out at once: it is what connects the sender
+        self._gap: tuple[int, int] | None = None
+        self._nak_deadline = math.inf
+        self._builder: bytearray | None = None
+        self._builder_next = 0
+        self.created = now
+
+    # ---------------------------------------------------------------- network input
+
+    def on_data(self, header: DataHeader, packet: bytes | memoryview, now: float) -> None:
+        self._last_packet = now
+        counters = self.counters
+        position = compute_position(header.term_id, header.term_offset, self.bits, self.initial_term_id)
+        window_end = self.last_sm_position + self.term_length // 2
+        if header.is_heartbeat:
+            counters.heartbeats_received += 1
+            if self.subscriber_position <= position <= window_end:
+                if position > self.hwm:
+                    self.hwm = position
+                if header.is_end_of_stream:
+                    self.eos_position = position
+            return
+        length = len(packet)
+        if position < self.last_sm_position:
+            counters.flow_control_underruns += 1
+            return
+        if position + length > window_end:
+            counters.flow_control_overruns += 1
+            return
+        offset = header.term_offset
+        if offset + length > self.term_length:
+            counters.invalid("beyond_term")
+            return
+        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+        if not insert_packet(term, offset, packet):
+            counters.duplicate_data += 1
+            return
+        end = position + length
+        if end > self.hwm:
+            self.hwm = end
+        if position <= self.rebuild_position:
+            self._advance_rebuild()
+
+    def on_setup(self, now: float) -> None:
+        # A repeated SETUP means our SM was lost: answer soon.
+        self._last_packet = now
+        self._sm_deadline = min(self._sm_deadline, now)
+
+    def _advance_rebuild(self) -> None:
+        while self.rebuild_position < self.hwm:
+            position = self.rebuild_position
+            term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+            offset = position & self.mask
+            limit = min(self.term_length, offset + (self.hwm - position))
+            reached = rebuild_offset(term, offset, limit)
+            if reached == offset:
+                break
+            self.rebuild_position = position + (reached - offset)
+        if self.rebuild_position > self.hwm:
+            # A PAD frame's header stands for the rest of its term.
+            self.hwm = self.rebuild_position
+
+    # ---------------------------------------------------------------- the application side
+
+    def poll_messages(self, deliver: Deliver, fragment_limit: int) -> int:
+        """Deliver complete messages from the rebuilt log; returns the fragments consumed.
+
+        Like Aeron's Image.poll with a FragmentAssembler: never crosses a term boundary in one
+        call, skips PAD frames, and reassembles B..E fragments per session.
+        """
+        position = self.subscriber_position
+        available = self.rebuild_position - position
+        if available <= 0:
+            return 0
+        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+        start = position & self.mask
+        end = min(self.term_length, start + available)
+        offset = start
+        fragments = 0
+        while offset < end and fragments < fragment_limit:
+            frame_length, _, flags, frame_type, *_ = _HEADER_FIELDS(term, offset)
+            aligned = (frame_length + 31) & ~31
+            if frame_type == FrameType.PAD:
+                offset += aligned
+                continue
+            payload_start = offset + DATA_HEADER_LENGTH
+            payload_end = offset + frame_length
+            if flags & UNFRAGMENTED_FLAGS == UNFRAGMENTED_FLAGS:
+                deliver(bytes(term[payload_start:payload_end]))
+            elif flags & BEGIN_FLAG:
+                self._builder = bytearray(term[payload_start:payload_end])
+                self._builder_next = offset + aligned
+            elif self._builder is not None and offset == self._builder_next:
+                self._builder += term[payload_start:payload_end]
+                self._builder_next = offset + aligned
+                if flags & END_FLAG:
+                    message = bytes(self._builder)
+                    self._builder = None
+                    deliver(message)
+            else:
+                # A middle or end fragment without its beginning (we joined mid-message).
+                self._builder = None
+            fragments += 1
+            offset += aligned
+        self.subscriber_position = position + (offset - start)
+        self._clean_behind()
+        return fragments
+
+    def _clean_behind(self) -> None:
+        term_count = self.subscriber_position >> self.bits
+        if term_count == self._subscriber_term:
+            return
+        self._subscriber_term = term_count
+        # Data can arrive up to half a term past the SM position, i.e. into the next term, whose
+        # partition last held the term three back. Zero it before anything lands there.
+        upcoming = term_count + 1
+        if upcoming - PARTITION_COUNT >= self._join_term:
+            self.log.clean(upcoming % PARTITION_COUNT)
+
+    @property
+    def is_end_of_stream(self) -> bool:
+        return self.eos_position is not None and self.subscriber_position >= self.eos_position
+
+    # ---------------------------------------------------------------- output and timers
+
+    def _status_message(self, flags: int = 0) -> bytes:
+        position = self.subscriber_position
+        return StatusMessage(
+            session_id=self.session_id,
+            stream_id=self.stream_id,
+            consumption_term_id=i32(self.initial_term_id + (position >> self.bits)),
+            consumption_term_offset=position & self.mask,
+            receiver_window=self.window,
+            receiver_id=self.receiver_id,
+            group_tag=self.group_tag,
+            flags=flags,
+        ).encode()
+
+    def _gap_delay(self, first: bool) -> float:
+        if self.is_group:
+            return group_nak_delay(
+                self.rng, self.timers.group_nak_max_backoff, self.timers.group_size
+            )
+        if first:
+            return self.timers.nak_delay
+        return self.timers.nak_delay * self.timers.nak_retry_ratio
+
+    def poll(self, now: float, send: Send) -> None:
+        if self.state is not ImageState.ACTIVE:
+            return
+        counters = self.counters
+        address = self.control_address
+        if now - self._last_packet > self.timers.liveness_timeout:
+            self.state = ImageState.TIMED_OUT
+            return
+        if self.is_end_of_stream:
+            # Tell the sender we have it all and are going: it can stop lingering.
+            if send(self._status_message(SM_EOS_FLAG), address):
+                counters.status_messages_sent += 1
+            self.state = ImageState.END_OF_STREAM
+            return
+
+        if self.rebuild_position < self.hwm:
+            self._detect_loss(now, send)
+        elif self._gap is not None:
+            self._gap = None
+            self._nak_deadline = math.inf
+
+        consumption = self.subscriber_position
+        if now >= self._sm_deadline or consumption - self.last_sm_position >= (self.window >> 2) > 0:
+            if send(self._status_message(), address):
+                counters.status_messages_sent += 1
+                self.last_sm_position = consumption
+                self._sm_deadline = now + self.timers.status_message_interval
+
+    def _detect_loss(self, now: float, send: Send) -> None:
+        position = self.rebuild_position
+        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+        offset = position & self.mask
+        limit = min(self.term_length, offset + (self.hwm - position))
+        found = scan_for_gap(term, offset, limit)
+        if found is None:
+            return
+        gap_offset, gap_length = found
+        gap = (position - offset + gap_offset, gap_length)
+        if gap != self._gap:
+            self._gap = gap
+            self._nak_deadline = now + self._gap_delay(first=True)
+        if now < self._nak_deadline:
+            return
+        term_id = i32(self.initial_term_id + (gap[0] >> self.bits))
+        if not self.reliable:
+            # reliable=false: give up on the gap and pad over it (Aeron's tryFillGap).
+            DATA_HEADER_STRUCT.pack_into(
+                term, gap_offset, gap_length, 0, UNFRAGMENTED_FLAGS, FrameType.PAD, gap_offset,
+                self.session_id, self.stream_id, term_id, 0,
+            )
+            self._gap = None
+            self._nak_deadline = math.inf
+            self._advance_rebuild()
+            return
+        nak = Nak(
+            session_id=self.session_id,
+            stream_id=self.stream_id,
+            term_id=term_id,
+            term_offset=gap_offset,
+            length=gap_length,
+        )
+        if send(nak.encode(), self.control_address):
+            self.counters.naks_sent += 1
+        self._nak_deadline = now + self._gap_delay(first=False)
+
+    def next_deadline(self, now: float) -> float:
+        if self.state is not ImageState.ACTIVE:
+            return now
+        deadline = min(self._sm_deadline, self._last_packet + self.timers.liveness_timeout)
+        if self.is_end_of_stream:
+            return now
+        if self.rebuild_position < self.hwm:
+            deadline = min(deadline, self._nak_deadline if self._gap is not None else now)
+        elif self._gap is not None:
+            return now
+        if self.subscriber_position - self.last_sm_position >= (self.window >> 2) > 0:
+            return now
+        return deadline
+
+    def close(self, send: Send) -> None:
+        """The subscription is going: tell the sender (an end-of-stream SM) and stop."""
+        if self.state is ImageState.ACTIVE:
+            if send(self._status_message(SM_EOS_FLAG), self.control_address):
+                self.counters.status_messages_sent += 1
+            self.state = ImageState.CLOSED
+
+
+@attrs.frozen
+class StreamInterest:
+    """What a subscription asked for on an endpoint."""
+
+    stream_id: int
+    session_id: int | None = None
+    reliable: bool = True
+    rcv_wnd: int = DEFAULT_RECEIVER_WINDOW
+    group_tag: int | None = None
+    max_term_length: int = 1 << 30
+
+
+@attrs.frozen
+class ImageAvailable:
+    image: Image
+
+
+@attrs.frozen
+class ImageUnavailable:
+    image: Image
+    reason: ImageState
+
+
+ImageEvent = ImageAvailable | ImageUnavailable
+
+
+class ReceiveEndpoint:
+    """One data socket's subscriptions and images (Aeron's ReceiveChannelEndpoint + dispatcher)."""
+
+    def __init__(
+        self,
+        *,
+        counters: Counters,
+        receiver_id: int,
+        now: float,
+        control: Address | None = None,
+        group_tag: int | None = None,
+        timers: ReceiverTimers | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.counters = counters
+        self.receiver_id = receiver_id
+        self.control = control
+        self.group_tag = group_tag
+        self.timers = timers or ReceiverTimers()
+        self.rng = rng or random.Random()
+        self.interests: dict[int, StreamInterest] = {}
+        self.images: dict[tuple[int, int], Image] = {}
+        self.events: list[ImageEvent] = []
+        self._cooldown: dict[tuple[int, int], float] = {}
+        self._elicited: dict[tuple[int, int], float] = {}
+        self._pending: list[tuple[tuple[int, int], Address]] = []
+        self._next_registration = now
+
+    # ---------------------------------------------------------------- subscriptions
+
+    def add_interest(self, interest: StreamInterest, now: float) -> None:
+        if interest.stream_id in self.interests:
+            raise ValueError(
+                f"stream {interest.stream_id} already has a subscription on this channel"
+            )
+        self.interests[interest.stream_id] = interest
+        # Register with a multi-destination publisher at once rather than at the next tick.
+        self._next_registration = now
+
+    def remove_interest(self, stream_id: int, send: Send) -> None:
+        self.interests.pop(stream_id, None)
+        for key, image in list(self.images.items()):
+            if key[1] == stream_id:
+                image.close(send)
+                self._drop_image(key, image, ImageState.CLOSED, now=None)
+
+    # ---------------------------------------------------------------- network input
+
+    def on_datagram(self, data: bytes | memoryview, source: Address, now: float) -> None:
+        """Handle one datagram from the network (untrusted)."""
+        counters = self.counters
+        try:
+            frame = parse_datagram_untrusted(data)
+        except FrameError as error:
+            counters.invalid(error.reason)
+            return
+        if isinstance(frame, DataHeader):
+            key = (frame.session_id, frame.stream_id)
+            image = self.images.get(key)
+            if image is not None:
+                image.on_data(frame, data, now)
+                return
+            self._on_unknown_data(frame, source, now)
+        elif isinstance(frame, Setup):
+            self._on_setup(frame, source, now)
+        else:
+            # SMs and NAKs belong on a publication's socket; RTTM replies are not used here.
+            counters.invalid("unexpected_on_receive_channel")
+
+    def _wanted(self, session_id: int, stream_id: int) -> StreamInterest | None:
+        interest = self.interests.get(stream_id)
+        if interest is None:
+            self.counters.unknown_session_drops += 1
+            return None
+        if interest.session_id is not None and interest.session_id != session_id:
+            # A session filter is silent: the other session learns nothing (reference §5).
+            self.counters.session_filter_drops += 1
+            return None
+        return interest
+
+    def _on_unknown_data(self, frame: DataHeader, source: Address, now: float) -> None:
+        key = (frame.session_id, frame.stream_id)
+        if self._wanted(*key) is None or self._cooldown.get(key, -math.inf) > now:
+            return
+        # Data of a session we have no image for (its SETUP was lost, or we joined an MDC stream
+        # late): ask its source for a SETUP, at most once per interval.
+        if now < self._elicited.get(key, -math.inf) + self.timers.setup_elicit_interval:
+            return
+        self._elicited[key] = now
+        self._pending.append((key, source))
+
+    def _on_setup(self, frame: Setup, source: Address, now: float) -> None:
+        counters = self.counters
+        counters.setups_received += 1
+        key = (frame.session_id, frame.stream_id)
+        image = self.images.get(key)
+        if image is not None:
+            image.on_setup(now)
+            return
+        interest = self._wanted(*key)
+        if interest is None or self._cooldown.get(key, -math.inf) > now:
+            return
+        problem = _check_setup(frame, interest)
+        if problem is not None:
+            counters.invalid(problem)
+            return
+        image = Image(
+            session_id=frame.session_id,
+            stream_id=frame.stream_id,
+            initial_term_id=frame.initial_term_id,
+            active_term_id=frame.active_term_id,
+            term_offset=frame.term_offset,
+            term_length=frame.term_length,
+            mtu=frame.mtu,
+            control_address=source,
+            receiver_id=self.receiver_id,
+            counters=counters,
+            now=now,
+            rcv_wnd=interest.rcv_wnd,
+            is_group=bool(frame.flags & SETUP_GROUP_FLAG),
+            reliable=interest.reliable,
+            group_tag=interest.group_tag if interest.group_tag is not None else self.group_tag,
+            timers=self.timers,
+            rng=self.rng,
+        )
+        self.images[key] = image
+        self._elicited.pop(key, None)
+        counters.images_created += 1
+        self.events.append(ImageAvailable(image))
+
+    def _drop_image(
+        self, key: tuple[int, int], image: Image, reason: ImageState, now: float | None
+    ) -> None:
+        if self.images.pop(key, None) is None:
+            return
+        self.counters.images_closed += 1
+        if now is not None:
+            # Stragglers of a finished session must not elicit a SETUP and resurrect it.
+            self._cooldown[key] = now + self.timers.cooldown
+        self.events.append(ImageUnavailable(image, reason))
+
+    # ---------------------------------------------------------------- output and timers
+
+    def poll(self, now: float, send: Send) -> None:
+        counters = self.counters
+        if self.control is not None and self.interests and now >= self._next_registration:
+            # Register (and stay registered) as a destination of the MDC publisher: session 0,
+            # stream 0, SETUP flag, window 0 (reference §3). It goes from this data socket, so
+            # the publisher learns the NAT mapping that leads back here.
+            registration = StatusMessage(
+                session_id=0,
+                stream_id=0,
+                consumption_term_id=0,
+                consumption_term_offset=0,
+                receiver_window=0,
+                receiver_id=self.receiver_id,
+                group_tag=self.group_tag,
+                flags=SM_SETUP_FLAG,
+            ).encode()
+            if send(registration, self.control):
+                counters.setup_elicitations_sent += 1
+            self._next_registration = now + self.timers.mdc_registration_interval
+        pending = self._pending
+        if pending:
+            for (session_id, stream_id), source in pending:
+                elicit = StatusMessage(
+                    session_id=session_id,
+                    stream_id=stream_id,
+                    consumption_term_id=0,
+                    consumption_term_offset=0,
+                    receiver_window=0,
+                    receiver_id=self.receiver_id,
+                    group_tag=self.group_tag,
+                    flags=SM_SETUP_FLAG,
+                ).encode()
+                if send(elicit, source):
+                    counters.setup_elicitations_sent += 1
+            pending.clear()
+        for key, image in list(self.images.items()):
+            image.poll(now, send)
+            if image.state is not ImageState.ACTIVE:
+                self._drop_image(key, image, image.state, now)
+        if self._cooldown:
+            self._cooldown = {k: t for k, t in self._cooldown.items() if t > now}
+        if len(self._elicited) > 1024:
+            horizon = now - self.timers.setup_elicit_interval
+            self._elicited = {k: t for k, t in self._elicited.items() if t > horizon}
+
+    def next_deadline(self, now: float) -> float:
+        deadline = math.inf
+        if self._pending:
+            return now
+        if self.control is not None and self.interests:
+            deadline = self._next_registration
+        for image in self.images.values():
+            deadline = min(deadline, image.next_deadline(now))
+        return deadline
+
+    def close(self, send: Send) -> None:
+        for key, image in list(self.images.items()):
+            image.close(send)
+            self._drop_image(key, image, ImageState.CLOSED, now=None)
+
+
+def _check_setup(frame: Setup, interest: StreamInterest) -> str | None:
+    """Why a SETUP from the network cannot make an image, or None if it can."""
+    try:
+        check_term_length(frame.term_length)
+    except ValueError:
+        return "bad_setup_term_length"
+    if frame.term_length > interest.max_term_length:
+        return "setup_term_too_long"
+    mtu = frame.mtu
+    if (
+        mtu <= DATA_HEADER_LENGTH
+        or mtu % FRAME_ALIGNMENT
+        or mtu > MAX_UDP_PAYLOAD_LENGTH
+        or mtu > compute_max_message_length(frame.term_length)
+    ):
+        return "bad_setup_mtu"
+    if frame.term_offset < 0 or frame.term_offset % FRAME_ALIGNMENT or frame.term_offset >= frame.term_length:
+        return "bad_setup_offset"
+    if i32(frame.active_term_id - frame.initial_term_id) < 0:
+        return "bad_setup_term_id"
+    return None

@@ -1,0 +1,604 @@
+"""Publication state: the log, SETUP, data, heartbeats, retransmits and linger (reference §2).
+
+Pure: every method takes `now` (seconds) and output goes through an `emit(datagram) -> bool`
+callback that the caller supplies (the driver's socket send, or a test's list). `emit` returns
+False when the datagram could not be handed to the network (socket buffer full); the sender then
+stops and tries again on the next poll instead of losing its place.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+
+import attrs
+
+from echo.transport.counters import Counters
+from echo.transport.destinations import Address, DynamicDestinations, ManualDestinations
+from echo.transport.flow_control import FlowControl
+from echo.transport.frames import (
+    BEGIN_END_AND_EOS_FLAGS,
+    DATA_HEADER_LENGTH,
+    DATA_HEADER_STRUCT,
+    SETUP_GROUP_FLAG,
+    UNFRAGMENTED_FLAGS,
+    ErrorFrame,
+    FrameError,
+    FrameType,
+    Nak,
+    Rttm,
+    Setup,
+    StatusMessage,
+    parse_datagram_untrusted,
+)
+from echo.transport.logbuffer import (
+    PARTITION_COUNT,
+    TermBuffers,
+    append_message,
+    compute_fragmented_length,
+    compute_max_message_length,
+    compute_position,
+    i32,
+    max_possible_position,
+    position_bits_to_shift,
+    scan_for_availability,
+    write_pad,
+)
+
+Emit = Callable[[bytes | memoryview], bool]
+
+# Aeron's offer() results (Publication.java).
+NOT_CONNECTED = -1
+BACK_PRESSURED = -2
+ADMIN_ACTION = -3
+CLOSED = -4
+MAX_POSITION_EXCEEDED = -5
+
+OFFER_RESULT_NAMES = {
+    NOT_CONNECTED: "NOT_CONNECTED",
+    BACK_PRESSURED: "BACK_PRESSURED",
+    ADMIN_ACTION: "ADMIN_ACTION",
+    CLOSED: "CLOSED",
+    MAX_POSITION_EXCEEDED: "MAX_POSITION_EXCEEDED",
+}
+
+# Bound the datagrams one poll may send so that one busy stream cannot starve the others.
+_MAX_DATAGRAMS_PER_POLL = 512
+
+
+@attrs.frozen
+class SenderTimers:
+    setup_interval: float = 0.1
+    heartbeat_interval: float = 0.1
+    connection_timeout: float = 5.0
+    linger: float = 5.0
+    retransmit_linger: float = 0.01
+
+
+class PublicationState(enum.Enum):
+    ACTIVE = "active"
+    DRAINING = "draining"  # closed by the application; sending what is left
+    LINGERING = "lingering"  # all sent; end-of-stream heartbeats until receivers have it
+    CLOSED = "closed"
+
+
+@attrs.define
+class _Retransmit:
+    position: int
+    length: int
+    sent: bool = False
+    linger_until: float = 0.0
+
+
+@attrs.define
+class _ReceiverLiveness:
+    last_sm: float
+    position: int
+
+
+class Publication:
+    """One publication's sending side: what NetworkPublication does in Aeron's driver."""
+
+    def __init__(
+        self,
+        *,
+        session_id: int,
+        stream_id: int,
+        initial_term_id: int,
+        term_length: int,
+        mtu: int,
+        flow_control: FlowControl,
+        counters: Counters,
+        now: float,
+        is_group: bool = False,
+        timers: SenderTimers | None = None,
+        max_retransmits: int | None = None,
+        term_window: int | None = None,
+        ttl: int = 0,
+    ) -> None:
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.initial_term_id = initial_term_id
+        self.term_length = term_length
+        self.mtu = mtu
+        self.max_payload = mtu - DATA_HEADER_LENGTH
+        self.max_message_length = compute_max_message_length(term_length)
+        if mtu > self.max_message_length:
+            raise ValueError(f"mtu {mtu} is larger than the maximum message length of the term")
+        self.bits = position_bits_to_shift(term_length)
+        self.mask = term_length - 1
+        self.max_position = max_possible_position(term_length)
+        self.flow_control = flow_control
+        self.counters = counters
+        self.is_group = is_group
+        self.timers = timers or SenderTimers()
+        self.max_retransmits = max_retransmits or (16 if is_group else 1)
+        self.term_window = min(term_window or term_length // 2, term_length // 2)
+        self.ttl = ttl
+        self.log = TermBuffers(term_length)
+
+        self.state = PublicationState.ACTIVE
+        self._term_count = 0
+        self.tail_offset = 0
+        self.sender_position = 0
+        self.sender_limit = 0
+        self.has_initial_connection = False
+        self._setup_pending = True
+        self._last_setup = -math.inf
+        self._last_send = -math.inf
+        self._linger_until = math.inf
+        self._receivers: dict[int, _ReceiverLiveness] = {}
+        self._receiver_window = 0
+        self._retransmits: list[_Retransmit] = []
+        self._rttm_replies: list[bytes] = []
+        self._created = now
+
+    # ---------------------------------------------------------------- positions
+
+    @property
+    def active_term_id(self) -> int:
+        return i32(self.initial_term_id + self._term_count)
+
+    @property
+    def position(self) -> int:
+        """The tail: where the next message will be appended."""
+        return (self._term_count << self.bits) + self.tail_offset
+
+    def is_connected(self, now: float) -> bool:
+        if self.state is PublicationState.CLOSED:
+            return False
+        deadline = now - self.timers.connection_timeout
+        alive = any(r.last_sm >= deadline for r in self._receivers.values())
+        return alive and self.flow_control.has_required_receivers()
+
+    def publisher_limit(self, now: float) -> int:
+        if self.is_connected(now):
+            return self.sender_position + self.term_window
+        return self.sender_position
+
+    # ---------------------------------------------------------------- the application side
+
+    def offer(self, data: bytes | bytearray | memoryview, now: float) -> int:
+        """Append one message; returns the new position or one of Aeron's negative codes."""
+        if self.state is not PublicationState.ACTIVE:
+            return CLOSED
+        length = len(data)
+        if length > self.max_message_length:
+            raise ValueError(
+                f"message of {length} bytes exceeds the maximum message length "
+                f"{self.max_message_length} (min(term length / 8, 16 MiB))"
+            )
+        position = self.position
+        required = compute_fragmented_length(length, self.max_payload)
+        if position + required >= self.max_position:
+            return MAX_POSITION_EXCEEDED
+        if position >= self.publisher_limit(now):
+            return BACK_PRESSURED if self.is_connected(now) else NOT_CONNECTED
+        term_offset = self.tail_offset
+        index = self._term_count % PARTITION_COUNT
+        term = self.log.terms[index]
+        if term_offset + required > self.term_length:
+            # A message never spans terms: pad out this one, rotate, and let the caller retry.
+            if term_offset < self.term_length:
+                write_pad(
+                    term, term_offset, session_id=self.session_id, stream_id=self.stream_id,
+                    term_id=self.active_term_id,
+                )
+            self._rotate()
+            return ADMIN_ACTION
+        self.tail_offset = append_message(
+            term, term_offset, data, self.max_payload, session_id=self.session_id,
+            stream_id=self.stream_id, term_id=self.active_term_id,
+        )
+        return self.position
+
+    def _rotate(self) -> None:
+        self._term_count += 1
+        self.tail_offset = 0
+        if self._term_count >= PARTITION_COUNT:
+            # The partition we move into last held the term three back: the sender position is
+            # within half a term of the tail, so nothing there can still be sent or resent.
+            self.log.clean(self._term_count % PARTITION_COUNT)
+
+    def close(self, now: float) -> None:
+        if self.state is PublicationState.ACTIVE:
+            self.state = PublicationState.DRAINING
+
+    def announce_end(self, emit: Emit) -> None:
+        """Transport shutdown: one end-of-stream heartbeat at the sender position, then stop."""
+        if self.state is not PublicationState.CLOSED:
+            emit(self._heartbeat(eos=True))
+            self.counters.heartbeats_sent += 1
+        self.state = PublicationState.CLOSED
+
+    def abort(self) -> None:
+        """Stop at once, without linger (transport shutdown)."""
+        self.state = PublicationState.CLOSED
+
+    @property
+    def is_done(self) -> bool:
+        return self.state is PublicationState.CLOSED
+
+    @property
+    def delivered(self) -> bool:
+        """Every live receiver has reported consuming everything offered."""
+        tail = self.position
+        return self.sender_position >= tail and all(
+            r.position >= tail for r in self._receivers.values()
+        )
+
+    # ---------------------------------------------------------------- frames from receivers
+
+    def trigger_setup(self) -> None:
+        if self.state is not PublicationState.CLOSED and not self._setup_pending:
+            self._setup_pending = True
+            self._last_setup = -math.inf
+
+    def on_status_message(self, sm: StatusMessage, now: float) -> None:
+        if sm.is_setup_eliciting:
+            # A setup-eliciting SM carries no position (term 0, offset 0, window 0): feeding it to
+            # flow control would move the limit to garbage, so it only asks for a SETUP.
+            self.trigger_setup()
+            return
+        sm_position = compute_position(
+            sm.consumption_term_id, sm.consumption_term_offset, self.bits, self.initial_term_id
+        )
+        # A receiver cannot have consumed what was never sent; clamping keeps a forged SM from
+        # opening the limit far beyond the data in flight.
+        sm_position = max(0, min(sm_position, self.sender_position))
+        self.sender_limit = self.flow_control.on_status_message(
+            sm, sm_position, self.sender_limit, now
+        )
+        if sm.is_end_of_stream:
+            self._receivers.pop(sm.receiver_id, None)
+            return
+        receiver = self._receivers.get(sm.receiver_id)
+        if receiver is None:
+            self._receivers[sm.receiver_id] = _ReceiverLiveness(now, sm_position)
+        else:
+            receiver.last_sm = now
+            receiver.position = max(receiver.position, sm_position)
+        self._receiver_window = sm.receiver_window
+        if not self.has_initial_connection:
+            self.has_initial_connection = True
+        self._setup_pending = False
+
+    def on_error_frame(self, frame: ErrorFrame, now: float) -> None:
+        # The receiver refused the image: treat it as gone (Aeron marks it end-of-stream).
+        self._receivers.pop(frame.receiver_id, None)
+
+    def on_nak(self, nak: Nak, now: float) -> None:
+        if (
+            nak.term_offset < 0
+            or nak.term_offset > self.term_length - DATA_HEADER_LENGTH
+            or nak.length <= 0
+        ):
+            self.counters.invalid("bad_nak")
+            return
+        position = compute_position(nak.term_id, nak.term_offset, self.bits, self.initial_term_id)
+        bottom = self.sender_position - self.term_length // 2 - self.max_message_length
+        if position >= self.sender_position or position < max(0, bottom):
+            return
+        window_cap = max(self._receiver_window, self.mtu) * self.flow_control.retransmit_window_multiple
+        length = min(
+            nak.length,
+            self.term_length - nak.term_offset,
+            self.sender_position - position,
+            window_cap,
+        )
+        end = position + length
+        for action in self._retransmits:
+            # While a retransmit lingers, NAKs overlapping it are ignored: they are most likely
+            # duplicates from a receiver (or a group) that has not seen the resend yet.
+            if position < action.position + action.length and action.position < end:
+                return
+        if len(self._retransmits) >= self.max_retransmits:
+            return
+        self._retransmits.append(_Retransmit(position, length))
+
+    def on_rttm(self, rttm: Rttm, now: float) -> None:
+        if rttm.flags & 0x80:
+            reply = Rttm(
+                session_id=self.session_id,
+                stream_id=self.stream_id,
+                echo_timestamp_ns=rttm.echo_timestamp_ns,
+                reception_delta_ns=0,
+                receiver_id=rttm.receiver_id,
+                flags=0,
+            )
+            self._rttm_replies.append(reply.encode())
+
+    # ---------------------------------------------------------------- output
+
+    def _setup_frame(self) -> bytes:
+        offset = self.sender_position & self.mask
+        term_id = i32(self.initial_term_id + (self.sender_position >> self.bits))
+        return Setup(
+            term_offset=offset,
+            session_id=self.session_id,
+            stream_id=self.stream_id,
+            initial_term_id=self.initial_term_id,
+            active_term_id=term_id,
+            term_length=self.term_length,
+            mtu=self.mtu,
+            ttl=self.ttl,
+            flags=SETUP_GROUP_FLAG if self.is_group else 0,
+        ).encode()
+
+    def _heartbeat(self, eos: bool) -> bytes:
+        frame = bytearray(DATA_HEADER_LENGTH)
+        DATA_HEADER_STRUCT.pack_into(
+            frame, 0, 0, 0, BEGIN_END_AND_EOS_FLAGS if eos else UNFRAGMENTED_FLAGS,
+            FrameType.DATA, self.sender_position & self.mask, self.session_id, self.stream_id,
+            i32(self.initial_term_id + (self.sender_position >> self.bits)), 0,
+        )
+        return bytes(frame)
+
+    def _send_range(self, position: int, end: int, emit: Emit) -> int:
+        """Send whole frames from `position` until `end`; returns the position reached."""
+        sent = 0
+        while position < end and sent < _MAX_DATAGRAMS_PER_POLL:
+            term = self.log.terms[(position >> self.bits) % PARTITION_COUNT]
+            offset = position & self.mask
+            available, padding = scan_for_availability(term, offset, min(self.mtu, end - position))
+            if available == 0:
+                break
+            if not emit(term[offset : offset + available]):
+                self.counters.send_would_block += 1
+                break
+            sent += 1
+            position += available + padding
+        return position
+
+    def poll(self, now: float, emit: Emit) -> None:
+        if self.state is PublicationState.CLOSED:
+            return
+        counters = self.counters
+
+        while self._rttm_replies:
+            if not emit(self._rttm_replies[0]):
+                break
+            self._rttm_replies.pop(0)
+            counters.rttm_replies_sent += 1
+
+        if self._setup_pending and now >= self._last_setup + self.timers.setup_interval:
+            if emit(self._setup_frame()):
+                self._last_setup = now
+                counters.setups_sent += 1
+
+        if self._retransmits:
+            self._service_retransmits(now, emit)
+
+        limit = min(self.sender_limit, self.position)
+        if self.sender_position < limit:
+            before = self.sender_position
+            self.sender_position = self._send_range(before, limit, emit)
+            if self.sender_position != before:
+                self._last_send = now
+                counters.data_frames_sent += 1
+
+        self._expire_receivers(now)
+
+        if self.state is PublicationState.DRAINING:
+            if self.sender_position >= self.position:
+                self.state = PublicationState.LINGERING
+                self._linger_until = now + self.timers.linger
+                self._last_send = -math.inf  # announce end-of-stream at once
+            elif not self.is_connected(now):
+                self.state = PublicationState.CLOSED
+                return
+
+        lingering = self.state is PublicationState.LINGERING
+        if (self.has_initial_connection or lingering) and (
+            now >= self._last_send + self.timers.heartbeat_interval
+        ):
+            if emit(self._heartbeat(eos=lingering)):
+                self._last_send = now
+                counters.heartbeats_sent += 1
+
+        if lingering and (
+            now >= self._linger_until or not self._receivers or self.delivered
+        ):
+            self.state = PublicationState.CLOSED
+
+    def _service_retransmits(self, now: float, emit: Emit) -> None:
+        keep: list[_Retransmit] = []
+        for action in self._retransmits:
+            if not action.sent:
+                reached = self._send_range(action.position, action.position + action.length, emit)
+                self.counters.retransmits_sent += 1
+                self.counters.retransmitted_bytes += reached - action.position
+                action.sent = True
+                action.linger_until = now + self.timers.retransmit_linger
+                keep.append(action)
+            elif now < action.linger_until:
+                keep.append(action)
+        self._retransmits = keep
+
+    def _expire_receivers(self, now: float) -> None:
+        deadline = now - self.timers.connection_timeout
+        if any(r.last_sm < deadline for r in self._receivers.values()):
+            self._receivers = {k: r for k, r in self._receivers.items() if r.last_sm >= deadline}
+        self.sender_limit = self.flow_control.on_idle(now, self.sender_limit)
+
+    def next_deadline(self, now: float) -> float:
+        """The earliest time `poll` has something to do (may be <= now)."""
+        if self.state is PublicationState.CLOSED:
+            return math.inf
+        deadline = now + 1.0  # housekeeping: receiver and flow-control timeouts
+        if self._rttm_replies or self._retransmits and any(not r.sent for r in self._retransmits):
+            return now
+        if self.sender_position < min(self.sender_limit, self.position):
+            return now
+        if self._setup_pending:
+            deadline = min(deadline, self._last_setup + self.timers.setup_interval)
+        if self.has_initial_connection or self.state is PublicationState.LINGERING:
+            deadline = min(deadline, self._last_send + self.timers.heartbeat_interval)
+        for action in self._retransmits:
+            deadline = min(deadline, action.linger_until)
+        if self.state is PublicationState.LINGERING:
+            deadline = min(deadline, self._linger_until)
+        if self._receivers:
+            oldest = min(r.last_sm for r in self._receivers.values())
+            deadline = min(deadline, oldest + self.timers.connection_timeout)
+        return deadline
+
+    def release(self) -> None:
+        self.log.close()
+
+
+class SendMode(enum.Enum):
+    UNICAST = "unicast"
+    DYNAMIC = "dynamic"
+    MANUAL = "manual"
+
+
+Send = Callable[[bytes | memoryview, Address], bool]
+
+
+class SendEndpoint:
+    """The publications sharing one socket, and where their datagrams go (Aeron's SendChannelEndpoint).
+
+    Unicast: one remote address. MDC dynamic: destinations learnt from SMs on this (control)
+    socket. MDC manual: destinations the application adds.
+    """
+
+    def __init__(
+        self,
+        *,
+        mode: SendMode,
+        counters: Counters,
+        remote: Address | None = None,
+        destination_timeout: float = 5.0,
+        max_destinations: int = 1024,
+    ) -> None:
+        self.mode = mode
+        self.counters = counters
+        self.remote = remote
+        self.publications: dict[tuple[int, int], Publication] = {}
+        self.dynamic = (
+            DynamicDestinations(timeout=destination_timeout, max_destinations=max_destinations)
+            if mode is SendMode.DYNAMIC
+            else None
+        )
+        self.manual = ManualDestinations() if mode is SendMode.MANUAL else None
+
+    @property
+    def destinations(self) -> list[Address]:
+        if self.dynamic is not None:
+            return self.dynamic.addresses
+        if self.manual is not None:
+            return self.manual.addresses
+        return [self.remote] if self.remote is not None else []
+
+    def add(self, publication: Publication) -> None:
+        key = (publication.session_id, publication.stream_id)
+        if key in self.publications:
+            raise ValueError(
+                f"a publication with session-id {publication.session_id} on stream "
+                f"{publication.stream_id} already exists on this channel"
+            )
+        self.publications[key] = publication
+
+    def remove(self, publication: Publication) -> None:
+        self.publications.pop((publication.session_id, publication.stream_id), None)
+
+    def on_datagram(self, data: bytes | memoryview, source: Address, now: float) -> None:
+        """Handle one datagram from the network (untrusted)."""
+        counters = self.counters
+        try:
+            frame = parse_datagram_untrusted(data)
+        except FrameError as error:
+            counters.invalid(error.reason)
+            return
+        if isinstance(frame, StatusMessage):
+            counters.status_messages_received += 1
+            if self.dynamic is not None:
+                outcome = self.dynamic.on_status_message(frame.receiver_id, source, now)
+                if outcome == "added":
+                    counters.destinations_added += 1
+                    # A new destination needs a SETUP before it can build an image.
+                    for publication in self.publications.values():
+                        publication.trigger_setup()
+                elif outcome == "refused":
+                    counters.destinations_refused += 1
+                    return
+                if frame.is_end_of_stream:
+                    if self.dynamic.remove_receiver(frame.receiver_id, source):
+                        counters.destinations_removed += 1
+            if frame.session_id == 0 and frame.stream_id == 0:
+                if frame.is_setup_eliciting:
+                    for publication in self.publications.values():
+                        publication.trigger_setup()
+                return
+            publication = self.publications.get((frame.session_id, frame.stream_id))
+            if publication is None:
+                counters.unknown_session_drops += 1
+                return
+            publication.on_status_message(frame, now)
+        elif isinstance(frame, Nak):
+            counters.naks_received += 1
+            publication = self.publications.get((frame.session_id, frame.stream_id))
+            if publication is None:
+                counters.unknown_session_drops += 1
+                return
+            publication.on_nak(frame, now)
+        elif isinstance(frame, Rttm):
+            publication = self.publications.get((frame.session_id, frame.stream_id))
+            if publication is not None:
+                publication.on_rttm(frame, now)
+        elif isinstance(frame, ErrorFrame):
+            publication = self.publications.get((frame.session_id, frame.stream_id))
+            if publication is not None:
+                publication.on_error_frame(frame, now)
+        else:
+            # DATA, SETUP and the rest flow towards subscriptions, never into a publication.
+            counters.invalid("unexpected_on_send_channel")
+
+    def poll(self, now: float, send: Send) -> None:
+        if self.dynamic is not None:
+            removed = self.dynamic.expire(now)
+            if removed:
+                self.counters.destinations_removed += removed
+        destinations = self.destinations
+
+        def emit(datagram: bytes | memoryview) -> bool:
+            ok = True
+            for address in destinations:
+                if not send(datagram, address):
+                    ok = False
+            return ok
+
+        for publication in list(self.publications.values()):
+            publication.poll(now, emit)
+
+    def next_deadline(self, now: float) -> float:
+        deadline = math.inf
+        for publication in self.publications.values():
+            deadline = min(deadline, publication.next_deadline(now))
+        if self.dynamic is not None:
+            expiry = self.dynamic.next_expiry()
+            if expiry is not None:
+                deadline = min(deadline, expiry)
+        return deadline
