@@ -486,7 +486,7 @@ class Transport:
             now=trio.current_time(),
             is_group=multi,
             timers=config.sender_timers(),
-            max_retransmits=config.max_group_retransmits if multi else 1,
+            max_retransmits=config.max_retransmits,
             ttl=0,
         )
         if uri.linger is not None:

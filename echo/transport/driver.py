@@ -52,7 +52,9 @@ class TransportConfig:
     nak_retry_ratio: int = 100
     group_nak_max_backoff: float = 0.01
     retransmit_linger: float = 0.01
-    max_group_retransmits: int = 16
+    #: retransmits in flight per publication (Aeron: 1 unicast, 16 group; 16 keeps heavy loss
+    #: from costing a linger period per gap)
+    max_retransmits: int = 16
     destination_timeout: float = 5.0
     max_destinations: int = 1024
     mdc_registration_interval: float = 1.0
@@ -146,6 +148,7 @@ class Driver:
         self._dirty: set[SocketEndpoint] = set()
         self._wakeup = trio.lowlevel.ParkingLot()
         self._woken = False
+        self._sleep_until = math.inf
         self.endpoints: dict[Any, SocketEndpoint] = {}
         self._closed = False
         self._next_session = self.rng.randrange(-(2**31), 2**31)
@@ -236,12 +239,16 @@ class Driver:
         if sep.blocked:
             return  # the writable waiter re-queues it
         if deadline <= now:
-            self._dirty.add(sep)
+            self.wake(sep)
             return
         if deadline < sep.scheduled or sep.scheduled <= now:
             sep.scheduled = deadline
             if deadline != math.inf:
                 heapq.heappush(self._heap, (deadline, next(self._seq), sep))
+                if deadline < self._sleep_until and not self._woken:
+                    # The timer loop sleeps until a later time: wake it to re-arm.
+                    self._woken = True
+                    self._wakeup.unpark_all()
 
     async def timer_loop(self) -> None:
         heap = self._heap
@@ -268,9 +275,11 @@ class Driver:
                 await trio.lowlevel.checkpoint()
                 continue
             timeout = heap[0][0] if heap else math.inf
+            self._sleep_until = timeout
             with trio.move_on_at(timeout):
                 if not self._woken:
                     await self._wakeup.park()
+            self._sleep_until = -math.inf
 
     async def _await_writable(self, sep: SocketEndpoint) -> None:
         try:

@@ -53,6 +53,7 @@ Send = Callable[[bytes | memoryview, Address], bool]
 Deliver = Callable[[bytes], None]
 
 DEFAULT_RECEIVER_WINDOW = 128 * 1024
+_MAX_GAPS = 16
 _HEADER_FIELDS = DATA_HEADER_STRUCT.unpack_from
 
 
@@ -145,8 +146,10 @@ class Image:
         self.eos_position: int | None = None
         self._last_packet = now
         self._sm_deadline = now  # the first SM goes out at once: it is what connects the sender
-        self._gap: tuple[int, int] | None = None
-        self._nak_deadline = math.inf
+        # Known gaps (position, length) -> when to NAK them next; rescanned only after new data.
+        self._gaps: dict[tuple[int, int], float] = {}
+        self._loss_dirty = False
+        self._last_window_update = -math.inf
         self._builder: bytearray | None = None
         self._builder_next = 0
         self.created = now
@@ -163,8 +166,13 @@ class Image:
             if self.subscriber_position <= position <= window_end:
                 if position > self.hwm:
                     self.hwm = position
+                    self._loss_dirty = True
                 if header.is_end_of_stream:
                     self.eos_position = position
+            if position + self.mtu >= self.last_sm_position + self.window:
+                # The sender is idle at the edge of the window we gave it: it is waiting for an
+                # SM, and the last one may have been lost. Answer now, not at the next tick.
+                self._sm_deadline = min(self._sm_deadline, max(now, self._last_window_update + 0.001))
             return
         length = len(packet)
         if position < self.last_sm_position:
@@ -186,6 +194,7 @@ class Image:
             self.hwm = end
         if position <= self.rebuild_position:
             self._advance_rebuild()
+        self._loss_dirty = True
 
     def on_setup(self, now: float) -> None:
         # A repeated SETUP means our SM was lost: answer soon.
@@ -308,53 +317,87 @@ class Image:
 
         if self.rebuild_position < self.hwm:
             self._detect_loss(now, send)
-        elif self._gap is not None:
-            self._gap = None
-            self._nak_deadline = math.inf
+        elif self._gaps:
+            self._gaps = {}
 
         consumption = self.subscriber_position
-        if now >= self._sm_deadline or consumption - self.last_sm_position >= (self.window >> 2) > 0:
+        if now >= self._sm_deadline or self._window_update_due(consumption, now):
             if send(self._status_message(), address):
                 counters.status_messages_sent += 1
                 self.last_sm_position = consumption
+                self._last_window_update = now
                 self._sm_deadline = now + self.timers.status_message_interval
 
-    def _detect_loss(self, now: float, send: Send) -> None:
+    def _scan_gaps(self, now: float) -> None:
+        """Find up to `_MAX_GAPS` gaps between the rebuild position and the high-water mark.
+
+        Aeron's LossDetector NAKs one gap at a time; under heavy loss that costs a round trip
+        per gap, so every gap in the window gets its own NAK timer here.
+        """
+        gaps: dict[tuple[int, int], float] = {}
         position = self.rebuild_position
-        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
-        offset = position & self.mask
-        limit = min(self.term_length, offset + (self.hwm - position))
-        found = scan_for_gap(term, offset, limit)
-        if found is None:
-            return
-        gap_offset, gap_length = found
-        gap = (position - offset + gap_offset, gap_length)
-        if gap != self._gap:
-            self._gap = gap
-            self._nak_deadline = now + self._gap_delay(first=True)
-        if now < self._nak_deadline:
-            return
-        term_id = i32(self.initial_term_id + (gap[0] >> self.bits))
-        if not self.reliable:
-            # reliable=false: give up on the gap and pad over it (Aeron's tryFillGap).
-            DATA_HEADER_STRUCT.pack_into(
-                term, gap_offset, gap_length, 0, UNFRAGMENTED_FLAGS, FrameType.PAD, gap_offset,
-                self.session_id, self.stream_id, term_id, 0,
-            )
-            self._gap = None
-            self._nak_deadline = math.inf
-            self._advance_rebuild()
-            return
-        nak = Nak(
-            session_id=self.session_id,
-            stream_id=self.stream_id,
-            term_id=term_id,
-            term_offset=gap_offset,
-            length=gap_length,
+        hwm = self.hwm
+        while position < hwm and len(gaps) < _MAX_GAPS:
+            term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+            offset = position & self.mask
+            limit = min(self.term_length, offset + (hwm - position))
+            found = scan_for_gap(term, offset, limit)
+            if found is None:
+                if limit < self.term_length:
+                    break
+                position += self.term_length - offset
+                continue
+            gap_offset, gap_length = found
+            gap = (position - offset + gap_offset, gap_length)
+            previous = self._gaps.get(gap)
+            gaps[gap] = previous if previous is not None else now + self._gap_delay(first=True)
+            position = gap[0] + gap_length
+        self._gaps = gaps
+        self._loss_dirty = False
+
+    def _window_update_due(self, consumption: int, now: float) -> bool:
+        progress = consumption - self.last_sm_position
+        if progress <= 0:
+            return False
+        if progress >= self.window >> 2:
+            return True
+        # The sender has used (nearly) all the window we gave it and is waiting: tell it about
+        # what we consumed now rather than at the next periodic SM (TCP's window update).
+        # At most one such SM per millisecond, so a slow reader does not send one per message.
+        return self.hwm + self.mtu >= self.last_sm_position + self.window and (
+            now >= self._last_window_update + 0.001
         )
-        if send(nak.encode(), self.control_address):
-            self.counters.naks_sent += 1
-        self._nak_deadline = now + self._gap_delay(first=False)
+
+    def _detect_loss(self, now: float, send: Send) -> None:
+        if self._loss_dirty:
+            self._scan_gaps(now)
+        for gap, deadline in list(self._gaps.items()):
+            if now < deadline:
+                continue
+            position, length = gap
+            term_id = i32(self.initial_term_id + (position >> self.bits))
+            gap_offset = position & self.mask
+            if not self.reliable:
+                # reliable=false: give up on the gap and pad over it (Aeron's tryFillGap).
+                term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+                DATA_HEADER_STRUCT.pack_into(
+                    term, gap_offset, length, 0, UNFRAGMENTED_FLAGS, FrameType.PAD, gap_offset,
+                    self.session_id, self.stream_id, term_id, 0,
+                )
+                del self._gaps[gap]
+                self._advance_rebuild()
+                self._loss_dirty = True
+                continue
+            nak = Nak(
+                session_id=self.session_id,
+                stream_id=self.stream_id,
+                term_id=term_id,
+                term_offset=gap_offset,
+                length=length,
+            )
+            if send(nak.encode(), self.control_address):
+                self.counters.naks_sent += 1
+            self._gaps[gap] = now + self._gap_delay(first=False)
 
     def next_deadline(self, now: float) -> float:
         if self.state is not ImageState.ACTIVE:
@@ -363,11 +406,19 @@ class Image:
         if self.is_end_of_stream:
             return now
         if self.rebuild_position < self.hwm:
-            deadline = min(deadline, self._nak_deadline if self._gap is not None else now)
-        elif self._gap is not None:
+            if self._loss_dirty:
+                return now
+            for gap_deadline in self._gaps.values():
+                deadline = min(deadline, gap_deadline)
+        elif self._gaps:
             return now
-        if self.subscriber_position - self.last_sm_position >= (self.window >> 2) > 0:
+        if self._window_update_due(self.subscriber_position, now):
             return now
+        if (
+            self.subscriber_position > self.last_sm_position
+            and self.hwm + self.mtu >= self.last_sm_position + self.window
+        ):
+            deadline = min(deadline, self._last_window_update + 0.001)
         return deadline
 
     def close(self, send: Send) -> None:

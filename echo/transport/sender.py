@@ -74,6 +74,10 @@ class SenderTimers:
     connection_timeout: float = 5.0
     linger: float = 5.0
     retransmit_linger: float = 0.01
+    #: after data, while NAKs have been seen in the last second, send a heartbeat this soon
+    #: so that a lost tail (the last datagrams before the sender stops) is NAKed quickly
+    #: instead of after the 100 ms idle heartbeat
+    tail_probe_delay: float = 0.002
 
 
 class PublicationState(enum.Enum):
@@ -151,6 +155,9 @@ class Publication:
         self._receivers: dict[int, _ReceiverLiveness] = {}
         self._receiver_window = 0
         self._retransmits: list[_Retransmit] = []
+        self._last_nak = -math.inf
+        self._probe_at = math.inf
+        self._probe_delay = self.timers.tail_probe_delay
         self._rttm_replies: list[bytes] = []
         self._created = now
 
@@ -296,6 +303,7 @@ class Publication:
         ):
             self.counters.invalid("bad_nak")
             return
+        self._last_nak = now
         position = compute_position(nak.term_id, nak.term_offset, self.bits, self.initial_term_id)
         bottom = self.sender_position - self.term_length // 2 - self.max_message_length
         if position >= self.sender_position or position < max(0, bottom):
@@ -397,6 +405,13 @@ class Publication:
             if self.sender_position != before:
                 self._last_send = now
                 counters.data_frames_sent += 1
+                blocked = self.sender_position >= self.sender_limit < self.position
+                if blocked or now - self._last_nak < 1.0:
+                    # A probe heartbeat soon after data: if the last datagrams were lost, or
+                    # the SM that would open the window was, the receiver learns of it in
+                    # milliseconds rather than at the 100 ms idle heartbeat.
+                    self._probe_delay = self.timers.tail_probe_delay
+                    self._probe_at = now + self._probe_delay
 
         self._expire_receivers(now)
 
@@ -411,11 +426,17 @@ class Publication:
 
         lingering = self.state is PublicationState.LINGERING
         if (self.has_initial_connection or lingering) and (
-            now >= self._last_send + self.timers.heartbeat_interval
+            now >= self._last_send + self.timers.heartbeat_interval or now >= self._probe_at
         ):
+            probing = now >= self._probe_at
             if emit(self._heartbeat(eos=lingering)):
                 self._last_send = now
+                self._probe_at = math.inf
                 counters.heartbeats_sent += 1
+                if probing and self.sender_position >= self.sender_limit < self.position:
+                    # Still blocked on flow control: probe again, backing off.
+                    self._probe_delay = min(self._probe_delay * 2, self.timers.heartbeat_interval)
+                    self._probe_at = now + self._probe_delay
 
         if lingering and (
             now >= self._linger_until or not self._receivers or self.delivered
@@ -454,7 +475,7 @@ class Publication:
         if self._setup_pending:
             deadline = min(deadline, self._last_setup + self.timers.setup_interval)
         if self.has_initial_connection or self.state is PublicationState.LINGERING:
-            deadline = min(deadline, self._last_send + self.timers.heartbeat_interval)
+            deadline = min(deadline, self._last_send + self.timers.heartbeat_interval, self._probe_at)
         for action in self._retransmits:
             deadline = min(deadline, action.linger_until)
         if self.state is PublicationState.LINGERING:
