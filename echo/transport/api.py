@@ -119,6 +119,13 @@ class Image:
     def is_end_of_stream(self) -> bool:
         return self._state.is_end_of_stream
 
+    def reject(self) -> None:
+        """Refuse this image: its session is told end-of-stream and ignored for a cool-down.
+
+        Used by a server that accepts a session only from one address (Echo 2.0 duologues).
+        """
+        self.subscription._reject(self)
+
     def __repr__(self) -> str:
         return f"<Image session={self.session_id} stream={self.stream_id} from {self.source_address}>"
 
@@ -259,10 +266,12 @@ class Publication:
         state.close(trio.current_time())
         self._transport._driver.wake(self._sep)
         limit = state.timers.linger + 1.0 if timeout is None else timeout
+        delivered = False
         with trio.move_on_after(limit):
             while not state.is_done:
+                delivered = delivered or state.delivered
                 await self._waiters.wait()
-        delivered = state.delivered
+        delivered = delivered or state.delivered
         state.abort()
         self._transport._release_publication(self)
         return delivered
@@ -335,6 +344,14 @@ class Subscription:
                 self.on_image_unavailable(found)
         self._waiters.notify()
 
+    def _reject(self, image: Image) -> None:
+        endpoint = self._sep.endpoint
+        assert isinstance(endpoint, ReceiveEndpoint)
+        driver = self._transport._driver
+        endpoint.reject_image(image.session_id, image.stream_id, trio.current_time(), self._sep.send)
+        # Not serviced inline: this may run inside an image callback, i.e. inside the driver.
+        driver.wake(self._sep)
+
     def poll(self, handler: Callable[[Message], object], fragment_limit: int = 10) -> int:
         """Deliver up to `fragment_limit` fragments' worth of messages; never blocks."""
         images = self._images
@@ -362,6 +379,10 @@ class Subscription:
             # Consumption may have crossed the window/4 threshold: let the driver send an SM.
             self._transport._driver.wake(self._sep)
         return fragments
+
+    async def wait_activity(self) -> None:
+        """Wait until a message may be ready or an image came or went (then `poll`)."""
+        await self._waiters.wait()
 
     async def receive(self) -> Message:
         """Wait for the next message from any image."""

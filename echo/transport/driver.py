@@ -151,24 +151,37 @@ class Driver:
         self._sleep_until = math.inf
         self.endpoints: dict[Any, SocketEndpoint] = {}
         self._closed = False
-        self._next_session = self.rng.randrange(-(2**31), 2**31)
+        self._next_session = self._random_unreserved(
+            config.reserved_session_low, config.reserved_session_high
+        )
         self._receiver_id_base = self.rng.getrandbits(63)
         self._receiver_ids = itertools.count(1)
 
     # ---------------------------------------------------------------- ids
 
     def next_session_id(self, taken: Callable[[int], bool]) -> int:
+        """A session id outside the reserved range, not used by another publication here.
+
+        Aeron jumps to `high + 1` when its counter enters the reserved range, so with Echo's
+        range [1, 2^31 - 1] every such client got -2^31 and two of them clashed on the server.
+        Here a counter that enters the reserved range restarts at a random allowed value.
+        """
         low, high = self.config.reserved_session_low, self.config.reserved_session_high
         for _ in range(1 << 16):
             candidate = self._next_session
             self._next_session = ((candidate + 1 + 2**31) % 2**32) - 2**31
             if low <= candidate <= high:
-                # Jump over the reserved range (Aeron's nextAvailableSessionId), wrapping as int32.
-                self._next_session = ((high + 1 + 2**31) % 2**32) - 2**31
+                self._next_session = self._random_unreserved(low, high)
                 continue
             if not taken(candidate):
                 return candidate
         raise RuntimeError("no free session id outside the reserved range")
+
+    def _random_unreserved(self, low: int, high: int) -> int:
+        below = max(0, low - -(2**31))  # how many ids lie under the range
+        above = max(0, 2**31 - 1 - high)
+        pick = self.rng.randrange(below + above)
+        return -(2**31) + pick if pick < below else high + 1 + (pick - below)
 
     def next_receiver_id(self) -> int:
         return (self._receiver_id_base + next(self._receiver_ids)) & 0x7FFFFFFFFFFFFFFF

@@ -501,6 +501,14 @@ class ReceiveEndpoint:
                 image.close(send)
                 self._drop_image(key, image, ImageState.CLOSED, now=None)
 
+    def reject_image(self, session_id: int, stream_id: int, now: float, send: Send) -> None:
+        """The application refuses this image: say goodbye and ignore the session for a while."""
+        key = (session_id, stream_id)
+        image = self.images.get(key)
+        if image is not None:
+            image.close(send)
+            self._drop_image(key, image, ImageState.CLOSED, now)
+
     # ---------------------------------------------------------------- network input
 
     def on_datagram(self, data: bytes | memoryview, source: Address, now: float) -> None:

@@ -438,9 +438,9 @@ class Publication:
                     self._probe_delay = min(self._probe_delay * 2, self.timers.heartbeat_interval)
                     self._probe_at = now + self._probe_delay
 
-        if lingering and (
-            now >= self._linger_until or not self._receivers or self.delivered
-        ):
+        if lingering and (now >= self._linger_until or not self._receivers):
+            # Linger ends early once every receiver has said goodbye (an end-of-stream SM):
+            # until then keep announcing end-of-stream, in case those heartbeats were lost.
             self.state = PublicationState.CLOSED
 
     def _service_retransmits(self, now: float, emit: Emit) -> None:

@@ -1,0 +1,159 @@
+"""`echo-client`: connect to an Echo 2.0 server and echo messages."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from typing import Any
+
+import click
+import trio
+
+from echo.client.client import ClientConfig, EchoClient
+from echo.client.machine import ClientState, EchoReceived
+
+EPILOG = """\b
+Exit codes:
+  0  done (--count echoes received, or interrupted)
+  2  rejected by the server (its message is printed)
+  3  timed out (what it was waiting for is printed)
+  4  protocol or connection error (the server closed the duologue, went away, ...)
+"""
+
+
+def _percentile(samples: list[float], fraction: float) -> float | None:
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return round(ordered[index] * 1000.0, 3)
+
+
+def summary(client: EchoClient) -> dict[str, Any]:
+    machine = client.machine
+    rtts = machine.rtts
+    failure = machine.failure
+    return {
+        "sent": machine.sent,
+        "received": machine.received,
+        "rtt_ms": {
+            "p50": _percentile(rtts, 0.50),
+            "p90": _percentile(rtts, 0.90),
+            "p99": _percentile(rtts, 0.99),
+            "max": _percentile(rtts, 1.0),
+        },
+        "state": machine.state.value,
+        "error": failure.message if failure is not None else None,
+    }
+
+
+@click.command(epilog=EPILOG)
+@click.option("--server", default="127.0.0.1", show_default=True,
+              help="Address of the echo-server (IP or hostname).")
+@click.option("--port", default=9000, show_default=True, type=click.IntRange(1, 65535),
+              help="The server's --port (all-clients data port).")
+@click.option("--control-port", default=9001, show_default=True, type=click.IntRange(1, 65535),
+              help="The server's --control-port (all-clients MDC control port).")
+@click.option("--count", default=None, type=click.IntRange(min=0),
+              help="Echoes to do, then exit 0. Default: until interrupted.")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds between an echo's reply and the next ECHO (0 = at once).")
+@click.option("--message", default=None,
+              help="Text to echo (default: a random 64-bit hex value per message).")
+@click.option("--timeout", default=10.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
+              help="Seconds to wait for each step (connect, CONNECT reply, echo).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON summary at the end instead of a line per echo.")
+@click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
+              show_default=True, help="Format of diagnostic logs on stderr.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="warning",
+              show_default=True)
+def main(
+    server: str,
+    port: int,
+    control_port: int,
+    count: int | None,
+    interval: float,
+    message: str | None,
+    timeout: float,
+    as_json: bool,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Connect to an Echo 2.0 server, join a private duologue and echo messages.
+
+    Works from behind a NAT: everything the server sends is an answer to a datagram the
+    client sent first.
+    """
+    from echo.log import configure_logging
+
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    if message is not None and ("\n" in message or "\r" in message):
+        raise click.BadParameter("must be one line", param_hint="--message")
+    if message is not None and len(("ECHO " + message).encode()) > 1024:
+        raise click.BadParameter("too long (ECHO + text must fit in 1024 bytes)", param_hint="--message")
+    config = ClientConfig(
+        server=server,
+        port=port,
+        control_port=control_port,
+        count=count,
+        interval=interval,
+        message=message,
+        timeout=timeout,
+    )
+
+    def on_echo(echo: EchoReceived) -> None:
+        if not as_json:
+            click.echo(f"echo {echo.index}: {echo.text!r} in {echo.rtt * 1000:.2f} ms")
+
+    def on_state(name: str, fields: dict[str, Any]) -> None:
+        if as_json:
+            return
+        if name == "connecting":
+            click.echo(f"connecting to {server} (ports {port}/{control_port})...")
+        elif name == "joining_duologue":
+            click.echo(
+                f"server assigned a duologue on ports {fields['data_port']}/{fields['control_port']}"
+            )
+
+    client = EchoClient(config, on_echo=on_echo, on_state=on_state)
+    try:
+        trio.run(_run, client)
+    except OSError as error:
+        click.echo(f"echo-client: {error}", err=True)
+        sys.exit(4)
+    result = summary(client)
+    machine = client.machine
+    failure = machine.failure
+    if as_json:
+        click.echo(json.dumps(result))
+    elif failure is None:
+        click.echo(
+            f"done: {result['received']}/{result['sent']} echoes, "
+            f"rtt p50 {result['rtt_ms']['p50']} ms, p99 {result['rtt_ms']['p99']} ms"
+        )
+    if failure is not None:
+        if not as_json:
+            click.echo(f"echo-client: {failure.kind.value}: {failure.message}", err=True)
+        sys.exit(failure.kind.exit_code)
+    if machine.state is not ClientState.CLOSED:
+        sys.exit(4)
+
+
+async def _run(client: EchoClient) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                async for _ in signals:
+                    client.stop()
+
+            nursery.start_soon(watch)
+            await client.run()
+            nursery.cancel_scope.cancel()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,128 @@
+"""`echo-server`: run the Echo 2.0 server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+
+import click
+import structlog
+import trio
+
+from echo.server.config import ServerConfig
+from echo.server.server import EchoServer
+
+EPILOG = """\b
+Clients connect with:  echo-client --server ADDRESS --port PORT --control-port CONTROL_PORT
+Each client gets two ports from [clients-base-port, clients-base-port + 2 * max-clients):
+open them in your firewall, along with --port and --control-port (all UDP).
+SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit 0.
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.option("--address", default="127.0.0.1", show_default=True,
+              help="Local IP address to bind (the server's public address on a public host).")
+@click.option("--port", default=9000, show_default=True, type=click.IntRange(1, 65535),
+              help="UDP port of the all-clients subscription (clients send HELLO here).")
+@click.option("--control-port", default=9001, show_default=True, type=click.IntRange(1, 65535),
+              help="UDP control port of the all-clients MDC publication (replies come from here).")
+@click.option("--clients-base-port", default=9010, show_default=True,
+              type=click.IntRange(1, 65535), help="First UDP port used for duologues.")
+@click.option("--max-clients", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Most duologues open at once; more HELLOs get 'ERROR server full'.")
+@click.option("--max-per-ip", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Most duologues per IPv4 address or IPv6 prefix.")
+@click.option("--ipv6-prefix", default=64, show_default=True, type=click.IntRange(0, 128),
+              help="IPv6 clients are limited per network of this prefix length.")
+@click.option("--duologue-expiry", default=10.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a new duologue waits for its client before it is deleted.")
+@click.option("--events", "events_path", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="Append one JSON line per server event to this file.")
+@click.option("--server-id", default=None,
+              help="Name of this server in the events (default: hostname:port).")
+@click.option("--ip-salt", default=None, envvar="ECHO_IP_SALT",
+              help="Pseudonymise IP addresses in the events with this key (or $ECHO_IP_SALT).")
+@click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
+              show_default=True, help="Log lines for people (console) or machines (json).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info",
+              show_default=True)
+def main(
+    address: str,
+    port: int,
+    control_port: int,
+    clients_base_port: int,
+    max_clients: int,
+    max_per_ip: int,
+    ipv6_prefix: int,
+    duologue_expiry: float,
+    events_path: str | None,
+    server_id: str | None,
+    ip_salt: str | None,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run the Echo 2.0 server: clients say HELLO, get a private duologue, and echo."""
+    from echo.log import configure_logging
+    from echo.telemetry.events import EventLog
+
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    try:
+        config = ServerConfig(
+            address=address,
+            port=port,
+            control_port=control_port,
+            clients_base_port=clients_base_port,
+            max_clients=max_clients,
+            max_per_ip=max_per_ip,
+            duologue_expiry=duologue_expiry,
+            ipv6_prefix=ipv6_prefix,
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    server_name = server_id or f"{socket.gethostname()}:{port}"
+    try:
+        events = EventLog(
+            events_path,
+            server_id=server_name,
+            ip_salt=ip_salt.encode() if ip_salt else None,
+        )
+    except OSError as error:
+        raise click.UsageError(f"cannot open --events {events_path}: {error}") from None
+    try:
+        trio.run(_serve, config, events)
+    except OSError as error:
+        structlog.get_logger("echo.server").error("server_failed", error=str(error))
+        click.echo(f"echo-server: {error}", err=True)
+        sys.exit(1)
+    finally:
+        events.close()
+
+
+async def _serve(config: ServerConfig, events: object) -> None:
+    log = structlog.get_logger("echo.server")
+    server = EchoServer(config, events=events)  # type: ignore[arg-type]
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run)
+            log.info(
+                "listening",
+                address=config.address,
+                port=config.port,
+                control_port=config.control_port,
+                duologue_ports=f"{config.clients_base_port}-"
+                f"{config.clients_base_port + 2 * config.max_clients - 1}",
+                pid=os.getpid(),
+            )
+            async for signum in signals:
+                log.info("shutting_down", signal=signal.Signals(signum).name)
+                await server.stop(reason=signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
