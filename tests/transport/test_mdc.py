@@ -1,0 +1,223 @@
+"""Multi-destination-cast and multicast flow control over real loopback sockets."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import trio
+
+from echo.transport import TransportConfig, UriError, open_transport
+from echo.transport.destinations import DynamicDestinations
+from echo.transport.frames import StatusMessage
+
+STREAM = 1001
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def mdc_pub(port: int, extra: str = "") -> str:
+    return f"aeron:udp?control=127.0.0.1:{port}|control-mode=dynamic|term-length=64k{extra}"
+
+
+def mdc_sub(port: int, extra: str = "") -> str:
+    return f"aeron:udp?control=127.0.0.1:{port}|control-mode=dynamic{extra}"
+
+
+async def wait_for(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.005)
+
+
+def test_removal_keeps_the_live_destination_between_idle_ones() -> None:
+    # Aeron's own removal once dropped a live destination sitting between two idle ones.
+    destinations = DynamicDestinations(timeout=5.0)
+    destinations.on_status_message(1, ("10.0.0.1", 1), now=0.0)
+    destinations.on_status_message(2, ("10.0.0.2", 2), now=0.0)
+    destinations.on_status_message(3, ("10.0.0.3", 3), now=0.0)
+    destinations.on_status_message(2, ("10.0.0.2", 2), now=4.0)  # only the middle one stays live
+    assert destinations.expire(now=6.0) == 2
+    assert destinations.addresses == [("10.0.0.2", 2)]
+
+
+def test_destinations_are_matched_by_receiver_id_and_address_and_bounded() -> None:
+    destinations = DynamicDestinations(timeout=5.0, max_destinations=2)
+    assert destinations.on_status_message(1, ("a", 1), 0.0) == "added"
+    assert destinations.on_status_message(1, ("a", 1), 1.0) == "refreshed"
+    # Same receiver id from another address (a NAT re-mapping or a forger) is another entry.
+    assert destinations.on_status_message(1, ("b", 1), 1.0) == "added"
+    assert destinations.on_status_message(2, ("c", 1), 1.0) == "refused"
+    assert len(destinations) == 2
+
+
+async def test_dynamic_mdc_reaches_every_subscriber_in_order() -> None:
+    port = free_port()
+    async with open_transport() as server, open_transport() as client_a, open_transport() as client_b:
+        pub = await server.add_publication(mdc_pub(port), STREAM)
+        sub_a = await client_a.add_subscription(mdc_sub(port), STREAM)
+        sub_b = await client_b.add_subscription(mdc_sub(port), STREAM)
+        await wait_for(lambda: len(pub.destinations) == 2 and bool(sub_a.images and sub_b.images))
+        await pub.wait_connected(timeout=5)
+        messages = [f"message {i}".encode() * (1 + i % 50) for i in range(500)]
+
+        async def produce() -> None:
+            for message in messages:
+                await pub.send(message, timeout=5)
+
+        async def consume(sub) -> None:  # type: ignore[no-untyped-def]
+            for expected in messages:
+                with trio.fail_after(5):
+                    assert (await sub.receive()).data == expected
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce)
+            nursery.start_soon(consume, sub_a)
+            nursery.start_soon(consume, sub_b)
+        # The data came from the control port: that is what passes a NAT.
+        assert sub_a.images[0].source_port == port
+        assert server.counters.destinations_added == 2
+        # SETUPs to an MDC group carry the group flag, so receivers use group NAK timing.
+        assert sub_a.images[0]._state.is_group
+
+
+async def test_unicast_publication_with_flow_control_is_refused() -> None:
+    async with open_transport() as transport:
+        with pytest.raises(UriError, match="unsupported unicast flow control"):
+            await transport.add_publication("aeron:udp?endpoint=127.0.0.1:9|fc=min", STREAM)
+
+
+async def _slow_and_fast(fc: str, *, slow_tag: int | None = None, fast_tag: int | None = None):  # type: ignore[no-untyped-def]
+    """One publication, a fast subscriber that polls and a slow one that never does.
+
+    Returns (fast messages received, slow image's rebuilt position, messages offered).
+    """
+    port = free_port()
+    config = TransportConfig(rcv_wnd=32 * 1024)
+    async with open_transport(config) as server, open_transport(config) as fast_side, open_transport(
+        config
+    ) as slow_side:
+        pub = await server.add_publication(mdc_pub(port, f"|fc={fc}"), STREAM)
+        fast = await fast_side.add_subscription(
+            mdc_sub(port, f"|gtag={fast_tag}" if fast_tag is not None else ""), STREAM
+        )
+        slow = await slow_side.add_subscription(
+            mdc_sub(port, f"|gtag={slow_tag}" if slow_tag is not None else ""), STREAM
+        )
+        await wait_for(lambda: bool(fast.images and slow.images) and pub.is_connected)
+        offered = 0
+        received = 0
+        payload = bytes(1000)
+        with trio.move_on_after(1.5):
+            while True:
+                result = pub.offer(payload)
+                if result > 0:
+                    offered += 1
+                got: list[object] = []
+                fast.poll(got.append, fragment_limit=100)
+                received += len(got)
+                await trio.sleep(0 if result > 0 else 0.002)
+        slow_image = slow.images[0]._state
+        return received, slow_image.rebuild_position, offered
+
+
+async def test_min_flow_control_holds_the_publisher_to_the_slow_receiver() -> None:
+    received, slow_rebuilt, offered = await _slow_and_fast("min")
+    # The slow receiver never consumes: it can hold at most its window (32 KiB) plus one
+    # datagram, so the publisher stops there, and the fast receiver with it. Nobody lost data.
+    assert slow_rebuilt <= 32 * 1024 + 1408
+    assert received * 1024 <= 32 * 1024 + 1408
+    assert received <= offered
+
+
+async def test_max_flow_control_lets_the_publisher_run_ahead() -> None:
+    received, slow_rebuilt, offered = await _slow_and_fast("max")
+    assert slow_rebuilt <= 32 * 1024 + 1408
+    # The fast receiver is far past the slow one's window.
+    assert received * 1024 > 10 * 32 * 1024
+
+
+async def test_tagged_flow_control_only_counts_tagged_receivers() -> None:
+    # The slow receiver is untagged: it does not hold the publisher back.
+    received, _, _ = await _slow_and_fast("tagged,g:7", fast_tag=7)
+    assert received * 1024 > 10 * 32 * 1024
+    # Now the slow one carries the tag: it does.
+    received, _, _ = await _slow_and_fast("tagged,g:7", slow_tag=7, fast_tag=7)
+    assert received * 1024 <= 32 * 1024 + 1408
+
+
+async def test_a_vanished_receiver_is_dropped_after_the_timeout() -> None:
+    port = free_port()
+    config = TransportConfig(rcv_wnd=32 * 1024)
+    async with open_transport(config) as server, open_transport(config) as fast_side:
+        pub = await server.add_publication(mdc_pub(port, "|fc=min,t:300ms"), STREAM)
+        fast = await fast_side.add_subscription(mdc_sub(port), STREAM)
+        async with open_transport(config) as slow_side:
+            slow = await slow_side.add_subscription(mdc_sub(port), STREAM)
+            await wait_for(lambda: bool(fast.images and slow.images) and pub.is_connected)
+            flow = pub._state.flow_control
+            await wait_for(lambda: len(flow.receivers) == 2)  # type: ignore[attr-defined]
+            # The slow side goes away without a word: no end-of-stream SM reaches the sender.
+            slow_side._driver.close()
+        with trio.fail_after(3):
+            while len(flow.receivers) != 1:  # type: ignore[attr-defined]
+                await trio.sleep(0.01)
+        # With only the fast receiver left the publisher moves on.
+        sent = 0
+        with trio.fail_after(5):
+            while sent < 200:
+                if pub.offer(bytes(1000)) > 0:
+                    sent += 1
+                else:
+                    await trio.sleep(0.001)
+                fast.poll(lambda m: None, fragment_limit=100)
+
+
+async def test_minimum_group_size_gates_is_connected() -> None:
+    port = free_port()
+    async with open_transport() as server, open_transport() as a, open_transport() as b:
+        pub = await server.add_publication(mdc_pub(port, "|fc=min,g:/2"), STREAM)
+        sub_a = await a.add_subscription(mdc_sub(port), STREAM)
+        await wait_for(lambda: bool(sub_a.images))
+        await trio.sleep(0.3)  # several SMs from the one receiver
+        assert not pub.is_connected
+        sub_b = await b.add_subscription(mdc_sub(port), STREAM)
+        await wait_for(lambda: bool(sub_b.images))
+        await pub.wait_connected(timeout=5)
+        assert pub.is_connected
+
+
+async def test_manual_destinations() -> None:
+    port = free_port()
+    async with open_transport() as server, open_transport() as client:
+        sub = await client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM)
+        pub = await server.add_publication("aeron:udp?control-mode=manual", STREAM)
+        with trio.move_on_after(0.3):
+            await pub.wait_connected()
+        assert not pub.is_connected
+        pub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{port}")
+        await pub.wait_connected(timeout=5)
+        await pub.send(b"to a manual destination")
+        with trio.fail_after(5):
+            assert (await sub.receive()).data == b"to a manual destination"
+        pub.remove_destination(f"aeron:udp?endpoint=127.0.0.1:{port}")
+        assert pub.destinations == []
+
+
+async def test_destination_table_is_bounded_and_refusals_counted() -> None:
+    port = free_port()
+    async with open_transport(TransportConfig(max_destinations=1)) as server:
+        await server.add_publication(mdc_pub(port), STREAM)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+            for receiver_id in (1, 2, 3):
+                sm = StatusMessage(
+                    session_id=0, stream_id=0, consumption_term_id=0, consumption_term_offset=0,
+                    receiver_window=0, receiver_id=receiver_id, flags=0x80,
+                )
+                forger.sendto(sm.encode(), ("127.0.0.1", port))
+            await wait_for(lambda: server.counters.destinations_refused == 2)
+        assert server.counters.destinations_added == 1
