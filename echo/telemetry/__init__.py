@@ -1,0 +1,1 @@
+"""Server events and the PySpark pipeline that turns them into reports."""
