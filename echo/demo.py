@@ -55,10 +55,18 @@ def main(port: int, clients: int, count: int) -> None:
     server = _start(
         [
             "echo.server.cli",
-            "--port", str(port), "--control-port", str(control),
-            "--clients-base-port", str(port + 10), "--max-per-ip", str(clients),
+            "--port",
+            str(port),
+            "--control-port",
+            str(control),
+            "--clients-base-port",
+            str(port + 10),
+            "--max-per-ip",
+            str(clients),
         ],
-        "server", COLOURS[0], server_lines,
+        "server",
+        COLOURS[0],
+        server_lines,
     )
     deadline = time.monotonic() + 20
     while not any("listening" in line for line in server_lines):
@@ -74,15 +82,31 @@ def main(port: int, clients: int, count: int) -> None:
         for i in range(clients):
             label = f"client{i + 1}"
             running.append(
-                (label, _start(["echo.client.cli", *common, "--count", str(count)], label,
-                               COLOURS[(i + 1) % len(COLOURS)], []))
+                (
+                    label,
+                    _start(
+                        ["echo.client.cli", *common, "--count", str(count)],
+                        label,
+                        COLOURS[(i + 1) % len(COLOURS)],
+                        [],
+                    ),
+                )
             )
         for label, process in running:
             codes[label] = process.wait(timeout=60)
-        print("One more client while the others hold the server, with --max-per-ip "
-              f"{clients}: it is refused.")
-        hold = [_start(["echo.client.cli", *common, "--interval", "1"], f"holder{i + 1}",
-                       COLOURS[(i + 1) % len(COLOURS)], []) for i in range(clients)]
+        print(
+            "One more client while the others hold the server, with --max-per-ip "
+            f"{clients}: it is refused."
+        )
+        hold = [
+            _start(
+                ["echo.client.cli", *common, "--interval", "1"],
+                f"holder{i + 1}",
+                COLOURS[(i + 1) % len(COLOURS)],
+                [],
+            )
+            for i in range(clients)
+        ]
         time.sleep(1.5)
         extra = _start(["echo.client.cli", *common, "--count", "1"], "client+", COLOURS[4], [])
         codes["client+"] = extra.wait(timeout=60)
@@ -94,8 +118,10 @@ def main(port: int, clients: int, count: int) -> None:
         server_code = server.wait(timeout=30)
         time.sleep(0.1)
     print()
-    print(f"server exit status {server_code}; client exit statuses: "
-          + ", ".join(f"{k}={v}" for k, v in codes.items()))
+    print(
+        f"server exit status {server_code}; client exit statuses: "
+        + ", ".join(f"{k}={v}" for k, v in codes.items())
+    )
     print("(0 = done, 2 = rejected by the server, 3 = timed out, 4 = connection error)")
     expected_ok = all(codes[f"client{i + 1}"] == 0 for i in range(clients))
     sys.exit(0 if expected_ok and codes.get("client+") == 2 and server_code == 0 else 1)

@@ -49,27 +49,68 @@ def summary(client: EchoClient) -> dict[str, Any]:
 
 
 @click.command(epilog=EPILOG)
-@click.option("--server", default="127.0.0.1", show_default=True,
-              help="Address of the echo-server (IP or hostname).")
-@click.option("--port", default=9000, show_default=True, type=click.IntRange(1, 65535),
-              help="The server's --port (all-clients data port).")
-@click.option("--control-port", default=9001, show_default=True, type=click.IntRange(1, 65535),
-              help="The server's --control-port (all-clients MDC control port).")
-@click.option("--count", default=None, type=click.IntRange(min=0),
-              help="Echoes to do, then exit 0. Default: until interrupted.")
-@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds between an echo's reply and the next ECHO (0 = at once).")
-@click.option("--message", default=None,
-              help="Text to echo (default: a random 64-bit hex value per message).")
-@click.option("--timeout", default=10.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True),
-              help="Seconds to wait for each step (connect, CONNECT reply, echo).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON summary at the end instead of a line per echo.")
-@click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
-              show_default=True, help="Format of diagnostic logs on stderr.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="warning",
-              show_default=True)
+@click.option(
+    "--server",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the echo-server (IP or hostname).",
+)
+@click.option(
+    "--port",
+    default=9000,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="The server's --port (all-clients data port).",
+)
+@click.option(
+    "--control-port",
+    default=9001,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="The server's --control-port (all-clients MDC control port).",
+)
+@click.option(
+    "--count",
+    default=None,
+    type=click.IntRange(min=0),
+    help="Echoes to do, then exit 0. Default: until interrupted.",
+)
+@click.option(
+    "--interval",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds between an echo's reply and the next ECHO (0 = at once).",
+)
+@click.option(
+    "--message", default=None, help="Text to echo (default: a random 64-bit hex value per message)."
+)
+@click.option(
+    "--timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to wait for each step (connect, CONNECT reply, echo).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON summary at the end instead of a line per echo.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    default="console",
+    show_default=True,
+    help="Format of diagnostic logs on stderr.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning"]),
+    default="warning",
+    show_default=True,
+)
 def main(
     server: str,
     port: int,
@@ -93,7 +134,9 @@ def main(
     if message is not None and ("\n" in message or "\r" in message):
         raise click.BadParameter("must be one line", param_hint="--message")
     if message is not None and len(("ECHO " + message).encode()) > 1024:
-        raise click.BadParameter("too long (ECHO + text must fit in 1024 bytes)", param_hint="--message")
+        raise click.BadParameter(
+            "too long (ECHO + text must fit in 1024 bytes)", param_hint="--message"
+        )
     config = ClientConfig(
         server=server,
         port=port,
@@ -114,9 +157,8 @@ def main(
         if name == "connecting":
             click.echo(f"connecting to {server} (ports {port}/{control_port})...")
         elif name == "joining_duologue":
-            click.echo(
-                f"server assigned a duologue on ports {fields['data_port']}/{fields['control_port']}"
-            )
+            ports = f"{fields['data_port']}/{fields['control_port']}"
+            click.echo(f"server assigned a duologue on ports {ports}")
 
     client = EchoClient(config, on_echo=on_echo, on_state=on_state)
     try:

@@ -6,6 +6,7 @@ it what the transport reports, each with `now = trio.current_time()`.
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 from collections import deque
@@ -29,8 +30,14 @@ from echo.client.machine import (
     Stop,
 )
 from echo.protocol import ECHO_STREAM_ID, RESERVED_SESSION_HIGH, RESERVED_SESSION_LOW
-from echo.transport import Publication, SendError, Subscription, Transport, TransportConfig
-from echo.transport import open_transport
+from echo.transport import (
+    Publication,
+    SendError,
+    Subscription,
+    Transport,
+    TransportConfig,
+    open_transport,
+)
 
 log = structlog.get_logger("echo.client")
 
@@ -119,7 +126,10 @@ class EchoClient:
         self._send.send_nowait(self.machine.stop)
 
     async def run(self) -> ClientMachine:
-        async with open_transport(self.transport_config) as transport, trio.open_nursery() as nursery:
+        async with (
+            open_transport(self.transport_config) as transport,
+            trio.open_nursery() as nursery,
+        ):
             self._transport = transport
             self._nursery = nursery
             try:
@@ -244,6 +254,12 @@ class EchoClient:
                             await publication.wait_connected()
                 send.send_nowait(on_connected(publication))
                 async for message in subscription:
-                    send.send_nowait(lambda now, data=message.data: on_message(data, now))
+                    send.send_nowait(functools.partial(_deliver, on_message, message.data))
 
         self._nursery.start_soon(pump)
+
+
+def _deliver(
+    on_message: Callable[[bytes, float], list[Action]], data: bytes, now: float
+) -> list[Action]:
+    return on_message(data, now)

@@ -23,33 +23,90 @@ SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit
 
 
 @click.command(epilog=EPILOG)
-@click.option("--address", default="127.0.0.1", show_default=True,
-              help="Local IP address to bind (the server's public address on a public host).")
-@click.option("--port", default=9000, show_default=True, type=click.IntRange(1, 65535),
-              help="UDP port of the all-clients subscription (clients send HELLO here).")
-@click.option("--control-port", default=9001, show_default=True, type=click.IntRange(1, 65535),
-              help="UDP control port of the all-clients MDC publication (replies come from here).")
-@click.option("--clients-base-port", default=9010, show_default=True,
-              type=click.IntRange(1, 65535), help="First UDP port used for duologues.")
-@click.option("--max-clients", default=16, show_default=True, type=click.IntRange(min=1),
-              help="Most duologues open at once; more HELLOs get 'ERROR server full'.")
-@click.option("--max-per-ip", default=3, show_default=True, type=click.IntRange(min=1),
-              help="Most duologues per IPv4 address or IPv6 prefix.")
-@click.option("--ipv6-prefix", default=64, show_default=True, type=click.IntRange(0, 128),
-              help="IPv6 clients are limited per network of this prefix length.")
-@click.option("--duologue-expiry", default=10.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True),
-              help="Seconds a new duologue waits for its client before it is deleted.")
-@click.option("--events", "events_path", type=click.Path(dir_okay=False, writable=True),
-              default=None, help="Append one JSON line per server event to this file.")
-@click.option("--server-id", default=None,
-              help="Name of this server in the events (default: hostname:port).")
-@click.option("--ip-salt", default=None, envvar="ECHO_IP_SALT",
-              help="Pseudonymise IP addresses in the events with this key (or $ECHO_IP_SALT).")
-@click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
-              show_default=True, help="Log lines for people (console) or machines (json).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info",
-              show_default=True)
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Local IP address to bind (the server's public address on a public host).",
+)
+@click.option(
+    "--port",
+    default=9000,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="UDP port of the all-clients subscription (clients send HELLO here).",
+)
+@click.option(
+    "--control-port",
+    default=9001,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="UDP control port of the all-clients MDC publication (replies come from here).",
+)
+@click.option(
+    "--clients-base-port",
+    default=9010,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="First UDP port used for duologues.",
+)
+@click.option(
+    "--max-clients",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most duologues open at once; more HELLOs get 'ERROR server full'.",
+)
+@click.option(
+    "--max-per-ip",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most duologues per IPv4 address or IPv6 prefix.",
+)
+@click.option(
+    "--ipv6-prefix",
+    default=64,
+    show_default=True,
+    type=click.IntRange(0, 128),
+    help="IPv6 clients are limited per network of this prefix length.",
+)
+@click.option(
+    "--duologue-expiry",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a new duologue waits for its client before it is deleted.",
+)
+@click.option(
+    "--events",
+    "events_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Append one JSON line per server event to this file.",
+)
+@click.option(
+    "--server-id", default=None, help="Name of this server in the events (default: hostname:port)."
+)
+@click.option(
+    "--ip-salt",
+    default=None,
+    envvar="ECHO_IP_SALT",
+    help="Pseudonymise IP addresses in the events with this key (or $ECHO_IP_SALT).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    default="console",
+    show_default=True,
+    help="Log lines for people (console) or machines (json).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning"]),
+    default="info",
+    show_default=True,
+)
 def main(
     address: str,
     port: int,

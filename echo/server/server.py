@@ -1,4 +1,4 @@
-"""The Echo 2.0 server on trio (seeds/000 §4.4–§4.5, reference §7), with the guide's bugs fixed.
+"""The Echo 2.0 server on trio (seeds/000 §4.4-§4.5, reference §7), with the guide's bugs fixed.
 
 One task reads the all-clients subscription and answers HELLOs on the all-clients MDC
 publication; each duologue is one task that echoes, refuses strangers and expires. All state
@@ -14,7 +14,6 @@ the expiry is configurable.
 from __future__ import annotations
 
 import itertools
-import math
 import secrets
 from typing import Any, Protocol
 
@@ -234,7 +233,9 @@ class EchoServer:
         if reason is not None or not isinstance(request, Hello):
             reason = reason or ERROR_BAD_MESSAGE
             self.events.emit("hello_rejected", reason=reason, **fields)
-            await self._reply(format_message(AllClientsError(client_session, reason)), client_session)
+            await self._reply(
+                format_message(AllClientsError(client_session, reason)), client_session
+            )
             return
         duologue = await self._allocate(request, message, key)
         if duologue is None:
@@ -332,7 +333,7 @@ class EchoServer:
     def _on_image_gone(self, duologue: Duologue, image: Image) -> None:
         if duologue.image is image:
             duologue.image = None
-    
+
     async def _run_duologue(self, duologue: Duologue) -> None:
         reason = "client gone"
         try:
@@ -417,4 +418,3 @@ class EchoServer:
                     await stream.close()
             except (trio.ClosedResourceError, OSError):
                 pass
-

@@ -13,6 +13,7 @@ driver runs, and wait on the driver's notifications. Sockets stay in driver.py.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import socket
@@ -44,14 +45,14 @@ from echo.transport.sender import (
     MAX_POSITION_EXCEEDED,
     NOT_CONNECTED,
     OFFER_RESULT_NAMES,
-    Publication as PublicationState_,
-)
-from echo.transport.sender import (
     SendEndpoint,
     SendMode,
 )
-from echo.transport.uri import ChannelUri, ControlMode, UriError, parse_channel_uri
+from echo.transport.sender import (
+    Publication as PublicationState_,
+)
 from echo.transport.uri import Address as UriAddress
+from echo.transport.uri import ControlMode, UriError, parse_channel_uri
 
 __all__ = [
     "ADMIN_ACTION",
@@ -127,10 +128,12 @@ class Image:
         self.subscription._reject(self)
 
     def __repr__(self) -> str:
-        return f"<Image session={self.session_id} stream={self.stream_id} from {self.source_address}>"
+        return (
+            f"<Image session={self.session_id} stream={self.stream_id} from {self.source_address}>"
+        )
 
 
-async def _resolve(address: UriAddress) -> tuple[int, tuple[str, int]]:
+async def _resolve(address: UriAddress) -> tuple[int, tuple[str, int]]:  # family, sockaddr
     host = address.host
     try:
         ip = ipaddress.ip_address(host)
@@ -348,7 +351,9 @@ class Subscription:
         endpoint = self._sep.endpoint
         assert isinstance(endpoint, ReceiveEndpoint)
         driver = self._transport._driver
-        endpoint.reject_image(image.session_id, image.stream_id, trio.current_time(), self._sep.send)
+        endpoint.reject_image(
+            image.session_id, image.stream_id, trio.current_time(), self._sep.send
+        )
         # Not serviced inline: this may run inside an image callback, i.e. inside the driver.
         driver.wake(self._sep)
 
@@ -371,8 +376,17 @@ class Subscription:
             ip = image.source_ip
             port = image.source_port
 
-            def deliver(data: bytes) -> None:
-                handler(Message(data, session_id, stream_id, source, source_ip=ip, source_port=port))
+            def deliver(
+                data: bytes,
+                session_id: int = session_id,
+                stream_id: int = stream_id,
+                source: str = source,
+                ip: str = ip,
+                port: int = port,
+            ) -> None:
+                handler(
+                    Message(data, session_id, stream_id, source, source_ip=ip, source_port=port)
+                )
 
             fragments += image._state.poll_messages(deliver, fragment_limit - fragments)
         if fragments:
@@ -476,14 +490,14 @@ class Transport:
         sep = driver.endpoints.get(key)
         if sep is None or not isinstance(sep.endpoint, SendEndpoint):
             sock = await driver.open_socket(bind, family)
-            endpoint = SendEndpoint(
+            new_sender = SendEndpoint(
                 mode=mode,
                 counters=driver.counters,
                 remote=remote,
                 destination_timeout=config.destination_timeout,
                 max_destinations=config.max_destinations,
             )
-            sep = SocketEndpoint(sock, endpoint, key)
+            sep = SocketEndpoint(sock, new_sender, key)
             driver.register(sep)
             self._publications[sep] = []
         endpoint = sep.endpoint
@@ -492,10 +506,14 @@ class Transport:
         if uri.session_id is not None:
             session_id = uri.session_id
             if self._session_taken(session_id):
-                raise UriError(f"{channel}: existing publication has clashing session-id {session_id}")
+                raise UriError(
+                    f"{channel}: existing publication has clashing session-id {session_id}"
+                )
         else:
             session_id = driver.next_session_id(self._session_taken)
-        initial_term_id = uri.init_term_id if uri.init_term_id is not None else driver.initial_term_id()
+        initial_term_id = (
+            uri.init_term_id if uri.init_term_id is not None else driver.initial_term_id()
+        )
         state = PublicationState_(
             session_id=session_id,
             stream_id=stream_id,
@@ -533,7 +551,7 @@ class Transport:
         config = self.config
         driver = self._driver
         control: tuple[str, int] | None = None
-        family = socket.AF_INET
+        family: int = socket.AF_INET
         if uri.control is not None:
             family, control = await _resolve(uri.control)
         if uri.endpoint is not None:
@@ -546,7 +564,7 @@ class Transport:
         sep = driver.endpoints.get(key)
         if sep is None or not isinstance(sep.endpoint, ReceiveEndpoint):
             sock = await driver.open_socket(bind, family)
-            endpoint = ReceiveEndpoint(
+            new_receiver = ReceiveEndpoint(
                 counters=driver.counters,
                 receiver_id=driver.next_receiver_id(),
                 now=trio.current_time(),
@@ -555,10 +573,10 @@ class Transport:
                 timers=config.receiver_timers(uri.nak_delay),
                 rng=driver.rng,
             )
-            sep = SocketEndpoint(sock, endpoint, key)
+            sep = SocketEndpoint(sock, new_receiver, key)
             self._subscriptions[sep] = {}
-            sep.on_image_event = lambda event, sep=sep: self._dispatch_image_event(sep, event)
-            sep.listeners.append(lambda sep=sep: self._notify_subscriptions(sep))
+            sep.on_image_event = functools.partial(self._dispatch_image_event, sep)
+            sep.listeners.append(functools.partial(self._notify_subscriptions, sep))
             driver.register(sep)
         endpoint = sep.endpoint
         assert isinstance(endpoint, ReceiveEndpoint)
@@ -578,7 +596,9 @@ class Transport:
         driver.wake(sep)
         return subscription
 
-    def _dispatch_image_event(self, sep: SocketEndpoint, event: ImageAvailable | ImageUnavailable) -> None:
+    def _dispatch_image_event(
+        self, sep: SocketEndpoint, event: ImageAvailable | ImageUnavailable
+    ) -> None:
         subscription = self._subscriptions.get(sep, {}).get(event.image.stream_id)
         if subscription is not None:
             subscription._on_image_event(event)
@@ -618,10 +638,9 @@ class Transport:
         if self._closed:
             return
         self._closed = True
-        now = trio.current_time()
         for sep, pubs in list(self._publications.items()):
             for publication in pubs:
-                publication._state.announce_end(lambda d, sep=sep: _fan_out(sep, d))
+                publication._state.announce_end(functools.partial(_fan_out, sep))
         for sep in list(self._subscriptions):
             endpoint = sep.endpoint
             assert isinstance(endpoint, ReceiveEndpoint)

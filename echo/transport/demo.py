@@ -80,7 +80,7 @@ async def _demo(port: int, count: int, loss: float) -> None:
         delivered = await publication.close()
         with trio.move_on_after(2):
             while subscription.images:
-                await trio.sleep(0.01)
+                await subscription.wait_activity()
         say(f"   every receiver confirmed everything: {delivered}.")
     say("Done.")
 

@@ -21,7 +21,10 @@ class DynamicDestinations:
     __slots__ = ("_entries", "addresses", "max_destinations", "timeout")
 
     def __init__(
-        self, *, timeout: float = DESTINATION_TIMEOUT, max_destinations: int = DEFAULT_MAX_DESTINATIONS
+        self,
+        *,
+        timeout: float = DESTINATION_TIMEOUT,
+        max_destinations: int = DEFAULT_MAX_DESTINATIONS,
     ) -> None:
         self.timeout = timeout
         self.max_destinations = max_destinations

@@ -59,7 +59,7 @@ class _Receiver:
 
 
 class MinMulticastFlowControl:
-    """Limit = the slowest live receiver's position + window (Aeron's AbstractMinMulticastFlowControl).
+    """Limit = the slowest live receiver's position + window (AbstractMinMulticastFlowControl).
 
     With `group_tag` set this is the `tagged` strategy: only SMs carrying that tag count.
     """
@@ -100,7 +100,9 @@ class MinMulticastFlowControl:
         if receiver is None:
             self.receivers[sm.receiver_id] = _Receiver(sm.receiver_id, position_plus_window, now)
         else:
-            receiver.position_plus_window = max(receiver.position_plus_window, position_plus_window)
+            receiver.position_plus_window = max(
+                receiver.position_plus_window, position_plus_window
+            )
             receiver.last_sm = now
         return self._limit(sender_limit)
 
@@ -109,9 +111,7 @@ class MinMulticastFlowControl:
         # removal once dropped a live receiver that sat between two idle ones (PR #2144).
         deadline = now - self.receiver_timeout
         if any(r.last_sm < deadline for r in self.receivers.values()):
-            self.receivers = {
-                rid: r for rid, r in self.receivers.items() if r.last_sm >= deadline
-            }
+            self.receivers = {rid: r for rid, r in self.receivers.items() if r.last_sm >= deadline}
         return self._limit(sender_limit)
 
     def has_required_receivers(self) -> bool:
@@ -127,9 +127,7 @@ def make_flow_control(spec: FlowControlSpec | None, *, multi_destination: bool) 
         return MaxMulticastFlowControl()
     timeout = spec.receiver_timeout or FLOW_CONTROL_RECEIVER_TIMEOUT
     if spec.strategy == "min":
-        return MinMulticastFlowControl(
-            group_min_size=spec.group_min_size, receiver_timeout=timeout
-        )
+        return MinMulticastFlowControl(group_min_size=spec.group_min_size, receiver_timeout=timeout)
     if spec.strategy == "tagged":
         if spec.group_tag is None:
             raise ValueError("fc=tagged needs a group tag, e.g. fc=tagged,g:1001")

@@ -125,7 +125,7 @@ def write_frame(
     session_id: int,
     stream_id: int,
     term_id: int,
-    payload: bytes | memoryview,
+    payload: bytes | bytearray | memoryview,
 ) -> int:
     """Write one frame (header + payload); returns its aligned length."""
     length = len(payload)
@@ -133,8 +133,17 @@ def write_frame(
     start = term_offset + DATA_HEADER_LENGTH
     term[start : start + length] = payload
     DATA_HEADER_STRUCT.pack_into(
-        term, term_offset, frame_length, 0, flags, frame_type, term_offset, session_id,
-        stream_id, term_id, 0,
+        term,
+        term_offset,
+        frame_length,
+        0,
+        flags,
+        frame_type,
+        term_offset,
+        session_id,
+        stream_id,
+        term_id,
+        0,
     )
     return align(frame_length)
 
@@ -144,15 +153,24 @@ def write_pad(
 ) -> None:
     """Fill `[term_offset, term_length)` with one PAD frame (only its header is written)."""
     DATA_HEADER_STRUCT.pack_into(
-        term, term_offset, len(term) - term_offset, 0, UNFRAGMENTED_FLAGS, FrameType.PAD,
-        term_offset, session_id, stream_id, term_id, 0,
+        term,
+        term_offset,
+        len(term) - term_offset,
+        0,
+        UNFRAGMENTED_FLAGS,
+        FrameType.PAD,
+        term_offset,
+        session_id,
+        stream_id,
+        term_id,
+        0,
     )
 
 
 def append_message(
     term: memoryview,
     term_offset: int,
-    data: bytes | memoryview,
+    data: bytes | bytearray | memoryview,
     max_payload: int,
     *,
     session_id: int,
@@ -166,8 +184,14 @@ def append_message(
     length = len(data)
     if length <= max_payload:
         return term_offset + write_frame(
-            term, term_offset, flags=UNFRAGMENTED_FLAGS, frame_type=FrameType.DATA,
-            session_id=session_id, stream_id=stream_id, term_id=term_id, payload=data,
+            term,
+            term_offset,
+            flags=UNFRAGMENTED_FLAGS,
+            frame_type=FrameType.DATA,
+            session_id=session_id,
+            stream_id=stream_id,
+            term_id=term_id,
+            payload=data,
         )
     view = memoryview(data)
     offset = term_offset
@@ -179,8 +203,14 @@ def append_message(
         if consumed >= length:
             flags |= END_FLAG
         offset += write_frame(
-            term, offset, flags=flags, frame_type=FrameType.DATA, session_id=session_id,
-            stream_id=stream_id, term_id=term_id, payload=chunk,
+            term,
+            offset,
+            flags=flags,
+            frame_type=FrameType.DATA,
+            session_id=session_id,
+            stream_id=stream_id,
+            term_id=term_id,
+            payload=chunk,
         )
         flags = 0
     return offset

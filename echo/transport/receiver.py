@@ -159,7 +159,9 @@ class Image:
     def on_data(self, header: DataHeader, packet: bytes | memoryview, now: float) -> None:
         self._last_packet = now
         counters = self.counters
-        position = compute_position(header.term_id, header.term_offset, self.bits, self.initial_term_id)
+        position = compute_position(
+            header.term_id, header.term_offset, self.bits, self.initial_term_id
+        )
         window_end = self.last_sm_position + self.term_length // 2
         if header.is_heartbeat:
             counters.heartbeats_received += 1
@@ -172,7 +174,9 @@ class Image:
             if position + self.mtu >= self.last_sm_position + self.window:
                 # The sender is idle at the edge of the window we gave it: it is waiting for an
                 # SM, and the last one may have been lost. Answer now, not at the next tick.
-                self._sm_deadline = min(self._sm_deadline, max(now, self._last_window_update + 0.001))
+                self._sm_deadline = min(
+                    self._sm_deadline, max(now, self._last_window_update + 0.001)
+                )
             return
         length = len(packet)
         if position < self.last_sm_position:
@@ -381,8 +385,17 @@ class Image:
                 # reliable=false: give up on the gap and pad over it (Aeron's tryFillGap).
                 term = self.terms[(position >> self.bits) % PARTITION_COUNT]
                 DATA_HEADER_STRUCT.pack_into(
-                    term, gap_offset, length, 0, UNFRAGMENTED_FLAGS, FrameType.PAD, gap_offset,
-                    self.session_id, self.stream_id, term_id, 0,
+                    term,
+                    gap_offset,
+                    length,
+                    0,
+                    UNFRAGMENTED_FLAGS,
+                    FrameType.PAD,
+                    gap_offset,
+                    self.session_id,
+                    self.stream_id,
+                    term_id,
+                    0,
                 )
                 del self._gaps[gap]
                 self._advance_rebuild()
@@ -683,7 +696,11 @@ def _check_setup(frame: Setup, interest: StreamInterest) -> str | None:
         or mtu > compute_max_message_length(frame.term_length)
     ):
         return "bad_setup_mtu"
-    if frame.term_offset < 0 or frame.term_offset % FRAME_ALIGNMENT or frame.term_offset >= frame.term_length:
+    if (
+        frame.term_offset < 0
+        or frame.term_offset % FRAME_ALIGNMENT
+        or frame.term_offset >= frame.term_length
+    ):
         return "bad_setup_offset"
     if i32(frame.active_term_id - frame.initial_term_id) < 0:
         return "bad_setup_term_id"

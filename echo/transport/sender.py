@@ -209,14 +209,22 @@ class Publication:
             # A message never spans terms: pad out this one, rotate, and let the caller retry.
             if term_offset < self.term_length:
                 write_pad(
-                    term, term_offset, session_id=self.session_id, stream_id=self.stream_id,
+                    term,
+                    term_offset,
+                    session_id=self.session_id,
+                    stream_id=self.stream_id,
                     term_id=self.active_term_id,
                 )
             self._rotate()
             return ADMIN_ACTION
         self.tail_offset = append_message(
-            term, term_offset, data, self.max_payload, session_id=self.session_id,
-            stream_id=self.stream_id, term_id=self.active_term_id,
+            term,
+            term_offset,
+            data,
+            self.max_payload,
+            session_id=self.session_id,
+            stream_id=self.stream_id,
+            term_id=self.active_term_id,
         )
         return self.position
 
@@ -308,7 +316,9 @@ class Publication:
         bottom = self.sender_position - self.term_length // 2 - self.max_message_length
         if position >= self.sender_position or position < max(0, bottom):
             return
-        window_cap = max(self._receiver_window, self.mtu) * self.flow_control.retransmit_window_multiple
+        window_cap = (
+            max(self._receiver_window, self.mtu) * self.flow_control.retransmit_window_multiple
+        )
         length = min(
             nak.length,
             self.term_length - nak.term_offset,
@@ -357,9 +367,17 @@ class Publication:
     def _heartbeat(self, eos: bool) -> bytes:
         frame = bytearray(DATA_HEADER_LENGTH)
         DATA_HEADER_STRUCT.pack_into(
-            frame, 0, 0, 0, BEGIN_END_AND_EOS_FLAGS if eos else UNFRAGMENTED_FLAGS,
-            FrameType.DATA, self.sender_position & self.mask, self.session_id, self.stream_id,
-            i32(self.initial_term_id + (self.sender_position >> self.bits)), 0,
+            frame,
+            0,
+            0,
+            0,
+            BEGIN_END_AND_EOS_FLAGS if eos else UNFRAGMENTED_FLAGS,
+            FrameType.DATA,
+            self.sender_position & self.mask,
+            self.session_id,
+            self.stream_id,
+            i32(self.initial_term_id + (self.sender_position >> self.bits)),
+            0,
         )
         return bytes(frame)
 
@@ -468,14 +486,16 @@ class Publication:
         if self.state is PublicationState.CLOSED:
             return math.inf
         deadline = now + 1.0  # housekeeping: receiver and flow-control timeouts
-        if self._rttm_replies or self._retransmits and any(not r.sent for r in self._retransmits):
+        if self._rttm_replies or (self._retransmits and any(not r.sent for r in self._retransmits)):
             return now
         if self.sender_position < min(self.sender_limit, self.position):
             return now
         if self._setup_pending:
             deadline = min(deadline, self._last_setup + self.timers.setup_interval)
         if self.has_initial_connection or self.state is PublicationState.LINGERING:
-            deadline = min(deadline, self._last_send + self.timers.heartbeat_interval, self._probe_at)
+            deadline = min(
+                deadline, self._last_send + self.timers.heartbeat_interval, self._probe_at
+            )
         for action in self._retransmits:
             deadline = min(deadline, action.linger_until)
         if self.state is PublicationState.LINGERING:
@@ -499,7 +519,7 @@ Send = Callable[[bytes | memoryview, Address], bool]
 
 
 class SendEndpoint:
-    """The publications sharing one socket, and where their datagrams go (Aeron's SendChannelEndpoint).
+    """The publications sharing one socket and where their datagrams go (SendChannelEndpoint).
 
     Unicast: one remote address. MDC dynamic: destinations learnt from SMs on this (control)
     socket. MDC manual: destinations the application adds.
@@ -560,8 +580,8 @@ class SendEndpoint:
                 if outcome == "added":
                     counters.destinations_added += 1
                     # A new destination needs a SETUP before it can build an image.
-                    for publication in self.publications.values():
-                        publication.trigger_setup()
+                    for each in self.publications.values():
+                        each.trigger_setup()
                 elif outcome == "refused":
                     counters.destinations_refused += 1
                     return
@@ -570,8 +590,8 @@ class SendEndpoint:
                         counters.destinations_removed += 1
             if frame.session_id == 0 and frame.stream_id == 0:
                 if frame.is_setup_eliciting:
-                    for publication in self.publications.values():
-                        publication.trigger_setup()
+                    for each in self.publications.values():
+                        each.trigger_setup()
                 return
             publication = self.publications.get((frame.session_id, frame.stream_id))
             if publication is None:
