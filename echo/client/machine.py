@@ -435,7 +435,7 @@ class ClientMachine:
         self._received += 1
         self._rtts.append(rtt)
         actions: list[Action] = [EchoReceived(outstanding.index, outstanding.text, rtt)]
-        if self._count is not None and self._received > self._count:
+        if self._count is not None and self._received >= self._count:
             actions += self._close_normally()
         elif self._interval == 0:
             actions += self._send_next(now)
