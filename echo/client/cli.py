@@ -19,7 +19,9 @@ Exit codes:
   2  rejected by the server (its message is printed)
   3  timed out (what it was waiting for is printed)
   4  protocol or connection error (the server closed the duologue, went away, ...)
+  64 bad command line
 """
+USAGE_ERROR = 64  # EX_USAGE: kept apart from 2, which scripts read as "rejected by the server"
 
 
 def _percentile(samples: list[float], fraction: float) -> float | None:
@@ -197,5 +199,20 @@ async def _run(client: EchoClient) -> None:
             nursery.cancel_scope.cancel()
 
 
+def entry() -> None:
+    """Console entry point: click's usage errors exit 64 instead of 2 (see EPILOG)."""
+    try:
+        code = main.main(standalone_mode=False)
+    except click.UsageError as error:
+        error.show()
+        sys.exit(USAGE_ERROR)
+    except click.Abort:
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(USAGE_ERROR)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()

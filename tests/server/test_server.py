@@ -118,8 +118,13 @@ async def test_clients_echo_and_the_per_ip_limit_applies() -> None:
 
         async def client(count: int | None, interval: float) -> None:
             c = EchoClient(
-                ClientConfig(port=config.port, control_port=config.control_port, count=count,
-                             interval=interval, timeout=5)
+                ClientConfig(
+                    port=config.port,
+                    control_port=config.control_port,
+                    count=count,
+                    interval=interval,
+                    timeout=5,
+                )
             )
             results.append(c)
             await c.run()
@@ -236,8 +241,9 @@ async def test_shutdown_tells_connected_clients() -> None:
     async with trio.open_nursery() as nursery:
         server: EchoServer = await nursery.start(EchoServer(config).run)
         client = EchoClient(
-            ClientConfig(port=config.port, control_port=config.control_port, interval=0.05,
-                         timeout=5)
+            ClientConfig(
+                port=config.port, control_port=config.control_port, interval=0.05, timeout=5
+            )
         )
         async with trio.open_nursery() as clients:
             clients.start_soon(client.run)

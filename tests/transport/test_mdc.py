@@ -57,7 +57,11 @@ def test_destinations_are_matched_by_receiver_id_and_address_and_bounded() -> No
 
 async def test_dynamic_mdc_reaches_every_subscriber_in_order() -> None:
     port = free_port()
-    async with open_transport() as server, open_transport() as client_a, open_transport() as client_b:
+    async with (
+        open_transport() as server,
+        open_transport() as client_a,
+        open_transport() as client_b,
+    ):
         pub = await server.add_publication(mdc_pub(port), STREAM)
         sub_a = await client_a.add_subscription(mdc_sub(port), STREAM)
         sub_b = await client_b.add_subscription(mdc_sub(port), STREAM)
@@ -98,9 +102,11 @@ async def _slow_and_fast(fc: str, *, slow_tag: int | None = None, fast_tag: int 
     """
     port = free_port()
     config = TransportConfig(rcv_wnd=32 * 1024)
-    async with open_transport(config) as server, open_transport(config) as fast_side, open_transport(
-        config
-    ) as slow_side:
+    async with (
+        open_transport(config) as server,
+        open_transport(config) as fast_side,
+        open_transport(config) as slow_side,
+    ):
         pub = await server.add_publication(mdc_pub(port, f"|fc={fc}"), STREAM)
         fast = await fast_side.add_subscription(
             mdc_sub(port, f"|gtag={fast_tag}" if fast_tag is not None else ""), STREAM
@@ -215,8 +221,13 @@ async def test_destination_table_is_bounded_and_refusals_counted() -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
             for receiver_id in (1, 2, 3):
                 sm = StatusMessage(
-                    session_id=0, stream_id=0, consumption_term_id=0, consumption_term_offset=0,
-                    receiver_window=0, receiver_id=receiver_id, flags=0x80,
+                    session_id=0,
+                    stream_id=0,
+                    consumption_term_id=0,
+                    consumption_term_offset=0,
+                    receiver_window=0,
+                    receiver_id=receiver_id,
+                    flags=0x80,
                 )
                 forger.sendto(sm.encode(), ("127.0.0.1", port))
             await wait_for(lambda: server.counters.destinations_refused == 2)

@@ -1,0 +1,140 @@
+"""echo-server and echo-client as processes, the way the README runs them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tests.server.test_server import free_base
+
+
+def run_client(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "echo.client.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@contextmanager
+def server_process(*args: str) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "echo.server.cli", "--log-format", "json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 30
+        for line in process.stdout:
+            if '"event": "listening"' in line:
+                break
+            assert time.monotonic() < deadline, "server did not start"
+        else:
+            raise AssertionError(f"server exited with {process.wait()}")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def ports(base: int) -> list[str]:
+    return ["--port", str(base), "--control-port", str(base + 1)]
+
+
+def test_client_echoes_and_server_stops_cleanly_on_sigterm(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    base = free_base(12)
+    events = tmp_path / "events.jsonl"
+    with server_process(
+        *ports(base), "--clients-base-port", str(base + 2), "--events", str(events)
+    ) as server:
+        result = run_client(*ports(base), "--count", "5", "--interval", "0", "--json")
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout)
+        assert summary["sent"] == 5 and summary["received"] == 5
+        assert summary["state"] == "closed" and summary["error"] is None
+        assert set(summary["rtt_ms"]) == {"p50", "p90", "p99", "max"}
+        assert 0 < summary["rtt_ms"]["p50"] <= summary["rtt_ms"]["max"]
+
+        human = run_client(*ports(base), "--count", "2", "--interval", "0", "--message", "hi")
+        assert human.returncode == 0
+        assert "echo 1: 'hi' in" in human.stdout and "done: 2/2 echoes" in human.stdout
+
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    names = [line["event"] for line in lines]
+    assert names[0] == "server_started" and names[-1] == "server_stopped"
+    assert names.count("duologue_created") == 2 and names.count("duologue_connected") == 2
+    assert all({"ts", "server_id", "event", "schema_version"} <= set(line) for line in lines)
+
+
+def test_client_is_told_when_the_server_shuts_down() -> None:
+    base = free_base(12)
+    with server_process(*ports(base), "--clients-base-port", str(base + 2)) as server:
+        client = subprocess.Popen(
+            [sys.executable, "-m", "echo.client.cli", *ports(base), "--interval", "0.05"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert client.stdout is not None
+        for line in client.stdout:
+            if line.startswith("echo 3:"):
+                break
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0
+        _, err = client.communicate(timeout=30)
+        assert client.returncode == 4
+        assert "server shutting down" in err
+
+
+def test_dead_server_times_out_with_exit_3() -> None:
+    base = free_base(2)
+    result = run_client(*ports(base), "--timeout", "1", "--count", "1")
+    assert result.returncode == 3
+    assert "waiting for the all-clients channel to connect" in result.stderr
+
+
+def test_bad_options_are_usage_errors() -> None:
+    result = run_client("--port", "not-a-port")
+    assert result.returncode == 64
+    assert "--port" in result.stderr
+    server = subprocess.run(
+        [sys.executable, "-m", "echo.server.cli", "--port", "9000", "--control-port", "9000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert server.returncode == 2
+    assert "--control-port" in server.stderr
+
+
+def test_rejected_client_exits_2_with_the_server_message() -> None:
+    base = free_base(12)
+    with server_process(*ports(base), "--clients-base-port", str(base + 2), "--max-clients", "1"):
+        holder = subprocess.Popen(
+            [sys.executable, "-m", "echo.client.cli", *ports(base), "--interval", "0.2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None
+            for line in holder.stdout:
+                if line.startswith("echo 1:"):
+                    break
+            result = run_client(*ports(base), "--count", "1")
+            assert result.returncode == 2
+            assert "server full" in result.stderr
+        finally:
+            holder.send_signal(signal.SIGINT)
+            assert holder.wait(timeout=30) == 0
