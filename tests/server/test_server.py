@@ -48,9 +48,18 @@ def free_base(span: int) -> int:
 class Events:
     def __init__(self) -> None:
         self.items: list[tuple[str, dict[str, Any]]] = []
+        self._changed = trio.Event()
 
     def emit(self, event: str, **fields: Any) -> None:
         self.items.append((event, fields))
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_for(self, name: str, timeout: float = 5.0) -> dict[str, Any]:
+        with trio.fail_after(timeout):
+            while name not in self.names():
+                await self._changed.wait()
+        return self.of(name)[0]
 
     def names(self) -> list[str]:
         return [name for name, _ in self.items]
@@ -177,9 +186,7 @@ async def test_a_duologue_nobody_joins_expires_and_its_resources_are_reused() ->
         server: EchoServer = await nursery.start(EchoServer(config, events=events).run)
         _, first = await hello(transport, config, pad=0x1234)
         assert server.ports.in_use == 2 and server.per_ip.count("127.0.0.1") == 1
-        with trio.fail_after(5):
-            while "duologue_expired" not in events.names():
-                await trio.sleep(0.05)
+        await events.wait_for("duologue_expired")
         assert server.ports.in_use == 0 and server.per_ip.total == 0 and len(server.sessions) == 0
         # The next client (same IP, limit 1, one port pair in all) gets the same ports back.
         _, second = await hello(transport, config, pad=0x5678)
@@ -206,9 +213,8 @@ async def test_bad_message_in_a_duologue_gets_an_error_and_closes_it() -> None:
         await pub.send(b"HELLO again")
         with trio.fail_after(5):
             assert (await sub.receive()).data == b"ERROR bad message"
-        with trio.fail_after(5):
-            while server.duologues:
-                await trio.sleep(0.02)
+        await events.wait_for("duologue_closed")
+        assert not server.duologues
         assert [f["reason"] for f in events.of("duologue_closed")] == ["bad message"]
         await server.stop()
 
@@ -227,9 +233,7 @@ async def test_a_wrong_session_id_gets_nothing_and_the_duologue_expires() -> Non
             await pub.wait_connected()
         assert not pub.is_connected
         assert pub.offer(b"ECHO anyone?") < 0
-        with trio.fail_after(5):
-            while "duologue_expired" not in events.names():
-                await trio.sleep(0.05)
+        await events.wait_for("duologue_expired")
         assert not sub.images
         assert "duologue_connected" not in events.names()
         await server.stop()
@@ -240,16 +244,17 @@ async def test_shutdown_tells_connected_clients() -> None:
     config = server_config(base)
     async with trio.open_nursery() as nursery:
         server: EchoServer = await nursery.start(EchoServer(config).run)
+        third_echo = trio.Event()
         client = EchoClient(
             ClientConfig(
                 port=config.port, control_port=config.control_port, interval=0.05, timeout=5
-            )
+            ),
+            on_echo=lambda echo: third_echo.set() if echo.index >= 3 else None,
         )
         async with trio.open_nursery() as clients:
             clients.start_soon(client.run)
             with trio.fail_after(5):
-                while client.machine.received < 3:
-                    await trio.sleep(0.02)
+                await third_echo.wait()
             await server.stop()
         failure = client.machine.failure
         assert failure is not None and failure.kind is FailureKind.PROTOCOL
