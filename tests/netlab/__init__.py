@@ -1,0 +1,4 @@
+"""Network-namespace test lab: a public server and clients behind real nftables NAT routers.
+
+See ``tests/netlab/lab.py`` (``nat_lab``) and DESIGN.md §6 layer 5.
+"""
