@@ -496,6 +496,8 @@ class Transport:
                 remote=remote,
                 destination_timeout=config.destination_timeout,
                 max_destinations=config.max_destinations,
+                cookies=driver.cookies,
+                limiter=driver.limiter,
             )
             sep = SocketEndpoint(sock, new_sender, key)
             driver.register(sep)
@@ -572,6 +574,7 @@ class Transport:
                 group_tag=uri.gtag,
                 timers=config.receiver_timers(uri.nak_delay),
                 rng=driver.rng,
+                limit_amplification=config.validate_addresses,
             )
             sep = SocketEndpoint(sock, new_receiver, key)
             self._subscriptions[sep] = {}

@@ -41,6 +41,11 @@ FIELDS = (
     "receive_errors",
     "send_would_block",
     "dropped_by_test_loss",
+    "unvalidated_drops",
+    "cookie_challenges_sent",
+    "cookies_received",
+    "rate_limited",
+    "amplification_limited",
 )
 
 
@@ -79,6 +84,11 @@ class Counters:
     receive_errors: int
     send_would_block: int
     dropped_by_test_loss: int
+    unvalidated_drops: int
+    cookie_challenges_sent: int
+    cookies_received: int
+    rate_limited: int
+    amplification_limited: int
     invalid_by_reason: Counter[str]
 
     def __init__(self) -> None:

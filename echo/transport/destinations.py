@@ -36,6 +36,9 @@ class DynamicDestinations:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def contains(self, receiver_id: int, address: Address) -> bool:
+        return (receiver_id, address) in self._entries
+
     def on_status_message(self, receiver_id: int, address: Address, now: float) -> str:
         """Returns "added", "refreshed" or "refused" (the table is full)."""
         key = (receiver_id, address)

@@ -29,6 +29,7 @@ from echo.transport.receiver import (
     ReceiverTimers,
 )
 from echo.transport.sender import SendEndpoint, SenderTimers
+from echo.transport.validation import CookieJar, RateLimiter
 
 # Datagrams drained from one socket before the reader yields to other tasks.
 _READ_BUDGET = 256
@@ -67,6 +68,13 @@ class TransportConfig:
     #: auto-assigned publication session ids avoid [low, high] (Aeron's reserved range)
     reserved_session_low: int = -1
     reserved_session_high: int = 1000
+    #: anti-amplification (validation.py): dynamic-MDC destinations must echo a cookie, and
+    #: nothing is sent to an unvalidated address beyond the bytes received from it. Turn off
+    #: only to serve plain Aeron receivers, which cannot answer the cookie.
+    validate_addresses: bool = True
+    #: replies to unvalidated sources (cookie challenges) per second and burst, per host
+    unvalidated_reply_rate: float = 20.0
+    unvalidated_reply_burst: float = 40.0
     #: test-only: drop this fraction of received datagrams at random, before parsing
     test_receive_loss: float = 0.0
     seed: int | None = None
@@ -156,6 +164,8 @@ class Driver:
         )
         self._receiver_id_base = self.rng.getrandbits(63)
         self._receiver_ids = itertools.count(1)
+        self.cookies = CookieJar() if config.validate_addresses else None
+        self.limiter = RateLimiter(config.unvalidated_reply_rate, config.unvalidated_reply_burst)
 
     # ---------------------------------------------------------------- ids
 

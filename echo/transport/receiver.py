@@ -26,6 +26,7 @@ from echo.transport.frames import (
     MAX_UDP_PAYLOAD_LENGTH,
     SETUP_GROUP_FLAG,
     SM_EOS_FLAG,
+    SM_LENGTH,
     SM_SETUP_FLAG,
     UNFRAGMENTED_FLAGS,
     DataHeader,
@@ -48,6 +49,7 @@ from echo.transport.logbuffer import (
     rebuild_offset,
     scan_for_gap,
 )
+from echo.transport.validation import SM_COOKIE_FLAG
 
 Send = Callable[[bytes | memoryview, Address], bool]
 Deliver = Callable[[bytes], None]
@@ -114,6 +116,7 @@ class Image:
         group_tag: int | None = None,
         timers: ReceiverTimers | None = None,
         rng: random.Random | None = None,
+        budgeted: bool = False,
     ) -> None:
         self.session_id = session_id
         self.stream_id = stream_id
@@ -150,6 +153,10 @@ class Image:
         self._gaps: dict[tuple[int, int], float] = {}
         self._loss_dirty = False
         self._last_window_update = -math.inf
+        # Anti-amplification: the source of a SETUP is not validated (it may be forged), so
+        # the image never sends it more bytes than it has received from it.
+        self.budgeted = budgeted
+        self.budget = 0
         self._builder: bytearray | None = None
         self._builder_next = 0
         self.created = now
@@ -304,17 +311,27 @@ class Image:
             return self.timers.nak_delay
         return self.timers.nak_delay * self.timers.nak_retry_ratio
 
+    def credit(self, size: int) -> None:
+        self.budget += size
+
+    def _send(self, datagram: bytes, send: Send) -> bool:
+        if self.budgeted:
+            if self.budget < len(datagram):
+                self.counters.amplification_limited += 1
+                return False
+            self.budget -= len(datagram)
+        return send(datagram, self.control_address)
+
     def poll(self, now: float, send: Send) -> None:
         if self.state is not ImageState.ACTIVE:
             return
         counters = self.counters
-        address = self.control_address
         if now - self._last_packet > self.timers.liveness_timeout:
             self.state = ImageState.TIMED_OUT
             return
         if self.is_end_of_stream:
             # Tell the sender we have it all and are going: it can stop lingering.
-            if send(self._status_message(SM_EOS_FLAG), address):
+            if self._send(self._status_message(SM_EOS_FLAG), send):
                 counters.status_messages_sent += 1
             self.state = ImageState.END_OF_STREAM
             return
@@ -326,7 +343,7 @@ class Image:
 
         consumption = self.subscriber_position
         if now >= self._sm_deadline or self._window_update_due(consumption, now):
-            if send(self._status_message(), address):
+            if self._send(self._status_message(), send):
                 counters.status_messages_sent += 1
                 self.last_sm_position = consumption
                 self._last_window_update = now
@@ -408,7 +425,7 @@ class Image:
                 term_offset=gap_offset,
                 length=length,
             )
-            if send(nak.encode(), self.control_address):
+            if self._send(nak.encode(), send):
                 self.counters.naks_sent += 1
             self._gaps[gap] = now + self._gap_delay(first=False)
 
@@ -437,7 +454,7 @@ class Image:
     def close(self, send: Send) -> None:
         """The subscription is going: tell the sender (an end-of-stream SM) and stop."""
         if self.state is ImageState.ACTIVE:
-            if send(self._status_message(SM_EOS_FLAG), self.control_address):
+            if self._send(self._status_message(SM_EOS_FLAG), send):
                 self.counters.status_messages_sent += 1
             self.state = ImageState.CLOSED
 
@@ -481,9 +498,12 @@ class ReceiveEndpoint:
         group_tag: int | None = None,
         timers: ReceiverTimers | None = None,
         rng: random.Random | None = None,
+        limit_amplification: bool = True,
     ) -> None:
         self.counters = counters
         self.receiver_id = receiver_id
+        self.limit_amplification = limit_amplification
+        self._cookie = (0, 0)
         self.control = control
         self.group_tag = group_tag
         self.timers = timers or ReceiverTimers()
@@ -536,11 +556,27 @@ class ReceiveEndpoint:
             key = (frame.session_id, frame.stream_id)
             image = self.images.get(key)
             if image is not None:
+                image.credit(len(data))
                 image.on_data(frame, data, now)
+                return
+            if self.limit_amplification and len(data) < SM_LENGTH:
+                # Eliciting a SETUP costs a 36-byte SM: never answer a smaller datagram (a
+                # forged 32-byte heartbeat) with it.
+                self.counters.amplification_limited += 1
                 return
             self._on_unknown_data(frame, source, now)
         elif isinstance(frame, Setup):
-            self._on_setup(frame, source, now)
+            self._on_setup(frame, source, now, len(data))
+        elif (
+            isinstance(frame, StatusMessage)
+            and frame.flags & SM_COOKIE_FLAG
+            and self.control is not None
+            and source[:2] == self.control[:2]
+        ):
+            # The MDC publisher asks us to prove our address: echo its cookie at once.
+            self._cookie = (frame.consumption_term_id, frame.consumption_term_offset)
+            self.counters.cookies_received += 1
+            self._next_registration = now
         else:
             # SMs and NAKs belong on a publication's socket; RTTM replies are not used here.
             counters.invalid("unexpected_on_receive_channel")
@@ -567,12 +603,13 @@ class ReceiveEndpoint:
         self._elicited[key] = now
         self._pending.append((key, source))
 
-    def _on_setup(self, frame: Setup, source: Address, now: float) -> None:
+    def _on_setup(self, frame: Setup, source: Address, now: float, size: int) -> None:
         counters = self.counters
         counters.setups_received += 1
         key = (frame.session_id, frame.stream_id)
         image = self.images.get(key)
         if image is not None:
+            image.credit(size)
             image.on_setup(now)
             return
         interest = self._wanted(*key)
@@ -600,7 +637,9 @@ class ReceiveEndpoint:
             group_tag=interest.group_tag if interest.group_tag is not None else self.group_tag,
             timers=self.timers,
             rng=self.rng,
+            budgeted=self.limit_amplification,
         )
+        image.credit(size)
         self.images[key] = image
         self._elicited.pop(key, None)
         counters.images_created += 1
@@ -628,8 +667,8 @@ class ReceiveEndpoint:
             registration = StatusMessage(
                 session_id=0,
                 stream_id=0,
-                consumption_term_id=0,
-                consumption_term_offset=0,
+                consumption_term_id=self._cookie[0],
+                consumption_term_offset=self._cookie[1],
                 receiver_window=0,
                 receiver_id=self.receiver_id,
                 group_tag=self.group_tag,

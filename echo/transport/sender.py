@@ -22,6 +22,7 @@ from echo.transport.frames import (
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
     SETUP_GROUP_FLAG,
+    SM_LENGTH,
     UNFRAGMENTED_FLAGS,
     ErrorFrame,
     FrameError,
@@ -45,6 +46,7 @@ from echo.transport.logbuffer import (
     scan_for_availability,
     write_pad,
 )
+from echo.transport.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
 
 Emit = Callable[[bytes | memoryview], bool]
 
@@ -533,8 +535,14 @@ class SendEndpoint:
         remote: Address | None = None,
         destination_timeout: float = 5.0,
         max_destinations: int = 1024,
+        cookies: CookieJar | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.mode = mode
+        #: set: dynamic destinations must echo a cookie before they are added (validation.py)
+        self.cookies = cookies
+        self.limiter = limiter or RateLimiter()
+        self._challenges: list[tuple[bytes, Address]] = []
         self.counters = counters
         self.remote = remote
         self.publications: dict[tuple[int, int], Publication] = {}
@@ -576,6 +584,11 @@ class SendEndpoint:
         if isinstance(frame, StatusMessage):
             counters.status_messages_received += 1
             if self.dynamic is not None:
+                if self.cookies is not None and not self.dynamic.contains(
+                    frame.receiver_id, source
+                ):
+                    if not self._admit(frame, source, len(data), now):
+                        return
                 outcome = self.dynamic.on_status_message(frame.receiver_id, source, now)
                 if outcome == "added":
                     counters.destinations_added += 1
@@ -617,7 +630,40 @@ class SendEndpoint:
             # DATA, SETUP and the rest flow towards subscriptions, never into a publication.
             counters.invalid("unexpected_on_send_channel")
 
+    def _admit(self, sm: StatusMessage, source: Address, size: int, now: float) -> bool:
+        """A stranger's SM: admit it only with a valid cookie, else answer with a challenge.
+
+        Nothing else from an unvalidated address is acted on, so a forged source gets at most
+        one challenge per SM, never larger than the SM (amplification factor <= 1).
+        """
+        assert self.cookies is not None
+        cookie = (sm.consumption_term_id, sm.consumption_term_offset)
+        registration = sm.session_id == 0 and sm.stream_id == 0 and sm.is_setup_eliciting
+        if registration and self.cookies.check(source, sm.receiver_id, cookie, now):
+            return True
+        self.counters.unvalidated_drops += 1
+        if registration and size >= SM_LENGTH and self.limiter.allow(str(source[0]), now):
+            first, second = self.cookies.make(source, sm.receiver_id, now)
+            challenge = StatusMessage(
+                session_id=0,
+                stream_id=0,
+                consumption_term_id=first,
+                consumption_term_offset=second,
+                receiver_window=0,
+                receiver_id=sm.receiver_id,
+                flags=SM_COOKIE_FLAG,
+            ).encode()
+            self._challenges.append((challenge, source))
+        elif registration:
+            self.counters.rate_limited += 1
+        return False
+
     def poll(self, now: float, send: Send) -> None:
+        if self._challenges:
+            for challenge, address in self._challenges:
+                if send(challenge, address):
+                    self.counters.cookie_challenges_sent += 1
+            self._challenges.clear()
         if self.dynamic is not None:
             removed = self.dynamic.expire(now)
             if removed:
@@ -635,6 +681,8 @@ class SendEndpoint:
             publication.poll(now, emit)
 
     def next_deadline(self, now: float) -> float:
+        if self._challenges:
+            return now
         deadline = math.inf
         for publication in self.publications.values():
             deadline = min(deadline, publication.next_deadline(now))

@@ -216,19 +216,76 @@ async def test_manual_destinations() -> None:
 
 async def test_destination_table_is_bounded_and_refusals_counted() -> None:
     port = free_port()
-    async with open_transport(TransportConfig(max_destinations=1)) as server:
+    config = TransportConfig(max_destinations=1, validate_addresses=False)
+    async with open_transport(config) as server:
         await server.add_publication(mdc_pub(port), STREAM)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
             for receiver_id in (1, 2, 3):
-                sm = StatusMessage(
-                    session_id=0,
-                    stream_id=0,
-                    consumption_term_id=0,
-                    consumption_term_offset=0,
-                    receiver_window=0,
-                    receiver_id=receiver_id,
-                    flags=0x80,
-                )
-                forger.sendto(sm.encode(), ("127.0.0.1", port))
+                forger.sendto(registration(receiver_id), ("127.0.0.1", port))
             await wait_for(lambda: server.counters.destinations_refused == 2)
         assert server.counters.destinations_added == 1
+
+
+def registration(receiver_id: int, cookie: tuple[int, int] = (0, 0)) -> bytes:
+    return StatusMessage(
+        session_id=0,
+        stream_id=0,
+        consumption_term_id=cookie[0],
+        consumption_term_offset=cookie[1],
+        receiver_window=0,
+        receiver_id=receiver_id,
+        flags=0x80,
+    ).encode()
+
+
+async def _reflected_bytes(validate: bool) -> tuple[int, int]:
+    """Send forged registrations to a dynamic-MDC publication that is streaming; count what the
+    'victim' socket (the forged source) gets back. Returns (bytes sent to it, bytes it sent)."""
+    port = free_port()
+    config = TransportConfig(validate_addresses=validate)
+    async with open_transport(config) as server, open_transport(config) as client:
+        pub = await server.add_publication(mdc_pub(port), STREAM)
+        sub = await client.add_subscription(mdc_sub(port), STREAM)
+        await pub.wait_connected(timeout=5)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as victim:
+            victim.bind(("127.0.0.1", 0))
+            victim.setblocking(False)
+            sent = received = 0
+            for _ in range(10):
+                datagram = registration(0x5EED)
+                victim.sendto(datagram, ("127.0.0.1", port))
+                sent += len(datagram)
+                for _ in range(20):  # the publication keeps streaming meanwhile
+                    await pub.send(b"x" * 100)
+                    sub.poll(lambda m: None, fragment_limit=100)
+                    await trio.sleep(0.005)
+                while True:
+                    try:
+                        received += len(victim.recv(65536))
+                    except BlockingIOError:
+                        break
+        return received, sent
+
+
+async def test_forged_registrations_get_one_small_challenge_with_validation() -> None:
+    reflected, forged = await _reflected_bytes(validate=True)
+    # At most one 36-byte challenge per 36-byte forged SM: amplification factor <= 1.
+    assert 0 < reflected <= forged
+
+
+async def test_without_validation_a_forged_registration_is_a_reflection_vector() -> None:
+    reflected, forged = await _reflected_bytes(validate=False)
+    assert reflected > 10 * forged  # the victim gets the stream: what validation prevents
+
+
+async def test_cookie_exchange_registers_a_real_subscriber() -> None:
+    port = free_port()
+    async with open_transport() as server, open_transport() as client:
+        pub = await server.add_publication(mdc_pub(port), STREAM)
+        sub = await client.add_subscription(mdc_sub(port), STREAM)
+        await pub.wait_connected(timeout=5)
+        await pub.send(b"validated")
+        with trio.fail_after(5):
+            assert (await sub.receive()).data == b"validated"
+        assert server.counters.cookie_challenges_sent >= 1
+        assert client.counters.cookies_received >= 1
