@@ -1,4 +1,4 @@
-"""Small transport programs that tests run inside lab namespaces (`python -m tests.netlab.programs`).
+"""Transport programs that tests run inside lab namespaces (`python -m tests.netlab.programs`).
 
 Each prints one JSON line with what happened, so the test asserts on facts, not on timing.
 """

@@ -73,7 +73,7 @@ def test_clients_behind_nat_echo_and_the_limits_hold(
             wait_for_first_echo(process)
         # A fourth from the same public address is refused by the per-IP limit.
         fourth = client(home.clients[3], "--count", "1")
-        out, err = fourth.communicate(timeout=60)
+        _, err = fourth.communicate(timeout=60)
         assert fourth.returncode == 2, err
         assert b"too many connections for IP address" in err
         # Behind another NAT there is room for one more (max-clients 4)...
@@ -82,7 +82,7 @@ def test_clients_behind_nat_echo_and_the_limits_hold(
         wait_for_first_echo(allowed)
         # ...and then the server is full.
         fifth = client(other.clients[1], "--count", "1")
-        out, err = fifth.communicate(timeout=60)
+        _, err = fifth.communicate(timeout=60)
         assert fifth.returncode == 2, err
         assert b"server full" in err
         # Every holder is still echoing and finishes cleanly on Ctrl-C.
