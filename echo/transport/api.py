@@ -205,7 +205,7 @@ class Publication:
         """
         result = self._state.offer(data, trio.current_time())
         if result > 0:
-            self._transport._driver.wake(self._sep)
+            self._transport._driver.flush(self._sep)
         return result
 
     async def send(self, data: bytes | bytearray | memoryview, timeout: float = 0.5) -> int:
@@ -389,8 +389,8 @@ class Subscription:
                 )
 
             fragments += image._state.poll_messages(deliver, fragment_limit - fragments)
-        if fragments:
-            # Consumption may have crossed the window/4 threshold: let the driver send an SM.
+        if fragments and any(image._state.status_message_due() for image in images):
+            # Consumption crossed the window/4 threshold: let the driver send an SM.
             self._transport._driver.wake(self._sep)
         return fragments
 

@@ -376,6 +376,13 @@ class Image:
         self._gaps = gaps
         self._loss_dirty = False
 
+    def status_message_due(self) -> bool:
+        """Has consumption moved far enough that the sender should hear of it now?"""
+        progress = self.subscriber_position - self.last_sm_position
+        return progress >= self.window >> 2 or (
+            progress > 0 and self.hwm + self.mtu >= self.last_sm_position + self.window
+        )
+
     def _window_update_due(self, consumption: int, now: float) -> bool:
         progress = consumption - self.last_sm_position
         if progress <= 0:
