@@ -12,6 +12,7 @@ import trio
 
 from echo.client.client import ClientConfig, EchoClient
 from echo.client.machine import ClientState, EchoReceived
+from echo.transport import TransportConfig
 
 EPILOG = """\b
 Exit codes:
@@ -95,6 +96,12 @@ def summary(client: EchoClient) -> dict[str, Any]:
     help="Seconds to wait for each step (connect, CONNECT reply, echo).",
 )
 @click.option(
+    "--no-address-validation",
+    "no_validation",
+    is_flag=True,
+    help="For a server started with --no-address-validation (plain Aeron MDC).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -121,6 +128,7 @@ def main(
     interval: float,
     message: str | None,
     timeout: float,
+    no_validation: bool,
     as_json: bool,
     log_format: str,
     log_level: str,
@@ -162,7 +170,12 @@ def main(
             ports = f"{fields['data_port']}/{fields['control_port']}"
             click.echo(f"server assigned a duologue on ports {ports}")
 
-    client = EchoClient(config, on_echo=on_echo, on_state=on_state)
+    client = EchoClient(
+        config,
+        on_echo=on_echo,
+        on_state=on_state,
+        transport_config=TransportConfig(validate_addresses=not no_validation),
+    )
     try:
         trio.run(_run, client)
     except OSError as error:

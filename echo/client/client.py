@@ -229,7 +229,7 @@ class EchoClient:
         *,
         on_message: Callable[[bytes, float], list[Action]],
         on_connected: Callable[[Publication], Input],
-        on_closed: Callable[[float], list[Action]],
+        on_closed: Callable[..., list[Action]],
     ) -> None:
         assert self._transport is not None and self._nursery is not None
         send = self._send
@@ -238,7 +238,9 @@ class EchoClient:
         channels.subscription = await self._transport.add_subscription(
             sub_channel,
             config.stream_id,
-            on_image_unavailable=lambda image: send.send_nowait(on_closed),
+            on_image_unavailable=lambda image: send.send_nowait(
+                functools.partial(on_closed, timed_out=image.close_reason == "timed_out")
+            ),
         )
         channels.publication = await self._transport.add_publication(pub_channel, config.stream_id)
         subscription = channels.subscription

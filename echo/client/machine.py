@@ -379,7 +379,7 @@ class ClientMachine:
             OpenDuologue(reply.data_port, reply.control_port, session),
         ]
 
-    def on_all_clients_closed(self, now: float) -> list[Action]:
+    def on_all_clients_closed(self, now: float, *, timed_out: bool = False) -> list[Action]:
         """The all-clients channel went away (image or publication lost)."""
         self._require_started("on_all_clients_closed")
         if self._state not in (ClientState.CONNECTING, ClientState.AWAITING_CONNECT):
@@ -443,12 +443,18 @@ class ClientMachine:
             self._next_send_at = now + self._interval
         return actions
 
-    def on_duologue_closed(self, now: float) -> list[Action]:
-        """The duologue went away (image or publication lost, e.g. the server closed it)."""
+    def on_duologue_closed(self, now: float, *, timed_out: bool = False) -> list[Action]:
+        """The duologue went away (image or publication lost, e.g. the server closed it).
+
+        `timed_out`: the transport heard nothing from the server for its liveness timeout
+        (the server died or the network went away), rather than an orderly close.
+        """
         self._require_duologue("on_duologue_closed")
         if self._state in _FINISHED:
             return []
-        if self._state is ClientState.JOINING_DUOLOGUE:
+        if timed_out:
+            message = "lost contact with the server (nothing received for the liveness timeout)"
+        elif self._state is ClientState.JOINING_DUOLOGUE:
             message = "the duologue closed before it connected"
         else:
             message = "server closed the duologue"

@@ -13,6 +13,7 @@ import trio
 
 from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
+from echo.transport import TransportConfig
 
 EPILOG = """\b
 Clients connect with:  echo-client --server ADDRESS --port PORT --control-port CONTROL_PORT
@@ -95,6 +96,14 @@ SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit
     help="Pseudonymise IP addresses in the events with this key (or $ECHO_IP_SALT).",
 )
 @click.option(
+    "--no-address-validation",
+    "no_validation",
+    is_flag=True,
+    help="Accept MDC receivers that cannot answer echo's address-validation cookie (plain "
+    "Aeron subscribers). Off by default: without it a forged packet can make the server "
+    "stream to any address, and forged HELLOs are accepted.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -119,6 +128,7 @@ def main(
     events_path: str | None,
     server_id: str | None,
     ip_salt: str | None,
+    no_validation: bool,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -150,7 +160,8 @@ def main(
     except OSError as error:
         raise click.UsageError(f"cannot open --events {events_path}: {error}") from None
     try:
-        trio.run(_serve, config, events)
+        transport = TransportConfig(validate_addresses=not no_validation)
+        trio.run(_serve, config, events, transport)
     except OSError as error:
         structlog.get_logger("echo.server").error("server_failed", error=str(error))
         click.echo(f"echo-server: {error}", err=True)
@@ -159,9 +170,9 @@ def main(
         events.close()
 
 
-async def _serve(config: ServerConfig, events: object) -> None:
+async def _serve(config: ServerConfig, events: object, transport: TransportConfig) -> None:
     log = structlog.get_logger("echo.server")
-    server = EchoServer(config, events=events)  # type: ignore[arg-type]
+    server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)

@@ -54,6 +54,9 @@ from echo.transport import (
 
 log = structlog.get_logger("echo.server")
 
+# A duologue younger than this is not evicted: its client may be joining right now.
+_EVICTION_GRACE = 0.5
+
 
 class EventSink(Protocol):
     def emit(self, event: str, **fields: Any) -> None: ...
@@ -135,6 +138,7 @@ class EchoServer:
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self.hellos = 0
+        self.unvalidated_hellos = 0
 
     # ---------------------------------------------------------------- life cycle
 
@@ -221,14 +225,25 @@ class EchoServer:
         except ValueError:
             key = source_ip
         fields = {"client_session": client_session, "source_ip": source_ip, "source_prefix": key}
+        assert self.all_clients_pub is not None
+        if self.transport_config.validate_addresses and not (
+            self.all_clients_pub.has_destination_host(source_ip)
+        ):
+            # A HELLO from an address that never proved, by the MDC cookie exchange, that it
+            # can receive our replies: most likely forged (seed §4.3's spoofer). Drop it
+            # silently: a reply could not reach it anyway, and a duologue would only hold the
+            # victim's per-IP slots.
+            self.unvalidated_hellos += 1
+            self.events.emit("hello_rejected", reason="unvalidated address", **fields)
+            return
         self.events.emit("hello_received", **fields)
         request = parse_server_message_untrusted(message.data)
         reason: str | None = None
         if isinstance(request, BadMessage):
             reason = ERROR_BAD_MESSAGE
-        elif len(self.duologues) >= config.max_clients:
+        elif len(self.duologues) >= config.max_clients and not await self._evict(None):
             reason = ERROR_SERVER_FULL
-        elif self.per_ip.count(key) >= config.max_per_ip:
+        elif self.per_ip.count(key) >= config.max_per_ip and not await self._evict(key):
             reason = ERROR_TOO_MANY_FOR_IP
         if reason is not None or not isinstance(request, Hello):
             reason = reason or ERROR_BAD_MESSAGE
@@ -251,6 +266,26 @@ class EchoServer:
             encrypted_session=encrypt_session(duologue.session_id, request.key),
         )
         await self._reply(format_message(reply), client_session)
+
+    async def _evict(self, key: str | None) -> bool:
+        """Free the oldest duologue nobody has joined (of this address key, or of anyone).
+
+        A duologue that was never joined is most likely the work of a spoofer; a real client
+        joins within milliseconds. Evicting it lets the real client in at once instead of after
+        the expiry (seed §4.3's lock-out attack); joined duologues are never evicted.
+        """
+        candidates = [
+            d
+            for d in self.duologues.values()
+            if not d.ever_connected
+            and (key is None or d.owner_key == key)
+            and trio.current_time() - d.created > _EVICTION_GRACE
+        ]
+        if not candidates:
+            return False
+        oldest = min(candidates, key=lambda d: d.created)
+        await self._delete(oldest, "evicted")
+        return True
 
     async def _allocate(self, hello: Hello, message: Message, key: str) -> Duologue | None:
         """Reserve ports, a session and the per-IP slot, then open the streams; all or nothing."""

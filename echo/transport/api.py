@@ -259,6 +259,12 @@ class Publication:
         assert isinstance(endpoint, SendEndpoint)
         return [format_address(a) for a in endpoint.destinations]
 
+    def has_destination_host(self, host: str) -> bool:
+        """Is some (validated) MDC destination of this publication at IP address `host`?"""
+        endpoint = self._sep.endpoint
+        assert isinstance(endpoint, SendEndpoint)
+        return any(address[0] == host for address in endpoint.destinations)
+
     @property
     def local_address(self) -> str:
         return format_address(self._sep.local_address)
