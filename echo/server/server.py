@@ -186,6 +186,9 @@ class EchoServer:
         for duologue in list(self.duologues.values()):
             await self._delete(duologue, "server shutting down")
         self.events.emit("server_stopped", reason=reason, duologues_open=open_before)
+        if self.transport is not None:
+            counters = {k: v for k, v in self.transport.counters.snapshot().items() if v}
+            log.info("transport_counters", **counters)
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 

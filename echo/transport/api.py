@@ -395,9 +395,15 @@ class Subscription:
                 )
 
             fragments += image._state.poll_messages(deliver, fragment_limit - fragments)
-        if fragments and any(image._state.status_message_due() for image in images):
-            # Consumption crossed the window/4 threshold: let the driver send an SM.
-            self._transport._driver.wake(self._sep)
+        if fragments:
+            due = [image for image in images if image._state.status_message_due()]
+            if due:
+                # Consumption crossed the window/4 threshold: let the driver send an SM.
+                endpoint = self._sep.endpoint
+                assert isinstance(endpoint, ReceiveEndpoint)
+                for image in due:
+                    endpoint.touch(image.session_id, image.stream_id)
+                self._transport._driver.wake(self._sep)
         return fragments
 
     async def wait_activity(self) -> None:
@@ -581,6 +587,7 @@ class Transport:
                 timers=config.receiver_timers(uri.nak_delay),
                 rng=driver.rng,
                 limit_amplification=config.validate_addresses,
+                max_images=config.max_images,
             )
             sep = SocketEndpoint(sock, new_receiver, key)
             self._subscriptions[sep] = {}

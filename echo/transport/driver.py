@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import structlog
 import trio
 
 from echo.transport.counters import Counters
@@ -30,6 +31,8 @@ from echo.transport.receiver import (
 )
 from echo.transport.sender import SendEndpoint, SenderTimers
 from echo.transport.validation import CookieJar, RateLimiter
+
+_log = structlog.get_logger("echo.transport")
 
 # Datagrams drained from one socket before the reader yields to other tasks.
 _READ_BUDGET = 256
@@ -60,6 +63,8 @@ class TransportConfig:
     max_retransmits: int = 16
     destination_timeout: float = 5.0
     max_destinations: int = 1024
+    #: images (publishers) one subscription endpoint accepts at once; more SETUPs are refused
+    max_images: int = 1024
     mdc_registration_interval: float = 1.0
     setup_elicit_interval: float = 0.2
     image_cooldown: float = 10.0
@@ -364,8 +369,10 @@ class Driver:
                     continue
                 try:
                     endpoint.on_datagram(view[:size], source, now)
-                except Exception:  # pragma: no cover - a bug must not take the transport down
+                except Exception:  # a bug must not take the transport down: count, log, go on
                     counters.invalid("internal_error")
+                    if counters.invalid_by_reason["internal_error"] <= 10:
+                        _log.exception("datagram_handling_failed", source=str(source))
                 received += 1
             if received:
                 self.service(sep, now)

@@ -506,6 +506,7 @@ class ReceiveEndpoint:
         timers: ReceiverTimers | None = None,
         rng: random.Random | None = None,
         limit_amplification: bool = True,
+        max_images: int = 1024,
     ) -> None:
         self.counters = counters
         self.receiver_id = receiver_id
@@ -522,6 +523,10 @@ class ReceiveEndpoint:
         self._elicited: dict[tuple[int, int], float] = {}
         self._pending: list[tuple[tuple[int, int], Address]] = []
         self._next_registration = now
+        self._deadlines: dict[tuple[int, int], float] = {}
+        self._touched: set[tuple[int, int]] = set()
+        self._next_cleanup = now
+        self.max_images = max_images
 
     # ---------------------------------------------------------------- subscriptions
 
@@ -565,6 +570,7 @@ class ReceiveEndpoint:
             if image is not None:
                 image.credit(len(data))
                 image.on_data(frame, data, now)
+                self._touched.add(key)
                 return
             if self.limit_amplification and len(data) < SM_LENGTH:
                 # Eliciting a SETUP costs a 36-byte SM: never answer a smaller datagram (a
@@ -618,11 +624,15 @@ class ReceiveEndpoint:
         if image is not None:
             image.credit(size)
             image.on_setup(now)
+            self._touched.add(key)
             return
         interest = self._wanted(*key)
         if interest is None or self._cooldown.get(key, -math.inf) > now:
             return
         problem = _check_setup(frame, interest)
+        if problem is None and len(self.images) >= self.max_images:
+            problem = "too_many_images"
+
         if problem is not None:
             counters.invalid(problem)
             return
@@ -648,6 +658,7 @@ class ReceiveEndpoint:
         )
         image.credit(size)
         self.images[key] = image
+        self._touched.add(key)
         self._elicited.pop(key, None)
         counters.images_created += 1
         self.events.append(ImageAvailable(image))
@@ -655,6 +666,7 @@ class ReceiveEndpoint:
     def _drop_image(
         self, key: tuple[int, int], image: Image, reason: ImageState, now: float | None
     ) -> None:
+        self._deadlines.pop(key, None)
         if self.images.pop(key, None) is None:
             return
         self.counters.images_closed += 1
@@ -700,24 +712,44 @@ class ReceiveEndpoint:
                 if send(elicit, source):
                     counters.setup_elicitations_sent += 1
             pending.clear()
-        for key, image in list(self.images.items()):
+        # Only images that received something or whose timer is due: an endpoint with many
+        # images (the all-clients channel under a flood of forged SETUPs) must not cost
+        # O(images) per datagram.
+        deadlines = self._deadlines
+        due = self._touched
+        self._touched = set()
+        if deadlines:
+            due.update(key for key, deadline in deadlines.items() if deadline <= now)
+        for key in due:
+            image = self.images.get(key)
+            if image is None:
+                deadlines.pop(key, None)
+                continue
             image.poll(now, send)
             if image.state is not ImageState.ACTIVE:
+                deadlines.pop(key, None)
                 self._drop_image(key, image, image.state, now)
-        if self._cooldown:
-            self._cooldown = {k: t for k, t in self._cooldown.items() if t > now}
-        if len(self._elicited) > 1024:
+            else:
+                deadlines[key] = image.next_deadline(now)
+        if now >= self._next_cleanup:
+            self._next_cleanup = now + 1.0
+            if self._cooldown:
+                self._cooldown = {k: t for k, t in self._cooldown.items() if t > now}
             horizon = now - self.timers.setup_elicit_interval
             self._elicited = {k: t for k, t in self._elicited.items() if t > horizon}
 
+    def touch(self, session_id: int, stream_id: int) -> None:
+        """The application consumed from this image: look at it on the next poll."""
+        self._touched.add((session_id, stream_id))
+
     def next_deadline(self, now: float) -> float:
-        deadline = math.inf
-        if self._pending:
+        if self._pending or self._touched:
             return now
+        deadline = self._next_cleanup if (self._cooldown or self._elicited) else math.inf
         if self.control is not None and self.interests:
-            deadline = self._next_registration
-        for image in self.images.values():
-            deadline = min(deadline, image.next_deadline(now))
+            deadline = min(deadline, self._next_registration)
+        if self._deadlines:
+            deadline = min(deadline, min(self._deadlines.values()))
         return deadline
 
     def close(self, send: Send) -> None:
