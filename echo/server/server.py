@@ -42,6 +42,7 @@ from echo.server.allocators import AllocationError, PortAllocator, SessionAlloca
 from echo.server.config import ServerConfig
 from echo.server.limits import AddressCounter, address_key
 from echo.transport import (
+    NOT_CONNECTED,
     Image,
     Message,
     Publication,
@@ -212,6 +213,20 @@ class EchoServer:
             await self._on_hello(message)
 
     async def _reply(self, text: bytes, client_session: int) -> None:
+        """Answer on the all-clients channel without holding up the next HELLO."""
+        assert self.all_clients_pub is not None and self._nursery is not None
+        result = self.all_clients_pub.offer(text)
+        if result > 0:
+            return
+        if result == NOT_CONNECTED:
+            # Nobody is registered to hear it (a forged HELLO, or the client left): drop it.
+            log.debug("reply_dropped", client_session=client_session, reason="not connected")
+            return
+        # Back pressure or a term rotation: retry in the background, bounded, as the guide's
+        # sendMessage did, but without serialising every other client behind this one.
+        self._nursery.start_soon(self._send_later, text, client_session)
+
+    async def _send_later(self, text: bytes, client_session: int) -> None:
         assert self.all_clients_pub is not None
         try:
             await self.all_clients_pub.send(text, timeout=0.5)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.netlab.fixtures import nat_lab_factory  # noqa: F401  (fixture)
 from tests.netlab.lab import (
     REGISTRY_DIR,
     Host,
@@ -26,7 +27,6 @@ from tests.netlab.lab import (
 from tests.netlab.udp_probe import ProbeServer, client_result, start_client
 
 pytestmark = pytest.mark.netns
-pytest_plugins = ["tests.netlab.fixtures"]
 
 SERVER_PORT = 9000
 CLIENT_PORT = 40000
@@ -295,7 +295,9 @@ def test_invalid_arguments() -> None:
             pass
 
 
-async def test_factory_fixture_from_a_trio_test(nat_lab_factory: NatLabFactory) -> None:
+async def test_factory_fixture_from_a_trio_test(
+    nat_lab_factory: NatLabFactory,  # noqa: F811
+) -> None:
     # Later tests drive lab processes from trio; Host.argv wraps commands for trio.run_process.
     lab = nat_lab_factory(sites=1, clients_per_site=1)
     client = lab.sites[0].clients[0]

@@ -1,0 +1,128 @@
+"""Spoofed HELLO floods against echo-server in the NAT lab (seeds/000 §4.2-§4.3)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.netlab.fixtures import nat_lab_factory  # noqa: F401  (fixture)
+from tests.netlab.lab import SERVER_PUBLIC_IP, NatLabFactory
+from tests.netlab.test_echo_nat import client, start_server
+
+pytestmark = pytest.mark.netns
+REPO = Path(__file__).resolve().parents[2]
+
+
+def events_of(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def flood(lab, sources: str, rounds: int = 1) -> None:  # type: ignore[no-untyped-def]
+    """Forge from the public segment itself: the switch namespace, given an address on its
+    bridge, has no NAT that would rewrite the forged sources (a router would masquerade them)."""
+    out = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            lab.switch,
+            sys.executable,
+            "-m",
+            "tests.netlab.spoof",
+            "--server",
+            SERVER_PUBLIC_IP,
+            "--port",
+            "9000",
+            "--sources",
+            sources,
+            "--rounds",
+            str(rounds),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert int(out.strip()) > 0
+
+
+def attacker_on_public_segment(lab) -> None:  # type: ignore[no-untyped-def]
+    subprocess.run(
+        ["ip", "netns", "exec", lab.switch, "ip", "addr", "add", "198.18.0.250/24", "dev", "br0"],
+        check=True,
+    )
+
+
+def run_scenario(lab, tmp_path: Path, *extra: str):  # type: ignore[no-untyped-def]
+    home = lab.sites[0]
+    victim_ip = home.router.public_ip
+    attacker_on_public_segment(lab)
+    events = tmp_path / "events.jsonl"
+    server = start_server(
+        lab.server,
+        "--max-per-ip",
+        "1",
+        "--max-clients",
+        "8",
+        "--duologue-expiry",
+        "5",
+        "--events",
+        str(events),
+        *extra,
+    )
+    try:
+        # The attacker, on another network, forges HELLOs from 60 addresses, and 5 from the
+        # victim's public address to take its only per-IP slot.
+        flood(lab, "198.18.0.100-159")
+        flood(lab, victim_ip, rounds=5)
+        time.sleep(1.0)
+        started = time.monotonic()
+        victim = client(home.clients[0], "--count", "3", "--interval", "0", *extra)
+        out, err = victim.communicate(timeout=60)
+        elapsed = time.monotonic() - started
+        assert victim.returncode == 0, err
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+    return events_of(events), elapsed
+
+
+def test_forged_hellos_are_dropped_and_the_victim_connects_at_once(
+    nat_lab_factory: NatLabFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    lab = nat_lab_factory(sites=1, clients_per_site=1)
+    events, elapsed = run_scenario(lab, tmp_path)
+    rejected = [e for e in events if e["event"] == "hello_rejected"]
+    assert sum(e["reason"] == "unvalidated address" for e in rejected) >= 60
+    created = [e for e in events if e["event"] == "duologue_created"]
+    assert len(created) == 1 and created[0]["source_ip"] == lab.sites[0].router.public_ip
+    assert elapsed < 2.0 + 1.5  # client start-up included
+
+
+def test_without_validation_spoofed_duologues_expire_and_the_victim_gets_in_before_expiry(
+    nat_lab_factory: NatLabFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    lab = nat_lab_factory(sites=1, clients_per_site=1)
+    events, elapsed = run_scenario(lab, tmp_path, "--no-address-validation")
+    victim_ip = lab.sites[0].router.public_ip
+    created = [e for e in events if e["event"] == "duologue_created"]
+    spoofed = [e for e in created if e["source_ip"] != victim_ip]
+    assert len(spoofed) >= 7  # the forged HELLOs filled the server (max-clients 8)
+    # The victim still connected, long before the 5 s expiry, by evicting a never-joined one.
+    assert any(e["source_ip"] == victim_ip for e in created[-1:])
+    assert elapsed < 2.0 + 1.5
+    closed = [e for e in events if e["event"] == "duologue_closed"]
+    reasons = {e["reason"] for e in closed}
+    assert "evicted" in reasons
+    # Every spoofed duologue ended without anyone joining it (expired, evicted or at shutdown).
+    connected = {e["duologue_id"] for e in events if e["event"] == "duologue_connected"}
+    assert all(e["duologue_id"] not in connected for e in spoofed)
