@@ -85,7 +85,7 @@ def run_scenario(lab, tmp_path: Path, *extra: str):  # type: ignore[no-untyped-d
         time.sleep(1.0)
         started = time.monotonic()
         victim = client(home.clients[0], "--count", "3", "--interval", "0", *extra)
-        out, err = victim.communicate(timeout=60)
+        _, err = victim.communicate(timeout=60)
         elapsed = time.monotonic() - started
         assert victim.returncode == 0, err
     finally:
