@@ -158,6 +158,7 @@ class Publication:
         self._receiver_window = 0
         self._retransmits: list[_Retransmit] = []
         self._last_nak = -math.inf
+        self._acknowledged = 0
         self._probe_at = math.inf
         self._probe_delay = self.timers.tail_probe_delay
         self._rttm_replies: list[bytes] = []
@@ -261,9 +262,12 @@ class Publication:
     def delivered(self) -> bool:
         """Every live receiver has reported consuming everything offered."""
         tail = self.position
-        return self.sender_position >= tail and all(
-            r.position >= tail for r in self._receivers.values()
-        )
+        if self.sender_position < tail:
+            return False
+        if self._receivers:
+            return all(r.position >= tail for r in self._receivers.values())
+        # Receivers gone (end-of-stream SM or timeout): only what one of them acknowledged.
+        return self._acknowledged >= tail
 
     # ---------------------------------------------------------------- frames from receivers
 
@@ -287,6 +291,7 @@ class Publication:
         self.sender_limit = self.flow_control.on_status_message(
             sm, sm_position, self.sender_limit, now
         )
+        self._acknowledged = max(self._acknowledged, sm_position)
         if sm.is_end_of_stream:
             self._receivers.pop(sm.receiver_id, None)
             return

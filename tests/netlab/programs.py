@@ -62,15 +62,50 @@ async def subscribe(channel: str, count: int, timeout: float) -> dict[str, objec
         }
 
 
+async def eperm(port: int) -> dict[str, object]:
+    """Sends fail with EPERM (an output-hook firewall drop) for a while, then work again."""
+    import subprocess
+
+    rule = (
+        "table inet eperm {\n  chain out {\n    type filter hook output priority 0;\n"
+        f"    udp dport {port} drop\n  }}\n}}\n"
+    )
+    subprocess.run(["nft", "-f", "-"], input=rule, text=True, check=True)
+    async with open_transport(TransportConfig()) as transport:
+        subscription = await transport.add_subscription(
+            f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM
+        )
+        publication = await transport.add_publication(
+            f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM
+        )
+        with trio.move_on_after(1.0):
+            await publication.wait_connected()
+        blocked_errors = transport.counters.send_errors
+        connected_while_blocked = publication.is_connected
+        subprocess.run(["nft", "delete", "table", "inet", "eperm"], check=True)
+        await publication.wait_connected(timeout=5)
+        await publication.send(b"after the firewall", timeout=5)
+        with trio.fail_after(5):
+            message = await subscription.receive()
+        return {
+            "send_errors_while_blocked": blocked_errors,
+            "connected_while_blocked": connected_while_blocked,
+            "received_after": message.data.decode(),
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=["publish", "subscribe"])
+    parser.add_argument("role", choices=["publish", "subscribe", "eperm"])
+    parser.add_argument("--port", type=int, default=24050)
     parser.add_argument("--channel", required=True)
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args()
-    if args.role == "publish":
+    if args.role == "eperm":
+        result = trio.run(eperm, args.port)
+    elif args.role == "publish":
         result = trio.run(publish, args.channel, args.count, args.size, args.timeout)
     else:
         result = trio.run(subscribe, args.channel, args.count, args.timeout)
