@@ -64,13 +64,12 @@ async def subscribe(channel: str, count: int, timeout: float) -> dict[str, objec
 
 async def eperm(port: int) -> dict[str, object]:
     """Sends fail with EPERM (an output-hook firewall drop) for a while, then work again."""
-    import subprocess
 
     rule = (
         "table inet eperm {\n  chain out {\n    type filter hook output priority 0;\n"
         f"    udp dport {port} drop\n  }}\n}}\n"
     )
-    subprocess.run(["nft", "-f", "-"], input=rule, text=True, check=True)
+    await trio.run_process(["nft", "-f", "-"], stdin=rule.encode())
     async with open_transport(TransportConfig()) as transport:
         subscription = await transport.add_subscription(
             f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM
@@ -82,7 +81,7 @@ async def eperm(port: int) -> dict[str, object]:
             await publication.wait_connected()
         blocked_errors = transport.counters.send_errors
         connected_while_blocked = publication.is_connected
-        subprocess.run(["nft", "delete", "table", "inet", "eperm"], check=True)
+        await trio.run_process(["nft", "delete", "table", "inet", "eperm"])
         await publication.wait_connected(timeout=5)
         await publication.send(b"after the firewall", timeout=5)
         with trio.fail_after(5):
