@@ -80,8 +80,8 @@ class TransportConfig:
     #: only to serve plain Aeron receivers, which cannot answer the cookie.
     validate_addresses: bool = True
     #: replies to unvalidated sources (cookie challenges) per second and burst, per host
-    unvalidated_reply_rate: float = 20.0
-    unvalidated_reply_burst: float = 40.0
+    unvalidated_reply_rate: float = 500.0
+    unvalidated_reply_burst: float = 1000.0
     #: test-only: drop this fraction of received datagrams at random, before parsing
     test_receive_loss: float = 0.0
     seed: int | None = None
