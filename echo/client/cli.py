@@ -12,7 +12,7 @@ import trio
 
 from echo.client.client import ClientConfig, EchoClient
 from echo.client.machine import ClientState, EchoReceived
-from echo.transport import TransportConfig
+from echo.timers import echo_timers
 
 EPILOG = """\b
 Exit codes:
@@ -174,7 +174,7 @@ def main(
         config,
         on_echo=on_echo,
         on_state=on_state,
-        transport_config=TransportConfig(validate_addresses=not no_validation),
+        transport_config=echo_timers(validate_addresses=not no_validation),
     )
     try:
         trio.run(_run, client)

@@ -6,6 +6,7 @@ it what the transport reports, each with `now = trio.current_time()`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import secrets
@@ -30,6 +31,7 @@ from echo.client.machine import (
     Stop,
 )
 from echo.protocol import ECHO_STREAM_ID, RESERVED_SESSION_HIGH, RESERVED_SESSION_LOW
+from echo.timers import echo_timers
 from echo.transport import (
     Publication,
     SendError,
@@ -59,7 +61,7 @@ class ClientConfig:
 def client_transport_config(base: TransportConfig | None = None) -> TransportConfig:
     """Auto session ids of a client stay out of the duologue range, as on the server."""
     return attrs.evolve(
-        base or TransportConfig(),
+        base or echo_timers(),
         reserved_session_low=RESERVED_SESSION_LOW,
         reserved_session_high=RESERVED_SESSION_HIGH,
     )
@@ -247,7 +249,9 @@ class EchoClient:
         publication = channels.publication
 
         async def pump() -> None:
-            with channels.scope:
+            with channels.scope, contextlib.suppress(trio.ClosedResourceError):
+                # ClosedResourceError: the machine closed these channels (a timeout, a
+                # rejection) while we were still waiting on them; nothing left to report.
                 while not subscription.images or not publication.is_connected:
                     if publication.is_connected:
                         await subscription.wait_activity()

@@ -13,6 +13,7 @@ import trio
 
 from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
+from echo.timers import echo_timers
 from echo.transport import TransportConfig
 
 EPILOG = """\b
@@ -160,7 +161,7 @@ def main(
     except OSError as error:
         raise click.UsageError(f"cannot open --events {events_path}: {error}") from None
     try:
-        transport = TransportConfig(validate_addresses=not no_validation)
+        transport = echo_timers(validate_addresses=not no_validation)
         trio.run(_serve, config, events, transport)
     except OSError as error:
         structlog.get_logger("echo.server").error("server_failed", error=str(error))

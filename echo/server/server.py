@@ -17,6 +17,7 @@ import itertools
 import secrets
 from typing import Any, Protocol
 
+import attrs
 import structlog
 import trio
 
@@ -41,6 +42,7 @@ from echo.protocol import (
 from echo.server.allocators import AllocationError, PortAllocator, SessionAllocator
 from echo.server.config import ServerConfig
 from echo.server.limits import AddressCounter, address_key
+from echo.timers import echo_timers
 from echo.transport import (
     NOT_CONNECTED,
     Image,
@@ -69,12 +71,14 @@ class _LogOnly:
 
 
 def server_transport_config(base: TransportConfig | None = None) -> TransportConfig:
-    """Transport settings for a server: auto session ids stay out of the duologue range."""
-    import attrs
+    """Transport settings for a server: auto session ids stay out of the duologue range.
 
-    base = base or TransportConfig()
+    With no `base`, the timers are the Echo defaults of `echo_timers` rather than Aeron's.
+    """
     return attrs.evolve(
-        base, reserved_session_low=RESERVED_SESSION_LOW, reserved_session_high=RESERVED_SESSION_HIGH
+        base or echo_timers(),
+        reserved_session_low=RESERVED_SESSION_LOW,
+        reserved_session_high=RESERVED_SESSION_HIGH,
     )
 
 
@@ -213,9 +217,14 @@ class EchoServer:
             await self._on_hello(message)
 
     async def _reply(self, text: bytes, client_session: int) -> None:
-        """Answer on the all-clients channel without holding up the next HELLO."""
+        """Answer on the all-clients channel without holding up the next HELLO.
+
+        Every datagram on this channel goes to every client still in its handshake, so the
+        cost is datagrams x destinations: replies offered together share datagrams (the
+        HELLOs that queued up while the last batch went out are answered in one batch).
+        """
         assert self.all_clients_pub is not None and self._nursery is not None
-        result = self.all_clients_pub.offer(text)
+        result = self.all_clients_pub.offer(text, flush=False)
         if result > 0:
             return
         if result == NOT_CONNECTED:

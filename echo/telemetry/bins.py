@@ -14,6 +14,8 @@ from typing import Final
 LIFETIME_EDGES_S: Final = (0.0, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 # Echoes answered per duologue: decades, with zero apart (a joined client that never spoke).
 MESSAGE_EDGES: Final = (0, 1, 10, 100, 1000, 10000)
+# Client-reported echo round-trip medians in milliseconds.
+RTT_EDGES_MS: Final = (0.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 
 # Connection time-series buckets, all whole minutes so that per-minute counts can be rolled up
 # into any of them. The job picks the smallest one that keeps the chart under MAX_BUCKETS.
@@ -34,7 +36,7 @@ def bin_labels(edges: Sequence[float], unit: str = "") -> list[str]:
     labels = []
     for i, lo in enumerate(edges):
         if i + 1 < len(edges):
-            labels.append(f"{_num(lo)}–{_num(edges[i + 1])}{unit}")
+            labels.append(f"{_num(lo)}\u2013{_num(edges[i + 1])}{unit}")
         else:
             labels.append(f"≥{_num(lo)}{unit}")
     return labels

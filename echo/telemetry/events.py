@@ -15,7 +15,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import structlog
 
@@ -58,8 +58,10 @@ class EventLog:
         self._log = structlog.get_logger("echo.events")
         # Opening may raise OSError on purpose: a server told to write events somewhere it
         # cannot should refuse to start, not run silently without its audit trail.
-        self._file: TextIO | None = (
-            open(self.path, "a", encoding="utf-8") if self.path is not None else None
+        # Unbuffered: each line is one write() to an O_APPEND file, so a failed write leaves
+        # nothing behind in a buffer to fail again on every later flush (or on close).
+        self._file: BinaryIO | None = (
+            open(self.path, "ab", buffering=0) if self.path is not None else None
         )
 
     def emit(self, event: str, **fields: Any) -> None:
@@ -90,11 +92,16 @@ class EventLog:
         try:
             # allow_nan=False: NaN is not JSON, and a reader in another language would choke.
             line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
-        except ValueError as exc:
-            raise ValueError(f"invalid event {event}: {exc}") from None
+        except ValueError:
+            raise ValueError(f"invalid event {event}: a float field is NaN or infinite") from None
+        data = line.encode("utf-8")
         try:
-            self._file.write(line)
-            self._file.flush()
+            view = memoryview(data)
+            while view:  # a raw write may be partial (a signal, a nearly full disk)
+                written = self._file.write(view)
+                if not written:
+                    raise OSError("write made no progress")
+                view = view[written:]
             self.events_written += 1
         except OSError as exc:
             self.write_errors += 1

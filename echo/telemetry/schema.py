@@ -117,7 +117,13 @@ HELLO_REJECT_REASONS: Final = (
     "too many connections for IP address",
     "rate limited",
 )
-CLOSE_REASONS: Final = ("client gone", "bad message", "server shutting down", "send failed", "expired")
+CLOSE_REASONS: Final = (
+    "client gone",
+    "bad message",
+    "server shutting down",
+    "send failed",
+    "expired",
+)
 
 # Fields that carry a client address and are pseudonymised when a salt is set.
 IP_FIELDS: Final = ("source_ip", "source_prefix")

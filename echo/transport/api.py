@@ -196,16 +196,21 @@ class Publication:
     def is_closed(self) -> bool:
         return self._state.state.value != "active"
 
-    def offer(self, data: bytes | bytearray | memoryview) -> int:
+    def offer(self, data: bytes | bytearray | memoryview, *, flush: bool = True) -> int:
         """Append a message without waiting: the new position (> 0) or a negative code.
 
         NOT_CONNECTED -1, BACK_PRESSURED -2, ADMIN_ACTION -3 (term rotated: offer again),
         CLOSED -4, MAX_POSITION_EXCEEDED -5. A message longer than `max_message_length`
-        raises ValueError.
+        raises ValueError. `flush=False` leaves the message for the driver's next pass, so
+        that several offers made together go out in as few datagrams as fit.
         """
         result = self._state.offer(data, trio.current_time())
         if result > 0:
-            self._transport._driver.flush(self._sep)
+            if flush:
+                self._transport._driver.flush(self._sep)
+            else:
+                # The caller has more to offer right away: let them share datagrams.
+                self._transport._driver.wake(self._sep)
         return result
 
     async def send(self, data: bytes | bytearray | memoryview, timeout: float = 0.5) -> int:

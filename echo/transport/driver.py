@@ -58,6 +58,8 @@ class TransportConfig:
     nak_retry_ratio: int = 100
     group_nak_max_backoff: float = 0.01
     retransmit_linger: float = 0.01
+    #: send one heartbeat a couple of milliseconds after each burst of data (see README)
+    probe_after_data: bool = False
     #: retransmits in flight per publication (Aeron: 1 unicast, 16 group; 16 keeps heavy loss
     #: from costing a linger period per gap)
     max_retransmits: int = 16
@@ -93,6 +95,7 @@ class TransportConfig:
             connection_timeout=self.publication_connection_timeout,
             linger=self.linger,
             retransmit_linger=self.retransmit_linger,
+            probe_after_data=self.probe_after_data,
         )
 
     def receiver_timers(self, nak_delay: float | None = None) -> ReceiverTimers:

@@ -80,6 +80,9 @@ class SenderTimers:
     #: so that a lost tail (the last datagrams before the sender stops) is NAKed quickly
     #: instead of after the 100 ms idle heartbeat
     tail_probe_delay: float = 0.002
+    #: also probe after every burst of data (one heartbeat when the stream goes quiet): with a
+    #: long idle heartbeat this keeps a lost last message from waiting a whole interval
+    probe_after_data: bool = False
 
 
 class PublicationState(enum.Enum):
@@ -159,6 +162,7 @@ class Publication:
         self._retransmits: list[_Retransmit] = []
         self._last_nak = -math.inf
         self._acknowledged = 0
+        self._next_expiry_check = now
         self._probe_at = math.inf
         self._probe_delay = self.timers.tail_probe_delay
         self._rttm_replies: list[bytes] = []
@@ -320,7 +324,17 @@ class Publication:
             return
         self._last_nak = now
         position = compute_position(nak.term_id, nak.term_offset, self.bits, self.initial_term_id)
-        bottom = self.sender_position - self.term_length // 2 - self.max_message_length
+        # Aeron's floor is `senderPosition - termLength/2 - maxMessageLength`, but a term-end PAD
+        # is skipped whole, so the sender position can pass the limit (SM position + window <=
+        # term/2) by up to the PAD, i.e. a max-size message's *fragmented* length less 64: with
+        # a window of term/2 the gap at the SM position then fell below the floor and its NAKs
+        # were ignored forever. Widening the floor by the headers keeps that gap resendable; it
+        # is still far inside the two terms the sender has not cleaned.
+        bottom = (
+            self.sender_position
+            - self.term_length // 2
+            - compute_fragmented_length(self.max_message_length, self.max_payload)
+        )
         if position >= self.sender_position or position < max(0, bottom):
             return
         window_cap = (
@@ -431,7 +445,7 @@ class Publication:
                 self._last_send = now
                 counters.data_frames_sent += 1
                 blocked = self.sender_position >= self.sender_limit < self.position
-                if blocked or now - self._last_nak < 1.0:
+                if blocked or self.timers.probe_after_data or now - self._last_nak < 1.0:
                     # A probe heartbeat soon after data: if the last datagrams were lost, or
                     # the SM that would open the window was, the receiver learns of it in
                     # milliseconds rather than at the 100 ms idle heartbeat.
@@ -483,6 +497,11 @@ class Publication:
         self._retransmits = keep
 
     def _expire_receivers(self, now: float) -> None:
+        # Timeouts are seconds long: checking them a few times a second is plenty, and keeps
+        # a publication with many receivers from paying O(receivers) on every poll.
+        if now < self._next_expiry_check:
+            return
+        self._next_expiry_check = now + 0.1
         deadline = now - self.timers.connection_timeout
         if any(r.last_sm < deadline for r in self._receivers.values()):
             self._receivers = {k: r for k, r in self._receivers.items() if r.last_sm >= deadline}

@@ -1,0 +1,277 @@
+"""`echo-analyze`: turn echo-server event logs into Parquet, summary.json and report.html.
+
+Also `echo-analyze --generate PATH --events N --seed S`, which writes a synthetic log instead.
+Runnable as `python -m echo.telemetry.cli` and as a spark-submit application file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import os
+import sys
+import time
+from typing import Any
+
+import click
+import structlog
+
+from echo.log import configure_logging
+
+log = structlog.get_logger("echo.analyze")
+
+
+def _has_scheme(path: str) -> bool:
+    from echo.telemetry.pipeline import _has_scheme as has_scheme
+
+    return has_scheme(path) or path.startswith("file:")
+
+
+def _expand(inputs: tuple[str, ...]) -> list[str]:
+    """Local globs expanded here (clear errors); URIs are left to Hadoop."""
+    out: list[str] = []
+    for pattern in inputs:
+        if _has_scheme(pattern):
+            out.append(pattern)
+            continue
+        matches = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not matches:
+            raise click.UsageError(f"no input files matched: {pattern}")
+        for path in matches:
+            if not os.access(path, os.R_OK):
+                raise click.UsageError(f"cannot read input: {path}")
+        out.extend(matches)
+    return out
+
+
+def _check_out_dir(out: str) -> None:
+    if _has_scheme(out):
+        return
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise click.UsageError(f"--out {out} exists and is not a directory")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as error:
+        raise click.UsageError(f"cannot create --out {out}: {error.strerror}") from None
+    if not os.path.isdir(out) or not os.access(out, os.W_OK | os.X_OK):
+        raise click.UsageError(f"--out {out} is not a writable directory")
+
+
+def print_table(data: dict[str, Any], top: int = 5) -> None:
+    """The short console table: the headline numbers and the worst sources."""
+    rows = [
+        ("lines read", data["lines_total"]),
+        ("bad lines", data["bad_lines"]),
+        ("events", data["events_total"]),
+        ("HELLOs", data["hello_received"]),
+        ("duologues created", data["duologues_created"]),
+        ("duologues joined", data["duologues_connected"]),
+        ("duologues never joined", data["duologues_expired"]),
+        *((f"rejected: {k}", v) for k, v in data["hello_rejected"].items()),
+        ("client summaries", data["client_summaries"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    click.echo(f"{'':-<{width + 14}}")
+    for key, value in rows:
+        click.echo(f"{key:<{width}}  {value:>12,}")
+    life = data["lifetime_s"]
+    if life["p50"] is not None:
+        click.echo(
+            f"{'lifetime p50/p90/p99 s':<{width}}  "
+            f"{life['p50']:.1f}/{life['p90']:.1f}/{life['p99']:.1f}"
+        )
+    worst = data["top_sources"]["by_rejections"][:top]
+    if worst:
+        click.echo(f"{'':-<{width + 14}}")
+        click.echo(f"{'top sources by rejections':<{width}}  {'rejected':>12}  {'duologues':>9}")
+        for row in worst:
+            click.echo(
+                f"{row['source'][:width]:<{width}}  "
+                f"{row['rejections']:>12,}  {row['duologues']:>9,}"
+            )
+    click.echo(f"{'':-<{width + 14}}")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("inputs", metavar="EVENTS...", nargs=-1)
+@click.option(
+    "--out",
+    "-o",
+    "out",
+    metavar="DIR",
+    help="Output directory (local or a Hadoop URI): events/ (Parquet by day), summary.json, "
+    "report.html.",
+)
+@click.option(
+    "--master",
+    default=None,
+    metavar="URL",
+    help="Spark master, e.g. spark://host:7077. Default: local[*], or whatever spark-submit set.",
+)
+@click.option(
+    "--top",
+    "top_n",
+    default=20,
+    show_default=True,
+    type=click.IntRange(1, 10000),
+    help="Rows in the top-sources tables.",
+)
+@click.option(
+    "--driver-memory",
+    default="2g",
+    show_default=True,
+    help="Driver JVM heap in local mode (the driver is the whole cluster there).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    default="console",
+    show_default=True,
+    help="console for people, json for machines.",
+)
+@click.option("--log-level", default="info", show_default=True, help="Log level.")
+@click.option(
+    "--generate",
+    "generate_path",
+    metavar="PATH",
+    default=None,
+    help="Instead of analysing, write a synthetic event log to PATH "
+    "(see --events, --seed, --servers, --days, --start).",
+)
+@click.option(
+    "--events",
+    "n_events",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="With --generate: about this many lines.",
+)
+@click.option(
+    "--seed",
+    default=1,
+    show_default=True,
+    help="With --generate: random seed; same seed, same file.",
+)
+@click.option(
+    "--servers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="With --generate: number of servers in the log.",
+)
+@click.option(
+    "--days",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1),
+    help="With --generate: days the log spans.",
+)
+@click.option(
+    "--start",
+    default="2026-11-20",
+    show_default=True,
+    help="With --generate: first day (UTC, YYYY-MM-DD).",
+)
+@click.option(
+    "--ip-salt",
+    default=None,
+    help="With --generate: pseudonymise addresses with this salt, as echo-server --ip-salt does.",
+)
+def main(
+    inputs: tuple[str, ...],
+    out: str | None,
+    master: str | None,
+    top_n: int,
+    driver_memory: str,
+    log_format: str,
+    log_level: str,
+    generate_path: str | None,
+    n_events: int,
+    seed: int,
+    servers: int,
+    days: int,
+    start: str,
+    ip_salt: str | None,
+) -> None:
+    """Analyse echo-server event logs (EVENTS: files, directories or globs, local or any
+    Hadoop-compatible URI such as hdfs:// or s3a://) with PySpark.
+
+    Bad lines are counted and sampled in the report, never fatal; the exit status is 0 when
+    any event was read and 1 when none could be.
+
+    \b
+    Examples:
+      echo-analyze /var/log/echo/events-*.jsonl --out report/
+      echo-analyze 'hdfs:///echo/2026-11-*/*.jsonl' --out hdfs:///echo/report --master spark://head:7077
+      echo-analyze --generate /tmp/events.jsonl --events 1000000 --seed 7
+    """
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    if generate_path is not None:
+        if inputs or out:
+            raise click.UsageError("--generate writes a log; it takes no EVENTS or --out")
+        from echo.telemetry.generate import generate
+
+        try:
+            first_day = datetime.datetime.strptime(start, "%Y-%m-%d").replace(tzinfo=datetime.UTC)
+        except ValueError:
+            raise click.UsageError(f"--start must be YYYY-MM-DD, got {start!r}") from None
+        began = time.monotonic()
+        try:
+            truth = generate(
+                generate_path,
+                events=n_events,
+                seed=seed,
+                servers=servers,
+                start=first_day,
+                days=days,
+                ip_salt=ip_salt.encode() if ip_salt else None,
+            )
+        except OSError as error:
+            raise click.ClickException(f"cannot write {generate_path}: {error.strerror}") from None
+        log.info(
+            "log_generated",
+            path=generate_path,
+            lines=truth.lines_total,
+            bad_lines=truth.bad_lines,
+            seconds=round(time.monotonic() - began, 2),
+        )
+        click.echo(
+            f"wrote {truth.lines_total:,} lines ({truth.bad_lines:,} bad) to {generate_path}"
+        )
+        return
+
+    if not inputs:
+        raise click.UsageError("give at least one EVENTS file, directory or glob")
+    if not out:
+        raise click.UsageError("--out DIR is required")
+    paths = _expand(inputs)
+    _check_out_dir(out)
+
+    from echo.telemetry.pipeline import NoInputError, run_analysis
+
+    began = time.monotonic()
+    log.info("analysis_started", inputs=len(paths), out=out, master=master or "default")
+    try:
+        summary = run_analysis(
+            paths, out, master=master, top_n=top_n, progress=True, driver_memory=driver_memory
+        )
+    except NoInputError as error:
+        raise click.ClickException(str(error)) from None
+    data = summary.data
+    log.info(
+        "analysis_finished",
+        events=data["events_total"],
+        bad_lines=data["bad_lines"],
+        seconds=round(time.monotonic() - began, 1),
+    )
+    print_table(data)
+    click.echo(f"parquet: {summary.parquet_path}")
+    click.echo(f"summary: {summary.summary_path}")
+    click.echo(f"report:  {summary.report_path}")
+    if data["events_total"] == 0:
+        click.echo(f"echo-analyze: no valid events in {data['lines_total']:,} lines read", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":  # spark-submit echo/telemetry/cli.py ... runs the same command
+    main()
