@@ -11,6 +11,7 @@ import pytest
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     import pyspark  # noqa: F401  (a missing pyspark is a failure here, not a skip)
+
     from echo.telemetry.pipeline import build_spark
 
     session = build_spark(
