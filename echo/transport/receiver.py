@@ -189,7 +189,7 @@ class Image:
         if position < self.last_sm_position:
             counters.flow_control_underruns += 1
             return
-        if position + length > window_end + 1000000:
+        if position + length > window_end:
             counters.flow_control_overruns += 1
             return
         offset = header.term_offset
