@@ -259,8 +259,17 @@ class EchoClient:
                         with trio.move_on_after(0.05):
                             await publication.wait_connected()
                 send.send_nowait(on_connected(publication))
-                async for message in subscription:
-                    send.send_nowait(functools.partial(_deliver, on_message, message.data))
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch_connection)
+                    async for message in subscription:
+                        send.send_nowait(functools.partial(_deliver, on_message, message.data))
+
+        async def watch_connection() -> None:
+            # The server stopped answering (killed, cable pulled): our publication loses its
+            # receiver after the 5 s connection timeout, before the image's 10 s liveness and
+            # before a reply's timeout, so the client says what happened.
+            await publication.wait_disconnected()
+            send.send_nowait(functools.partial(on_closed, timed_out=True))
 
         self._nursery.start_soon(pump)
 

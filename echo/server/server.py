@@ -13,6 +13,7 @@ the expiry is configurable.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import secrets
 from typing import Any, Protocol
@@ -57,6 +58,8 @@ from echo.transport import (
 
 log = structlog.get_logger("echo.server")
 
+# Port pairs tried before a HELLO is refused because no duologue could be opened.
+_OPEN_ATTEMPTS = 8
 # A duologue younger than this is not evicted: its client may be joining right now.
 _EVICTION_GRACE = 0.5
 
@@ -315,48 +318,65 @@ class EchoServer:
         return True
 
     async def _allocate(self, hello: Hello, message: Message, key: str) -> Duologue | None:
-        """Reserve ports, a session and the per-IP slot, then open the streams; all or nothing."""
+        """Reserve ports and a session, open the streams, then take the per-IP slot.
+
+        All or nothing. A port that another program holds (an ephemeral port of some client on
+        this host, say) fails to bind: that pair goes back and another is tried.
+        """
         assert self.transport is not None and self._nursery is not None
         config = self.config
-        try:
-            data_port, control_port = self.ports.allocate_pair()
-        except AllocationError:
-            return None
-        try:
-            session_id = self.sessions.allocate()
-        except AllocationError:
-            self.ports.free(data_port)
-            self.ports.free(control_port)
+        host = _url_host(config.address)
+        for _ in range(_OPEN_ATTEMPTS):
+            try:
+                data_port, control_port = self.ports.allocate_pair()
+            except AllocationError:
+                return None
+            try:
+                session_id = self.sessions.allocate()
+            except AllocationError:
+                self.ports.free(data_port)
+                self.ports.free(control_port)
+                return None
+            duologue = Duologue(
+                duologue_id=next(self._ids),
+                session_id=session_id,
+                owner_ip=message.source_ip,
+                owner_key=key,
+                client_session=message.session_id,
+                data_port=data_port,
+                control_port=control_port,
+                created=trio.current_time(),
+            )
+            try:
+                duologue.publication = await self.transport.add_publication(
+                    f"aeron:udp?control={host}:{control_port}|control-mode=dynamic"
+                    f"|session-id={session_id}",
+                    config.stream_id,
+                )
+                duologue.subscription = await self.transport.add_subscription(
+                    f"aeron:udp?endpoint={host}:{data_port}|session-id={session_id}",
+                    config.stream_id,
+                    on_image_available=functools.partial(self._on_image, duologue),
+                    on_image_unavailable=functools.partial(self._on_image_gone, duologue),
+                )
+            except OSError as error:
+                log.warning(
+                    "duologue_ports_unavailable",
+                    data_port=data_port,
+                    control_port=control_port,
+                    error=str(error),
+                )
+                if duologue.publication is not None:
+                    await duologue.publication.close(timeout=0)
+                self.ports.free(data_port)
+                self.ports.free(control_port)
+                self.sessions.free(session_id)
+                continue
+            break
+        else:
             return None
         self.per_ip.increment(key)
-        duologue = Duologue(
-            duologue_id=next(self._ids),
-            session_id=session_id,
-            owner_ip=message.source_ip,
-            owner_key=key,
-            client_session=message.session_id,
-            data_port=data_port,
-            control_port=control_port,
-            created=trio.current_time(),
-        )
         self.duologues[duologue.duologue_id] = duologue
-        host = _url_host(config.address)
-        try:
-            duologue.publication = await self.transport.add_publication(
-                f"aeron:udp?control={host}:{control_port}|control-mode=dynamic"
-                f"|session-id={session_id}",
-                config.stream_id,
-            )
-            duologue.subscription = await self.transport.add_subscription(
-                f"aeron:udp?endpoint={host}:{data_port}|session-id={session_id}",
-                config.stream_id,
-                on_image_available=lambda image: self._on_image(duologue, image),
-                on_image_unavailable=lambda image: self._on_image_gone(duologue, image),
-            )
-        except Exception as error:
-            log.warning("duologue_open_failed", duologue_id=duologue.duologue_id, error=str(error))
-            await self._delete(duologue, "open failed")
-            return None
         self.events.emit(
             "duologue_created",
             duologue_id=duologue.duologue_id,

@@ -243,6 +243,13 @@ class Publication:
             with trio.move_on_at(deadline):
                 await self._waiters.wait()
 
+    async def wait_disconnected(self) -> None:
+        """Wait until no receiver is left (timeout without SMs, end-of-stream, or closed)."""
+        # The driver services the endpoint when the oldest receiver's timeout falls due, and
+        # every service wakes these waiters: no polling.
+        while self.is_connected:
+            await self._waiters.wait()
+
     def add_destination(self, uri: str) -> None:
         """Manual MDC: send to `aeron:udp?endpoint=host:port` too (an IP literal)."""
         manual = self._sep.endpoint.manual if isinstance(self._sep.endpoint, SendEndpoint) else None

@@ -1,0 +1,304 @@
+"""The trio driver over real loopback sockets (DESIGN.md §6 layer 4), through the public API."""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+import time
+
+import pytest
+import trio
+import trio.testing
+
+from echo.transport import (
+    NOT_CONNECTED,
+    Image,
+    Message,
+    SendError,
+    TransportConfig,
+    open_transport,
+)
+from echo.transport.frames import (
+    UNFRAGMENTED_FLAGS,
+    DataHeader,
+    Nak,
+    Setup,
+    StatusMessage,
+)
+
+STREAM = 1001
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def channel(port: int, extra: str = "") -> str:
+    return f"aeron:udp?endpoint=127.0.0.1:{port}" + (f"|{extra}" if extra else "")
+
+
+def port_of(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def sized(index: int, size: int, rng: random.Random) -> bytes:
+    head = struct.pack("<II", index, size)[:size]
+    return head + rng.randbytes(max(0, size - len(head)))
+
+
+async def collect(sub, count: int, into: list[Message]) -> None:  # type: ignore[no-untyped-def]
+    async for message in sub:
+        into.append(message)
+        if len(into) >= count:
+            return
+
+
+async def test_basic_publish_subscribe() -> None:
+    port = free_port()
+    with trio.fail_after(10):
+        async with open_transport() as transport:
+            sub = await transport.add_subscription(channel(port), STREAM)
+            pub = await transport.add_publication(channel(port), STREAM)
+            await pub.wait_connected(timeout=5)
+            assert pub.is_connected
+            position = await pub.send(b"hello, echo")
+            assert position == 64  # 32 + 11 bytes, aligned
+            message = await sub.receive()
+            assert message.data == b"hello, echo"
+            assert message.session_id == pub.session_id
+            assert message.stream_id == STREAM
+            pub_port = port_of(pub.local_address)
+            assert message.source == f"127.0.0.1:{pub_port}"
+            assert (message.source_ip, message.source_port) == ("127.0.0.1", pub_port)
+            (image,) = sub.images
+            assert image.session_id == pub.session_id
+            assert image.source_address == f"127.0.0.1:{pub_port}"
+            # poll() is the non-blocking way in.
+            for text in (b"a", b"b", b"c"):
+                await pub.send(text)
+            got: list[bytes] = []
+            while len(got) < 3:
+                if not sub.poll(lambda m: got.append(m.data)):
+                    await sub.wait_activity()
+            assert got == [b"a", b"b", b"c"]
+
+
+async def test_ten_thousand_random_messages_with_20_percent_loss() -> None:
+    """Exactly once and in order, 1 B .. 8 KiB, with 20 % of datagrams dropped on receipt (both
+    directions: the loss applies to every socket of both transports)."""
+    port = free_port()
+    rng = random.Random(20261122)
+    messages = [sized(i, rng.randint(1, 8192), rng) for i in range(10_000)]
+    config = TransportConfig(test_receive_loss=0.2, seed=7)
+    uri = channel(port, "term-length=1m")
+    received: list[Message] = []
+    started = time.monotonic()
+    with trio.fail_after(120):
+        async with open_transport(config) as rx, open_transport(config) as tx:
+            sub = await rx.add_subscription(uri, STREAM)
+            pub = await tx.add_publication(uri, STREAM)
+            await pub.wait_connected(timeout=5)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(collect, sub, len(messages), received)
+                for data in messages:
+                    await pub.send(data, timeout=10)
+            elapsed = time.monotonic() - started
+            rx_counters = rx.counters.snapshot()
+            tx_counters = tx.counters.snapshot()
+    print(
+        f"\n10,000 messages ({sum(map(len, messages)) / 1e6:.1f} MB) at 20 % loss: "
+        f"{elapsed:.1f} s; naks sent {rx_counters['naks_sent']}, "
+        f"retransmits {tx_counters['retransmits_sent']}"
+    )
+    assert len(received) == len(messages)
+    for index, (want, have) in enumerate(zip(messages, received, strict=True)):
+        assert have.data == want, f"message {index} differs"
+    assert rx_counters["dropped_by_test_loss"] > 0 and tx_counters["dropped_by_test_loss"] > 0
+    assert rx_counters["naks_sent"] > 0 and tx_counters["retransmits_sent"] > 0
+
+
+async def test_term_rotation_and_term_id_wrap_over_sockets() -> None:
+    port = free_port()
+    rng = random.Random(5)
+    messages = [sized(i, rng.randint(1, 8192), rng) for i in range(400)]
+    uri = channel(port, "term-length=64k|init-term-id=2147483646")
+    config = TransportConfig(test_receive_loss=0.1, seed=11)
+    received: list[Message] = []
+    with trio.fail_after(60):
+        async with open_transport(config) as rx, open_transport(config) as tx:
+            sub = await rx.add_subscription(uri, STREAM)
+            pub = await tx.add_publication(uri, STREAM)
+            assert pub.term_length == 65536 and pub.max_message_length == 8192
+            await pub.wait_connected(timeout=5)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(collect, sub, len(messages), received)
+                for data in messages:
+                    await pub.send(data, timeout=10)
+            # ~1.6 MB through 64 KiB terms: the term id went 2^31-2, 2^31-1, -2^31, ...
+            assert pub.position > 20 * 65536
+            assert pub._state.active_term_id < 0
+    assert [m.data for m in received] == messages
+
+
+async def test_send_without_a_receiver_raises_not_connected() -> None:
+    port = free_port()
+    with trio.fail_after(5):
+        async with open_transport() as transport:
+            pub = await transport.add_publication(channel(port), STREAM)
+            assert pub.offer(b"x") == NOT_CONNECTED
+            started = trio.current_time()
+            with pytest.raises(SendError) as info:
+                await pub.send(b"x", timeout=0.3)
+            assert info.value.code == NOT_CONNECTED
+            assert info.value.name == "NOT_CONNECTED"
+            assert "NOT_CONNECTED" in str(info.value)
+            assert 0.3 <= trio.current_time() - started < 2.0
+            assert not pub.is_connected
+
+
+async def test_wait_connected_times_out() -> None:
+    port = free_port()
+    with trio.fail_after(5):
+        async with open_transport() as transport:
+            pub = await transport.add_publication(channel(port), STREAM)
+            with pytest.raises(TimeoutError, match=r"not connected after 0\.2 s"):
+                await pub.wait_connected(timeout=0.2)
+
+
+async def test_message_longer_than_the_maximum_is_refused() -> None:
+    port = free_port()
+    uri = channel(port, "term-length=64k")
+    with trio.fail_after(10):
+        async with open_transport() as transport:
+            sub = await transport.add_subscription(uri, STREAM)
+            pub = await transport.add_publication(uri, STREAM)
+            await pub.wait_connected(timeout=5)
+            assert pub.max_message_length == 8192
+            with pytest.raises(ValueError, match="exceeds the maximum message length 8192"):
+                pub.offer(bytes(8193))
+            with pytest.raises(ValueError, match="exceeds the maximum message length"):
+                await pub.send(bytes(10_000))
+            await pub.send(bytes(8192))
+            message = await sub.receive()
+            assert message.data == bytes(8192)
+
+
+def garbage(rng: random.Random, session_id: int) -> list[bytes]:
+    data = DataHeader(64, UNFRAGMENTED_FLAGS, 0, session_id, STREAM, 0).encode() + bytes(32)
+    sm = StatusMessage(session_id, STREAM, 0, 0, 1 << 20, 42).encode()
+    nak = Nak(session_id, STREAM, 0, 0, 1024).encode()
+    setup = Setup(0, 77, STREAM, 0, 0, 65536, 1408).encode()
+    items = [
+        b"",
+        b"\x00",
+        data[:31],
+        data[:40],
+        sm[:35],
+        nak[:27],
+        setup[:39],
+        struct.pack("<i", 2**31 - 1) + data[4:],
+        struct.pack("<i", 2**31 - 1) + sm[4:],
+        struct.pack("<i", 2**31 - 1) + nak[4:],
+        struct.pack("<i", 2**31 - 1) + setup[4:],
+        data[:4] + b"\x09" + data[5:],  # bad version
+    ]
+    items += [bytes([1]) + rng.randbytes(rng.randint(0, 200)) for _ in range(40)]
+    return items
+
+
+async def test_garbage_datagrams_are_counted_and_the_stream_keeps_working() -> None:
+    port = free_port()
+    rng = random.Random(3)
+    with trio.fail_after(15):
+        async with open_transport() as rx, open_transport() as tx:
+            sub = await rx.add_subscription(channel(port), STREAM)
+            pub = await tx.add_publication(channel(port), STREAM)
+            await pub.wait_connected(timeout=5)
+            await pub.send(b"before")
+            assert (await sub.receive()).data == b"before"
+            junk = garbage(rng, pub.session_id)
+            rx_before = rx.counters.invalid_frames
+            tx_before = tx.counters.invalid_frames
+            pub_port = port_of(pub.local_address)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+                for datagram in junk:
+                    attacker.sendto(datagram, ("127.0.0.1", port))
+                    attacker.sendto(datagram, ("127.0.0.1", pub_port))
+            expected = len(junk)
+            # Loopback sendto has queued every datagram on both sockets by now: once every task
+            # is blocked again, both readers have drained them.
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            assert rx.counters.invalid_frames - rx_before == expected
+            assert tx.counters.invalid_frames - tx_before == expected
+            assert rx.counters.invalid_by_reason["internal_error"] == 0
+            assert tx.counters.invalid_by_reason["internal_error"] == 0
+            for i in range(50):
+                await pub.send(b"after %d" % i)
+            got = [(await sub.receive()).data for _ in range(50)]
+            assert got == [b"after %d" % i for i in range(50)]
+            assert pub.is_connected and len(sub.images) == 1
+
+
+async def test_image_callbacks_fire_available_and_unavailable_at_eos() -> None:
+    port = free_port()
+    available: list[Image] = []
+    unavailable: list[Image] = []
+    went = trio.Event()
+
+    def on_unavailable(image: Image) -> None:
+        unavailable.append(image)
+        went.set()
+
+    with trio.fail_after(10):
+        async with open_transport() as rx, open_transport() as tx:
+            sub = await rx.add_subscription(
+                channel(port),
+                STREAM,
+                on_image_available=available.append,
+                on_image_unavailable=on_unavailable,
+            )
+            pub = await tx.add_publication(channel(port), STREAM)
+            await pub.wait_connected(timeout=5)
+            (image,) = available
+            assert image.session_id == pub.session_id
+            assert image.source_port == port_of(pub.local_address)
+            await pub.send(b"last words")
+            assert (await sub.receive()).data == b"last words"
+            started = trio.current_time()
+            assert await pub.close() is True
+            await went.wait()
+            # The receiver's EOS SM ended the linger early: far sooner than the 5 s linger.
+            assert trio.current_time() - started < 2.0
+            assert unavailable == [image]
+            assert image.closed and image.close_reason == "end_of_stream"
+            assert sub.images == []
+
+
+async def test_two_publications_give_two_images_with_distinct_sessions() -> None:
+    port = free_port()
+    with trio.fail_after(10):
+        async with open_transport() as rx, open_transport() as tx, open_transport() as tx2:
+            sub = await rx.add_subscription(channel(port), STREAM)
+            first = await tx.add_publication(channel(port), STREAM)
+            second = await tx.add_publication(channel(port), STREAM)  # same socket
+            third = await tx2.add_publication(channel(port), STREAM)  # another socket
+            sessions = {first.session_id, second.session_id, third.session_id}
+            assert len(sessions) == 3
+            for pub in (first, second, third):
+                await pub.wait_connected(timeout=5)
+            assert {image.session_id for image in sub.images} == sessions
+            for i in range(20):
+                for pub in (first, second, third):
+                    await pub.send(b"%d:%d" % (pub.session_id, i))
+            got: dict[int, list[bytes]] = {s: [] for s in sessions}
+            for _ in range(60):
+                message = await sub.receive()
+                got[message.session_id].append(message.data)
+            for pub in (first, second, third):
+                assert got[pub.session_id] == [b"%d:%d" % (pub.session_id, i) for i in range(20)]
+            sources = {image.session_id: image.source_port for image in sub.images}
+            assert sources[first.session_id] == sources[second.session_id]
+            assert sources[third.session_id] != sources[first.session_id]
