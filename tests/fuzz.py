@@ -161,7 +161,7 @@ class ClientWatcher:
                 "--control-port",
                 str(base + 1),
                 "--interval",
-                "0.02",
+                "0.005",
                 "--timeout",
                 "10",
             ],

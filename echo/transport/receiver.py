@@ -357,7 +357,10 @@ class Image:
         """
         gaps: dict[tuple[int, int], float] = {}
         position = self.rebuild_position
-        hwm = self.hwm
+        # A legitimate sender never runs more than our window past what we reported, so gaps
+        # are only looked for that far: a forged frame far ahead cannot make us scan (or NAK)
+        # megabytes of an empty term.
+        hwm = min(self.hwm, self.rebuild_position + self.window)
         while position < hwm and len(gaps) < _MAX_GAPS:
             term = self.terms[(position >> self.bits) % PARTITION_COUNT]
             offset = position & self.mask
@@ -458,6 +461,11 @@ class Image:
             deadline = min(deadline, self._last_window_update + 0.001)
         return deadline
 
+    def say_goodbye(self, send: Send) -> None:
+        """Repeat the end-of-stream SM for a lingering publisher (budgeted like any SM)."""
+        if self._send(self._status_message(SM_EOS_FLAG), send):
+            self.counters.status_messages_sent += 1
+
     def close(self, send: Send) -> None:
         """The subscription is going: tell the sender (an end-of-stream SM) and stop."""
         if self.state is ImageState.ACTIVE:
@@ -524,6 +532,8 @@ class ReceiveEndpoint:
         self._pending: list[tuple[tuple[int, int], Address]] = []
         self._next_registration = now
         self._deadlines: dict[tuple[int, int], float] = {}
+        self._finished: dict[tuple[int, int], Image] = {}
+        self._goodbyes: list[Image] = []
         self._touched: set[tuple[int, int]] = set()
         self._next_cleanup = now
         self.max_images = max_images
@@ -571,6 +581,12 @@ class ReceiveEndpoint:
                 image.credit(len(data))
                 image.on_data(frame, data, now)
                 self._touched.add(key)
+                return
+            finished = self._finished.get(key)
+            if finished is not None:
+                if frame.is_heartbeat and frame.is_end_of_stream:
+                    finished.credit(len(data))
+                    self._goodbyes.append(finished)
                 return
             if self.limit_amplification and len(data) < SM_LENGTH:
                 # Eliciting a SETUP costs a 36-byte SM: never answer a smaller datagram (a
@@ -673,6 +689,10 @@ class ReceiveEndpoint:
         if now is not None:
             # Stragglers of a finished session must not elicit a SETUP and resurrect it.
             self._cooldown[key] = now + self.timers.cooldown
+            if reason is ImageState.END_OF_STREAM:
+                # Kept to answer the publisher's end-of-stream heartbeats while it lingers, in
+                # case our goodbye (an EOS status message) was lost: Aeron's image LINGER state.
+                self._finished[key] = image
         self.events.append(ImageUnavailable(image, reason))
 
     # ---------------------------------------------------------------- output and timers
@@ -712,6 +732,9 @@ class ReceiveEndpoint:
                 if send(elicit, source):
                     counters.setup_elicitations_sent += 1
             pending.clear()
+        for finished in self._goodbyes:
+            finished.say_goodbye(send)
+        self._goodbyes.clear()
         # Only images that received something or whose timer is due: an endpoint with many
         # images (the all-clients channel under a flood of forged SETUPs) must not cost
         # O(images) per datagram.
@@ -735,6 +758,7 @@ class ReceiveEndpoint:
             self._next_cleanup = now + 1.0
             if self._cooldown:
                 self._cooldown = {k: t for k, t in self._cooldown.items() if t > now}
+                self._finished = {k: i for k, i in self._finished.items() if k in self._cooldown}
             horizon = now - self.timers.setup_elicit_interval
             self._elicited = {k: t for k, t in self._elicited.items() if t > horizon}
 
@@ -743,7 +767,7 @@ class ReceiveEndpoint:
         self._touched.add((session_id, stream_id))
 
     def next_deadline(self, now: float) -> float:
-        if self._pending or self._touched:
+        if self._pending or self._touched or self._goodbyes:
             return now
         deadline = self._next_cleanup if (self._cooldown or self._elicited) else math.inf
         if self.control is not None and self.interests:
