@@ -54,7 +54,16 @@ def test_report_of_a_real_server_run_has_exact_counts(spark: Any, tmp_path: Path
         time.sleep(1.5)
         for _ in range(3):
             refused = subprocess.run(
-                [sys.executable, "-m", "echo.client.cli", *ports(base), "--count", "1"],
+                [
+                    sys.executable,
+                    "-m",
+                    "echo.client.cli",
+                    *ports(base),
+                    "--count",
+                    "1",
+                    "--timeout",
+                    "20",
+                ],
                 capture_output=True,
                 text=True,
                 timeout=60,
