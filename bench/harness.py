@@ -1,0 +1,528 @@
+"""Shared pieces of the benchmark suite: records, percentiles, child processes, reports.
+
+Every side of every benchmark runs in its own process (multiprocessing "spawn", so a child
+starts from a clean interpreter and inherits no trio or asyncio state from the parent). The
+parent only orchestrates: it starts the children, waits for them to say "ready", and collects
+their results together with the CPU time and peak RSS each one used.
+
+A report prints every figure next to its ratio to the raw trio UDP baseline measured in the
+same run (DESIGN.md §7: absolute figures drift run to run, ratios are what compare).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import multiprocessing as mp
+import os
+import platform
+import queue
+import resource
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+#: Socket buffers for every baseline and peer: large, so that a burst is absorbed by the kernel
+#: instead of being dropped, and the baselines are not handicapped against the transport
+#: (TransportConfig also asks for 4 MiB).
+SOCKET_BUFFER = 4 * 1024 * 1024
+
+
+class BenchError(Exception):
+    """A benchmark could not produce a figure (a child failed, hung, or lost data)."""
+
+
+class Skip(Exception):
+    """A benchmark cannot run here (a peer package or an API is missing); not a failure."""
+
+
+@attrs.frozen
+class Result:
+    """One figure. `baseline` names the (name, metric) of the raw figure it is compared to."""
+
+    name: str
+    metric: str
+    value: float
+    unit: str
+    extra: dict[str, Any] = attrs.field(factory=dict)
+    baseline: tuple[str, str] | None = None
+    #: True when a smaller value is better (latency): the ratio is still value / baseline,
+    #: but the report says so.
+    lower_is_better: bool = False
+
+
+@attrs.frozen
+class Settings:
+    """What the runner passes to every benchmark."""
+
+    duration: float
+    quick: bool
+    #: bound on one child's life beyond `duration` (spawn start-up, connection set-up, drain)
+    slack: float = 30.0
+    #: CPUs the sides are pinned to, round robin in start order (see `pin`); () = unpinned
+    pin: tuple[int, ...] = ()
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """Exact nearest-rank percentile of already sorted samples (no interpolation).
+
+    The smallest sample such that at least q % of the samples are <= it: with 1,000 samples
+    p99.9 is the largest one, which is the honest answer for that few.
+    """
+    if not ordered:
+        raise ValueError("percentile of no samples")
+    if not 0 < q <= 100:
+        raise ValueError(f"percentile {q} outside (0, 100]")
+    # The tolerance keeps float noise (99.9 / 100 * 1000 = 999.0000000000001) from moving
+    # the rank up by one.
+    rank = math.ceil(q / 100 * len(ordered) - 1e-9)
+    return ordered[max(rank, 1) - 1]
+
+
+def latency_summary(samples_ns: list[int]) -> dict[str, float]:
+    """p50 / p99 / p99.9 / max of round-trip samples in nanoseconds, as microseconds."""
+    ordered = sorted(samples_ns)
+    return {
+        "p50_us": percentile(ordered, 50) / 1000,
+        "p99_us": percentile(ordered, 99) / 1000,
+        "p99.9_us": percentile(ordered, 99.9) / 1000,
+        "max_us": ordered[-1] / 1000,
+        "samples": float(len(ordered)),
+    }
+
+
+def round_trip_results(
+    name: str,
+    summary: dict[str, Any],
+    baseline: str | None,
+    extra: dict[str, Any],
+) -> list[Result]:
+    """The four figures every echo benchmark reports, compared to `baseline`'s same metrics."""
+
+    def base(metric: str) -> tuple[str, str] | None:
+        return None if baseline is None else (baseline, metric)
+
+    results = [
+        Result(
+            name,
+            "round trips/s",
+            summary["round_trips_per_s"],
+            "RT/s",
+            extra,
+            base("round trips/s"),
+        )
+    ]
+    for key, metric in (("p50_us", "p50"), ("p99_us", "p99"), ("p99.9_us", "p99.9")):
+        results.append(
+            Result(name, metric, summary[key], "µs", {}, base(metric), lower_is_better=True)
+        )
+    return results
+
+
+# ------------------------------------------------------------------ sockets
+
+
+def free_udp_port() -> int:
+    """A port that was free a moment ago, for sides that must know each other's port up front.
+
+    Racy by nature; only used where a side cannot bind port 0 and report it (both transport
+    echo sides need the other's port before either starts).
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def set_buffers(sock: socket.socket) -> dict[str, int]:
+    """Ask for SOCKET_BUFFER both ways; as root force past net.core.[rw]mem_max.
+
+    Returns what the kernel granted (it reports double the request: its bookkeeping share).
+    """
+    for force, plain in (
+        (getattr(socket, "SO_RCVBUFFORCE", None), socket.SO_RCVBUF),
+        (getattr(socket, "SO_SNDBUFFORCE", None), socket.SO_SNDBUF),
+    ):
+        try:
+            if force is None:
+                raise PermissionError
+            sock.setsockopt(socket.SOL_SOCKET, force, SOCKET_BUFFER)
+        except PermissionError:
+            sock.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER)
+    return {
+        "rcvbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+        "sndbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+    }
+
+
+# ------------------------------------------------------------------ child processes
+
+
+@attrs.frozen
+class Usage:
+    """What one child spent: CPU seconds while running the function, wall seconds, peak RSS."""
+
+    cpu_s: float
+    wall_s: float
+    peak_rss_mib: float
+
+    @property
+    def cpu_percent(self) -> float:
+        return 100 * self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _cpu_now() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime, time.perf_counter()
+
+
+class Control:
+    """Handed to a child function as its first argument: how it talks to the parent."""
+
+    def __init__(self, channel: Any) -> None:
+        self._channel = channel
+        self.began: tuple[float, float] | None = None
+        self.ended: tuple[float, float] | None = None
+
+    def begin(self) -> None:
+        """The measured part starts now (first datagram, first round trip): CPU counts from here.
+
+        Without it a receiver's CPU % would be diluted by the time it waited for the sender's
+        process to start, which is most of a quick run.
+        """
+        if self.began is None:
+            self.began = _cpu_now()
+
+    def end(self) -> None:
+        """The measured part is over; what follows (drain, linger, close) is not counted."""
+        if self.ended is None:
+            self.ended = _cpu_now()
+
+    def ready(self, info: Any = None) -> None:
+        """Tell the parent this side is listening (and, e.g., on which port)."""
+        self._channel.put(("ready", info))
+
+
+def _peak_rss_mib() -> float:
+    # VmHWM is the resident high-water mark of this process; ru_maxrss says the same in KiB
+    # on Linux. Prefer /proc and fall back where it is absent.
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+#: Set through `pin`: children are pinned, in the order they start, to the CPUs listed here,
+#: round robin (so the two sides of a benchmark get different cores).
+PIN_CPUS: list[int] = []
+_next_pin = 0
+
+
+def pin(cpus: Sequence[int]) -> None:
+    """Pin the children started from now on to `cpus`, round robin; () unpins.
+
+    Why: on this 2-core machine a ping-pong between two processes on the SAME core runs about
+    twice the round trips of one across cores (no cross-core wake-up), and the scheduler picks
+    either from run to run, so unpinned echo figures are bimodal (~24,000 vs ~12,000 RT/s) and
+    a ratio could compare one mode with the other. Pinning the first side (server, receiver)
+    to one core and the second (client, sender) to another makes every run the cross-core
+    case, which is also the one a real client and server are in.
+    """
+    global _next_pin
+    PIN_CPUS[:] = list(cpus)
+    _next_pin = 0
+
+
+def _child_main(
+    func: Callable[..., Any], args: tuple[Any, ...], channel: Any, cpu: int | None
+) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    # CPU is measured around the function only: the spawn start-up and imports are the same
+    # for every benchmark and would blur short runs.
+    control = Control(channel)
+    before = _cpu_now()
+    try:
+        value = func(control, *args)
+    except BaseException:  # anything, KeyboardInterrupt too: the parent must hear of it
+        channel.put(("error", traceback.format_exc()))
+        return
+    after = control.ended or _cpu_now()
+    before = control.began or before
+    usage = Usage(after[0] - before[0], after[1] - before[1], _peak_rss_mib())
+    channel.put(("done", value, usage))
+
+
+class Child:
+    """One side of a benchmark in its own spawned process."""
+
+    def __init__(self, name: str, func: Callable[..., Any], *args: Any) -> None:
+        context = mp.get_context("spawn")
+        self.name = name
+        self._channel: Any = context.Queue()
+        global _next_pin
+        cpu = None
+        if PIN_CPUS:
+            cpu = PIN_CPUS[_next_pin % len(PIN_CPUS)]
+            _next_pin += 1
+        self.cpu = cpu
+        self._process = context.Process(
+            target=_child_main, args=(func, args, self._channel, cpu), name=name, daemon=True
+        )
+        self.usage: Usage | None = None
+
+    def start(self) -> Child:
+        self._process.start()
+        return self
+
+    def _next(self, timeout: float) -> tuple[Any, ...]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                message: tuple[Any, ...] = self._channel.get(timeout=0.2)
+            except queue.Empty:
+                if not self._process.is_alive():
+                    # It may have put its last word just before exiting: look once more.
+                    try:
+                        message = self._channel.get(timeout=0.5)
+                    except queue.Empty:
+                        raise BenchError(
+                            f"{self.name}: child exited ({self._process.exitcode}) silently"
+                        ) from None
+                elif time.monotonic() >= deadline:
+                    raise BenchError(f"{self.name}: no answer within {timeout:.0f} s") from None
+                else:
+                    continue
+            if message[0] == "error":
+                raise BenchError(f"{self.name} failed:\n{message[1]}")
+            return message
+
+    def wait_ready(self, timeout: float = 30.0) -> Any:
+        message = self._next(timeout)
+        if message[0] != "ready":
+            raise BenchError(f"{self.name}: expected 'ready', got {message[0]!r}")
+        return message[1]
+
+    def result(self, timeout: float) -> Any:
+        message = self._next(timeout)
+        if message[0] == "ready":  # nobody waited for it
+            message = self._next(timeout)
+        if message[0] != "done":
+            raise BenchError(f"{self.name}: expected a result, got {message[0]!r}")
+        self.usage = message[2]
+        self._process.join(5)
+        return message[1]
+
+    def kill(self) -> None:
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+
+    def __enter__(self) -> Child:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        # Whatever happened, no child outlives its benchmark.
+        self.kill()
+
+
+def usage_extra(**children: Child) -> dict[str, Any]:
+    """CPU % of one core and peak RSS per side, for a Result's extra dict."""
+    extra: dict[str, Any] = {}
+    for role, child in children.items():
+        if child.usage is not None:
+            extra[f"{role}_cpu_pct"] = round(child.usage.cpu_percent, 1)
+            extra[f"{role}_cpu_s"] = round(child.usage.cpu_s, 3)
+            extra[f"{role}_peak_rss_mib"] = round(child.usage.peak_rss_mib, 1)
+    return extra
+
+
+# ------------------------------------------------------------------ reports
+
+
+def system_load() -> dict[str, float]:
+    """Load average and CPU pressure (PSI "some", % of time a task waited for a CPU).
+
+    Benchmarks on a shared 2-core machine are only as good as its idleness: recorded before
+    and after a run so that a report measured next to, say, a test suite says so.
+    """
+    load: dict[str, float] = {}
+    try:
+        with open("/proc/loadavg") as loadavg:
+            load["loadavg_1m"] = float(loadavg.read().split()[0])
+    except OSError:
+        pass
+    try:
+        with open("/proc/pressure/cpu") as pressure:
+            for line in pressure:
+                if line.startswith("some"):
+                    fields = dict(field.split("=") for field in line.split()[1:])
+                    load["cpu_pressure_avg10_pct"] = float(fields["avg10"])
+                    load["cpu_pressure_avg60_pct"] = float(fields["avg60"])
+    except (OSError, KeyError, ValueError):
+        pass
+    return load
+
+
+#: Above these the machine was not idle enough for figures to be trusted (see system_load).
+BUSY_LOADAVG = 0.7
+BUSY_PRESSURE_PCT = 5.0
+
+
+def busy_warning(loads: dict[str, dict[str, float]]) -> str | None:
+    busy = [
+        f"{when}: load {load.get('loadavg_1m', 0):.2f}, "
+        f"CPU pressure {load.get('cpu_pressure_avg10_pct', 0):.0f}%"
+        for when, load in loads.items()
+        # After the run the load average counts our own processes: only pressure tells then.
+        if (when == "before" and load.get("loadavg_1m", 0) > BUSY_LOADAVG)
+        or load.get("cpu_pressure_avg10_pct", 0) > BUSY_PRESSURE_PCT
+    ]
+    if not busy:
+        return None
+    return "**Warning: other work was running** (" + "; ".join(busy) + "); figures are low."
+
+
+def machine_info() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "kernel": platform.release(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def ratio(result: Result, by_key: dict[tuple[str, str], Result]) -> float | None:
+    if result.baseline is None:
+        return None
+    base = by_key.get(result.baseline)
+    if base is None or base.value == 0:
+        return None
+    return result.value / base.value
+
+
+def _figure(value: float, unit: str) -> str:
+    if unit == "µs":
+        return f"{value:,.0f} µs"
+    if unit == "MB/s":
+        return f"{value:,.1f} MB/s"
+    return f"{value:,.0f} {unit}"
+
+
+def _side_usage(extra: dict[str, Any]) -> str:
+    parts = []
+    for role in ("client", "server", "sender", "receiver"):
+        if f"{role}_cpu_pct" in extra:
+            parts.append(
+                f"{role} {extra[f'{role}_cpu_pct']:.0f}% / {extra[f'{role}_peak_rss_mib']:.0f} MiB"
+            )
+    return ", ".join(parts)
+
+
+def markdown(
+    results: list[Result],
+    skipped: dict[str, str],
+    failed: dict[str, str],
+    machine: dict[str, Any],
+    settings: Settings,
+) -> str:
+    by_key = {(r.name, r.metric): r for r in results}
+    lines = [
+        f"# Benchmarks {machine['date']}",
+        "",
+    ]
+    warning = busy_warning(machine.get("load", {}))
+    if warning:
+        lines += [warning, ""]
+    lines += [
+        f"{machine['cpu']}, {machine['cores']} cores, {machine['implementation']} "
+        f"{machine['python']}, Linux {machine['kernel']}; {settings.duration:g} s per "
+        f"measurement{' (quick)' if settings.quick else ''}; loopback; "
+        + (
+            f"the two sides pinned to CPUs {', '.join(map(str, settings.pin))}."
+            if settings.pin
+            else "sides not pinned to CPUs."
+        ),
+        "",
+        "Ratios are to the raw trio UDP baseline of this same run (`x raw`); for latency a "
+        "ratio above 1 is slower. Message rates compare to raw 64-byte datagrams/s (one "
+        "datagram per message), MB/s to raw 1408-byte (one MTU) datagrams.",
+        "",
+        "| benchmark | metric | figure | vs raw | CPU (% of a core) / peak RSS |",
+        "|---|---|---|---|---|",
+    ]
+    for result in results:
+        r = ratio(result, by_key)
+        shown = "baseline" if result.baseline is None else ("n/a" if r is None else f"{r:.2f} x")
+        lines.append(
+            f"| {result.name} | {result.metric} | {_figure(result.value, result.unit)} "
+            f"| {shown} | {_side_usage(result.extra)} |"
+        )
+    if skipped:
+        lines += ["", "Skipped:", ""]
+        lines += [f"- {name}: {reason}" for name, reason in skipped.items()]
+    if failed:
+        lines += ["", "Failed:", ""]
+        lines += [
+            f"- {name}: {reason.strip().splitlines()[-1] if reason.strip() else '?'}"
+            for name, reason in failed.items()
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(
+    results: list[Result],
+    skipped: dict[str, str],
+    failed: dict[str, str],
+    settings: Settings,
+    directory: Path = RESULTS_DIR,
+    load_before: dict[str, float] | None = None,
+) -> tuple[Path, Path, str]:
+    """Write `<timestamp>.json` and `latest.md` under `directory`; return both and the table."""
+    directory.mkdir(parents=True, exist_ok=True)
+    machine = machine_info()
+    # "before" is the idle machine (or not); "after" includes the run's own last minute, so
+    # only its pressure figure (a task of ours waiting means a CPU was taken) is telling.
+    machine["load"] = {"before": load_before or {}, "after": system_load()}
+    by_key = {(r.name, r.metric): r for r in results}
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    json_path = directory / f"{stamp}.json"
+    document = {
+        "machine": machine,
+        "settings": attrs.asdict(settings),
+        "argv": sys.argv[1:],
+        "results": [{**attrs.asdict(r), "ratio_to_raw": ratio(r, by_key)} for r in results],
+        "skipped": skipped,
+        "failed": failed,
+    }
+    json_path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    table = markdown(results, skipped, failed, machine, settings)
+    md_path = directory / "latest.md"
+    md_path.write_text(table)
+    return json_path, md_path, table

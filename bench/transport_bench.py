@@ -1,0 +1,332 @@
+"""echo's own transport, measured the way the raw baselines are: two processes on loopback.
+
+- one-way: a publisher offers messages of 64 B, 1 KiB and 16 KiB as fast as the transport takes
+  them; a subscriber in another process counts them, checking that every sequence number
+  arrives once and in order. msgs/s and MB/s as received.
+- echo: each process has a publication and a subscription (A pub -> B sub on one port,
+  B pub -> A sub on another); round trips/s and p50/p99/p99.9 of 64-byte messages.
+
+Uses only the public surface of DESIGN.md §4 (`open_transport`, `offer`, `send`, `poll`,
+`receive`, `wait_connected`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import struct
+import time
+from typing import Any
+
+import trio
+import trio.lowlevel
+
+from bench.harness import (
+    BenchError,
+    Child,
+    Control,
+    Result,
+    Settings,
+    Skip,
+    free_udp_port,
+    latency_summary,
+    round_trip_results,
+    usage_extra,
+)
+
+ONEWAY_SIZES = (64, 1024, 16384)
+ECHO_SIZE = 64
+STREAM_ID = 1001
+REPLY_STREAM_ID = 1002
+_SEQUENCE = struct.Struct("<Q")
+#: The last message of a one-way run carries this sequence number: "that was all".
+END = (1 << 64) - 1
+#: The echo client's goodbye; data messages are ECHO_SIZE long, so length tells them apart.
+BYE = b"!"
+
+
+def require_transport() -> None:
+    """Skip, with a note, until `echo.transport.open_transport` exists."""
+    try:
+        module = importlib.import_module("echo.transport")
+    except ImportError as error:
+        raise Skip(f"echo.transport does not import: {error}") from None
+    if not hasattr(module, "open_transport") or not hasattr(module, "TransportConfig"):
+        raise Skip("echo.transport.open_transport / TransportConfig are not there yet")
+
+
+def _channel(port: int) -> str:
+    return f"aeron:udp?endpoint=127.0.0.1:{port}"
+
+
+def _warmup(duration: float) -> float:
+    return min(0.5, duration * 0.1)
+
+
+# ------------------------------------------------------------------ one-way
+
+
+def subscriber(ctl: Control, port: int, limit: float) -> dict[str, Any]:
+    return trio.run(_subscriber, ctl, port, limit)
+
+
+async def _subscriber(ctl: Control, port: int, limit: float) -> dict[str, Any]:
+    from echo.transport import TransportConfig, open_transport
+
+    clock = time.perf_counter
+    unpack_from = _SEQUENCE.unpack_from
+    state = {"count": 0, "bytes": 0, "first": 0.0, "out_of_order": 0, "done": False}
+    expected = 0
+
+    def handler(message: Any) -> None:
+        nonlocal expected
+        data = message.data
+        (sequence,) = unpack_from(data)
+        if sequence == END:
+            state["done"] = True
+            return
+        if sequence != expected:
+            state["out_of_order"] += 1
+        expected = sequence + 1
+        state["count"] += 1
+        state["bytes"] += len(data)
+
+    async with open_transport(TransportConfig()) as transport:
+        sub = await transport.add_subscription(_channel(port), stream_id=STREAM_ID)
+        ctl.ready()
+        last = 0.0
+        with trio.move_on_after(limit) as scope:
+            while not state["done"]:
+                if sub.poll(handler, fragment_limit=1024):
+                    # Per poll, not per message: the clock read would cost as much as a message.
+                    last = clock()
+                    if not state["first"]:
+                        ctl.begin()
+                        state["first"] = last
+                else:
+                    await sub.wait_activity()
+            ctl.end()
+            # Stay a moment so the status messages that let the publisher's close() see
+            # everything consumed still go out.
+            await trio.sleep(0.2)
+        if scope.cancelled_caught:
+            raise BenchError(f"transport subscriber: no end message within {limit:.0f} s")
+        counters = transport.counters
+    return {
+        "count": state["count"],
+        "bytes": state["bytes"],
+        "elapsed": last - float(state["first"]),
+        "out_of_order": state["out_of_order"],
+        "counters": _counter_dict(counters),
+    }
+
+
+def publisher(ctl: Control, port: int, size: int, duration: float) -> dict[str, Any]:
+    return trio.run(_publisher, ctl, port, size, duration)
+
+
+async def _publisher(ctl: Control, port: int, size: int, duration: float) -> dict[str, Any]:
+    from echo.transport import TransportConfig, open_transport
+
+    clock = time.perf_counter
+    pack_into = _SEQUENCE.pack_into
+    payload = bytearray(size)
+    sequence = 0
+    waits = 0
+    async with open_transport(TransportConfig()) as transport:
+        pub = await transport.add_publication(_channel(port), stream_id=STREAM_ID)
+        await pub.wait_connected(timeout=10)
+        ctl.ready()
+        offer = pub.offer
+        ctl.begin()
+        start = clock()
+        end = start + duration
+        while clock() < end:
+            for _ in range(64):
+                pack_into(payload, 0, sequence)
+                # flush=False: offers made together share datagrams (the transport batches
+                # frames up to the MTU); the checkpoint below lets the driver send them.
+                result = offer(payload, flush=False)
+                if result < 0:
+                    # BACK_PRESSURED (the receiver's window is full) or ADMIN_ACTION (term
+                    # rotated: offer again). `send` offers again and, while refused, parks
+                    # until the driver reports progress (a status message opened the
+                    # window): no spinning. NOT_CONNECTED ends in SendError, as it should.
+                    waits += 1
+                    await pub.send(payload, timeout=10)
+                sequence += 1
+            await trio.lowlevel.checkpoint()
+        elapsed = clock() - start
+        ctl.end()
+        pack_into(payload, 0, END)
+        await pub.send(payload[:8], timeout=10)
+        await pub.close(timeout=3)
+        counters = transport.counters
+    return {
+        "sent": sequence,
+        "elapsed": elapsed,
+        "back_pressure_waits": waits,
+        "counters": _counter_dict(counters),
+    }
+
+
+def _counter_dict(counters: Any) -> dict[str, int]:
+    # The transport's own counters (datagrams, NAKs, retransmits...), non-zero ones, for the
+    # record: they explain a figure (e.g. datagrams per message shows the batching).
+    snapshot = getattr(counters, "snapshot", None)
+    fields: dict[str, Any] = snapshot() if callable(snapshot) else {}
+    return {key: value for key, value in fields.items() if isinstance(value, int) and value}
+
+
+def transport_oneway(settings: Settings, sizes: tuple[int, ...] = ONEWAY_SIZES) -> list[Result]:
+    require_transport()
+    results: list[Result] = []
+    limit = settings.duration + settings.slack
+    for size in sizes:
+        port = free_udp_port()
+        with Child("transport subscriber", subscriber, port, limit) as receiver:
+            receiver.wait_ready()
+            with Child("transport publisher", publisher, port, size, settings.duration) as sender:
+                sent = sender.result(limit)
+                got = receiver.result(limit)
+        if got["out_of_order"]:
+            raise BenchError(f"transport one-way {size} B: {got['out_of_order']} out of order")
+        if got["count"] != sent["sent"]:
+            raise BenchError(
+                f"transport one-way {size} B: offered {sent['sent']}, received {got['count']}"
+            )
+        if got["elapsed"] <= 0:
+            raise BenchError(f"transport one-way {size} B: too few messages to time")
+        name = f"transport_oneway_{size}"
+        extra: dict[str, Any] = {
+            "size": size,
+            "messages": got["count"],
+            "back_pressure_waits": sent["back_pressure_waits"],
+            "offered_per_s": round(sent["sent"] / sent["elapsed"]),
+            "sender_counters": sent["counters"],
+            "receiver_counters": got["counters"],
+        }
+        extra.update(usage_extra(sender=sender, receiver=receiver))
+        results.append(
+            Result(
+                name,
+                "msgs/s",
+                got["count"] / got["elapsed"],
+                "msg/s",
+                extra,
+                ("raw_oneway_64", "datagrams/s"),
+            )
+        )
+        results.append(
+            Result(
+                name,
+                "MB/s",
+                got["bytes"] / got["elapsed"] / 1e6,
+                "MB/s",
+                {},
+                ("raw_oneway_1408", "MB/s"),
+            )
+        )
+    return results
+
+
+# ------------------------------------------------------------------ echo
+
+
+def echo_responder(ctl: Control, in_port: int, out_port: int, limit: float) -> dict[str, Any]:
+    return trio.run(_echo_responder, ctl, in_port, out_port, limit)
+
+
+async def _echo_responder(
+    ctl: Control, in_port: int, out_port: int, limit: float
+) -> dict[str, Any]:
+    from echo.transport import TransportConfig, open_transport
+
+    echoed = 0
+    async with open_transport(TransportConfig()) as transport:
+        sub = await transport.add_subscription(_channel(in_port), stream_id=STREAM_ID)
+        pub = await transport.add_publication(_channel(out_port), stream_id=REPLY_STREAM_ID)
+        ctl.ready()
+        with trio.move_on_after(limit):
+            async for message in sub:
+                ctl.begin()
+                await pub.send(message.data, timeout=10)
+                if message.data == BYE:
+                    ctl.end()
+                    await pub.close(timeout=3)
+                    return {"echoed": echoed}
+                echoed += 1
+    raise BenchError("transport echo responder: the client never said goodbye")
+
+
+def echo_initiator(ctl: Control, out_port: int, in_port: int, duration: float) -> dict[str, Any]:
+    return trio.run(_echo_initiator, ctl, out_port, in_port, duration)
+
+
+async def _echo_initiator(
+    ctl: Control, out_port: int, in_port: int, duration: float
+) -> dict[str, Any]:
+    from echo.transport import TransportConfig, open_transport
+
+    clock = time.perf_counter_ns
+    payload = bytearray(ECHO_SIZE)
+    pack_into = _SEQUENCE.pack_into
+    unpack_from = _SEQUENCE.unpack_from
+    samples: list[int] = []
+    sequence = 0
+    async with open_transport(TransportConfig()) as transport:
+        sub = await transport.add_subscription(_channel(in_port), stream_id=REPLY_STREAM_ID)
+        pub = await transport.add_publication(_channel(out_port), stream_id=STREAM_ID)
+        with trio.fail_after(10):
+            await pub.wait_connected()
+            # The reply stream is up once the responder's publication has an image here.
+            while not sub.is_connected:
+                await sub.wait_activity()
+        ctl.ready()
+        with trio.fail_after(duration + 30):
+            for phase, keep in ((_warmup(duration), False), (duration, True)):
+                if keep:
+                    ctl.begin()
+                started = clock()
+                end = started + int(phase * 1e9)
+                count = 0
+                while True:
+                    start = clock()
+                    if start >= end:
+                        break
+                    pack_into(payload, 0, sequence)
+                    if pub.offer(payload) < 0:
+                        await pub.send(payload, timeout=10)
+                    reply = await sub.receive()
+                    if len(reply.data) != ECHO_SIZE or unpack_from(reply.data)[0] != sequence:
+                        raise BenchError(f"transport echo: wrong reply to {sequence}")
+                    if keep:
+                        samples.append(clock() - start)
+                    sequence += 1
+                    count += 1
+                elapsed = (clock() - started) / 1e9
+            ctl.end()
+            await pub.send(BYE, timeout=10)
+            while (await sub.receive()).data != BYE:
+                pass
+        await pub.close(timeout=3)
+    summary: dict[str, Any] = latency_summary(samples)
+    summary["round_trips_per_s"] = count / elapsed
+    summary["round_trips"] = count
+    return summary
+
+
+def transport_echo(settings: Settings) -> list[Result]:
+    require_transport()
+    limit = settings.duration + settings.slack
+    port_a, port_b = free_udp_port(), free_udp_port()
+    # B listens on port_a and answers to port_b, where A listens.
+    with Child("transport echo responder", echo_responder, port_a, port_b, limit) as server:
+        server.wait_ready()
+        with Child(
+            "transport echo initiator", echo_initiator, port_a, port_b, settings.duration
+        ) as client:
+            summary = client.result(limit)
+            server.result(limit)
+    extra = {"size": ECHO_SIZE, "round_trips": summary["round_trips"]}
+    extra.update(usage_extra(client=client, server=server))
+    return round_trip_results(f"transport_echo_{ECHO_SIZE}", summary, "raw_echo_64", extra)
