@@ -600,6 +600,7 @@ class Transport:
                 rng=driver.rng,
                 limit_amplification=config.validate_addresses,
                 max_images=config.max_images,
+                limiter=driver.limiter,
             )
             sep = SocketEndpoint(sock, new_receiver, key)
             self._subscriptions[sep] = {}

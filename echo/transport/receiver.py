@@ -49,7 +49,7 @@ from echo.transport.logbuffer import (
     rebuild_offset,
     scan_for_gap,
 )
-from echo.transport.validation import SM_COOKIE_FLAG
+from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
 
 Send = Callable[[bytes | memoryview, Address], bool]
 Deliver = Callable[[bytes], None]
@@ -515,8 +515,10 @@ class ReceiveEndpoint:
         rng: random.Random | None = None,
         limit_amplification: bool = True,
         max_images: int = 1024,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.counters = counters
+        self.limiter = limiter or RateLimiter()
         self.receiver_id = receiver_id
         self.limit_amplification = limit_amplification
         self._cookie = (0, 0)
@@ -628,6 +630,11 @@ class ReceiveEndpoint:
         # Data of a session we have no image for (its SETUP was lost, or we joined an MDC stream
         # late): ask its source for a SETUP, at most once per interval.
         if now < self._elicited.get(key, -math.inf) + self.timers.setup_elicit_interval:
+            return
+        # ...and at a bounded rate per source host: a flood of forged data for ever-new
+        # sessions must not become a flood of SMs towards the forged address.
+        if not self.limiter.allow(str(source[0]), now):
+            self.counters.rate_limited += 1
             return
         self._elicited[key] = now
         self._pending.append((key, source))

@@ -291,3 +291,26 @@ async def test_cookie_exchange_registers_a_real_subscriber() -> None:
             assert (await sub.receive()).data == b"validated"
         assert server.counters.cookie_challenges_sent >= 1
         assert client.counters.cookies_received >= 1
+
+
+async def test_setup_elicitations_towards_one_host_are_rate_limited() -> None:
+    from echo.transport.frames import DataHeader
+
+    port = free_port()
+    config = TransportConfig(unvalidated_reply_rate=10.0, unvalidated_reply_burst=5.0)
+    async with open_transport(config) as transport:
+        await transport.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+            forger.bind(("127.0.0.1", 0))
+            for session in range(200):  # data of 200 sessions nobody announced
+                frame = DataHeader(
+                    frame_length=64,
+                    flags=0xC0,
+                    term_offset=0,
+                    session_id=session,
+                    stream_id=STREAM,
+                    term_id=1,
+                ).encode()
+                forger.sendto(frame + bytes(32), ("127.0.0.1", port))
+            await wait_for(lambda: transport.counters.rate_limited > 150)
+        assert transport.counters.setup_elicitations_sent <= 10
