@@ -45,7 +45,6 @@ from echo.server.config import ServerConfig
 from echo.server.limits import AddressCounter, address_key
 from echo.timers import echo_timers
 from echo.transport import (
-    NOT_CONNECTED,
     Image,
     Message,
     Publication,
@@ -230,18 +229,15 @@ class EchoServer:
         result = self.all_clients_pub.offer(text, flush=False)
         if result > 0:
             return
-        if result == NOT_CONNECTED:
-            # Nobody is registered to hear it (a forged HELLO, or the client left): drop it.
-            log.debug("reply_dropped", client_session=client_session, reason="not connected")
-            return
-        # Back pressure or a term rotation: retry in the background, bounded, as the guide's
+        # Not connected (the client's SM was lost, it is a validated address so it is there),
+        # back pressure or a term rotation: retry in the background, bounded, as the guide's
         # sendMessage did, but without serialising every other client behind this one.
         self._nursery.start_soon(self._send_later, text, client_session)
 
     async def _send_later(self, text: bytes, client_session: int) -> None:
         assert self.all_clients_pub is not None
         try:
-            await self.all_clients_pub.send(text, timeout=0.5)
+            await self.all_clients_pub.send(text, timeout=2.0)
         except SendError as error:
             log.warning("reply_failed", client_session=client_session, error=error.name)
 

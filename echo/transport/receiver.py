@@ -157,6 +157,7 @@ class Image:
         # the image never sends it more bytes than it has received from it.
         self.budgeted = budgeted
         self.budget = 0
+        self.starved = False
         self._builder: bytearray | None = None
         self._builder_next = 0
         self.created = now
@@ -313,11 +314,15 @@ class Image:
 
     def credit(self, size: int) -> None:
         self.budget += size
+        self.starved = False
 
     def _send(self, datagram: bytes, send: Send) -> bool:
         if self.budgeted:
             if self.budget < len(datagram):
+                # Nothing more may go to this source until it sends us something: stop
+                # asking to be polled (the next datagram from it credits us and polls us).
                 self.counters.amplification_limited += 1
+                self.starved = True
                 return False
             self.budget -= len(datagram)
         return send(datagram, self.control_address)
@@ -342,7 +347,9 @@ class Image:
             self._gaps = {}
 
         consumption = self.subscriber_position
-        if now >= self._sm_deadline or self._window_update_due(consumption, now):
+        if not self.starved and (
+            now >= self._sm_deadline or self._window_update_due(consumption, now)
+        ):
             if self._send(self._status_message(), send):
                 counters.status_messages_sent += 1
                 self.last_sm_position = consumption
@@ -442,7 +449,10 @@ class Image:
     def next_deadline(self, now: float) -> float:
         if self.state is not ImageState.ACTIVE:
             return now
-        deadline = min(self._sm_deadline, self._last_packet + self.timers.liveness_timeout)
+        liveness = self._last_packet + self.timers.liveness_timeout
+        if self.starved:
+            return liveness  # nothing can be sent before the source sends us more
+        deadline = min(self._sm_deadline, liveness)
         if self.is_end_of_stream:
             return now
         if self.rebuild_position < self.hwm:
