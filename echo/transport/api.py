@@ -669,20 +669,16 @@ class Transport:
         self._closed = True
         for sep, pubs in list(self._publications.items()):
             for publication in pubs:
-                publication._state.announce_end(functools.partial(_fan_out, sep))
+                sender = sep.endpoint
+                assert isinstance(sender, SendEndpoint)
+                publication._state.announce_end(
+                    functools.partial(sender.emit_to_all, send=sep.send)
+                )
         for sep in list(self._subscriptions):
             endpoint = sep.endpoint
             assert isinstance(endpoint, ReceiveEndpoint)
             endpoint.close(sep.send)
         self._driver.close()
-
-
-def _fan_out(sep: SocketEndpoint, datagram: bytes | memoryview) -> bool:
-    endpoint = sep.endpoint
-    assert isinstance(endpoint, SendEndpoint)
-    for address in endpoint.destinations:
-        sep.send(datagram, address)
-    return True
 
 
 @asynccontextmanager

@@ -9,6 +9,7 @@ stops and tries again on the next poll instead of losing its place.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Callable
 
@@ -692,17 +693,17 @@ class SendEndpoint:
             removed = self.dynamic.expire(now)
             if removed:
                 self.counters.destinations_removed += removed
-        destinations = self.destinations
-
-        def emit(datagram: bytes | memoryview) -> bool:
-            ok = True
-            for address in destinations:
-                if not send(datagram, address):
-                    ok = False
-            return ok
-
+        emit = functools.partial(self.emit_to_all, send=send)
         for publication in list(self.publications.values()):
             publication.poll(now, emit)
+
+    def emit_to_all(self, datagram: bytes | memoryview, send: Send) -> bool:
+        """Send one datagram to every destination; False if any send would block."""
+        ok = True
+        for address in self.destinations:
+            if not send(datagram, address):
+                ok = False
+        return ok
 
     def next_deadline(self, now: float) -> float:
         if self._challenges:
