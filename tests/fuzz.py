@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import random
 import re
 import signal
@@ -40,6 +42,10 @@ from echo.transport.frames import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+# Datagrams sent between two looks at the clock (pacing granularity).
+_PACING = 10
+# Round trips ending this close to a phase change count in neither phase.
+_GUARD = 0.05
 _I32 = (-(2**31), -1, 0, 1, 2**31 - 1, 0x7FFFFFE0, 65536, 16 * 1024 * 1024)
 
 
@@ -150,7 +156,7 @@ def _free_base() -> int:
 class ClientWatcher:
     """Runs echo-client and collects the duologue ports and every round trip it prints."""
 
-    def __init__(self, base: int) -> None:
+    def __init__(self, base: int, interval: float, cpus: set[int] | None) -> None:
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -161,7 +167,7 @@ class ClientWatcher:
                 "--control-port",
                 str(base + 1),
                 "--interval",
-                "0.005",
+                str(interval),
                 "--timeout",
                 "10",
             ],
@@ -170,8 +176,10 @@ class ClientWatcher:
             text=True,
             cwd=REPO,
         )
+        if cpus is not None:
+            os.sched_setaffinity(self.process.pid, cpus)
         self.ports: tuple[int, int] | None = None
-        self.rtts: list[tuple[float, float]] = []  # (when, ms)
+        self.rtts: list[tuple[float, float]] = []  # (when read, ms)
         self.ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -186,14 +194,52 @@ class ClientWatcher:
             if found:
                 self.rtts.append((time.monotonic(), float(found.group(1))))
 
-    def p99(self, start: float, end: float) -> float:
-        values = sorted(ms for when, ms in self.rtts if start <= when <= end)
-        if not values:
-            return float("nan")
-        return values[min(len(values) - 1, int(0.99 * len(values)))]
+    def samples(self, windows: list[tuple[float, float]]) -> list[float]:
+        return sorted(ms for when, ms in self.rtts if any(a <= when <= b for a, b in windows))
 
 
-def run(datagrams: int, rate: float, seed: int, baseline_seconds: float) -> dict[str, Any]:
+def percentile(values: list[float], q: float) -> float:
+    """The `q` quantile (nearest rank) of sorted `values`; NaN if there are none."""
+    if not values:
+        return float("nan")
+    return values[max(0, min(len(values) - 1, math.ceil(q * len(values)) - 1))]
+
+
+def split_cpus() -> tuple[set[int], set[int]] | None:
+    """(cpus for the server and client, cpus for the fuzzer), or None on a single CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return set(cpus[:-1]), {cpus[-1]}
+
+
+def run(
+    datagrams: int,
+    rate: float,
+    seed: int,
+    baseline_seconds: float,
+    *,
+    phase_seconds: float = 1.0,
+    interval: float = 0.005,
+    pin: bool = True,
+) -> dict[str, Any]:
+    """Fuzz `datagrams` per port at `rate` datagrams/s in all; see the module docstring.
+
+    The client's baseline is measured in the same run and under the same conditions: quiet
+    phases of `phase_seconds` alternate with fuzz phases of the same length, so load from
+    anything else on the machine falls on both alike; `baseline_seconds` is the quiet time
+    before the first fuzz phase, added to the baseline. Round trips that end within
+    `_GUARD` of a phase change are left out of both (one in flight when the fuzz starts or
+    stops belongs to neither).
+    """
+    split = split_cpus() if pin else None
+    serving_cpus, fuzzer_cpus = split if split is not None else (None, None)
+    if fuzzer_cpus is not None:
+        # The attacker's CPU is not the server's in reality: pin this process (the fuzzer)
+        # to its own core and the server and client to the others, so that what is measured
+        # is what junk costs the server, not which process the scheduler ran. On this 2-core
+        # machine sharing the cores made p99 1.5x-3.6x the baseline in unpinned runs.
+        os.sched_setaffinity(0, fuzzer_cpus)
     base = _free_base()
     server = subprocess.Popen(
         [
@@ -214,6 +260,8 @@ def run(datagrams: int, rate: float, seed: int, baseline_seconds: float) -> dict
         text=True,
         cwd=REPO,
     )
+    if serving_cpus is not None:
+        os.sched_setaffinity(server.pid, serving_cpus)
     log: list[str] = []
 
     def read_server() -> None:
@@ -227,43 +275,59 @@ def run(datagrams: int, rate: float, seed: int, baseline_seconds: float) -> dict
         if server.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError("echo-server did not start:\n" + "".join(log))
         time.sleep(0.05)
-    client = ClientWatcher(base)
+    client = ClientWatcher(base, interval, serving_cpus)
+    quiet: list[tuple[float, float]] = []
+    fuzzed: list[tuple[float, float]] = []
     try:
         if not client.ready.wait(30) or client.ports is None:
             raise RuntimeError("echo-client did not get a duologue")
         data_port, control_port = client.ports
         time.sleep(0.5)
-        t0 = time.monotonic()
-        time.sleep(baseline_seconds)
-        t1 = time.monotonic()
-        rss_before = rss_kib(server.pid)
         rng = random.Random(seed)
         frames = seed_frames(rng)
         source = mutations(rng, frames)
-        targets = {
-            "all_clients_data": base,
-            "all_clients_control": base + 1,
-            "duologue_data": data_port,
-            "duologue_control": control_port,
-        }
-        sent = dict.fromkeys(targets, 0)
+        targets = [
+            ("all_clients_data", base),
+            ("all_clients_control", base + 1),
+            ("duologue_data", data_port),
+            ("duologue_control", control_port),
+        ]
+        sent = {name: 0 for name, _ in targets}
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-        started = time.monotonic()
         total = datagrams * len(targets)
-        for i in range(total):
-            name = list(targets)[i % len(targets)]
-            try:
-                sock.sendto(next(source), ("127.0.0.1", targets[name]))
-                sent[name] += 1
-            except OSError:
-                pass
-            if i % 200 == 0:
-                ahead = i / rate - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)
-        t2 = time.monotonic()
-        time.sleep(0.5)
+        per_phase = max(1, round(rate * phase_seconds))
+        t0 = time.monotonic()
+        rss_before = rss_kib(server.pid)
+        quiet_start, quiet_until = t0, t0 + baseline_seconds
+        i = 0
+        while i < total:
+            # The next phase's datagrams are made during the quiet phase, so that the fuzz
+            # phase only sends.
+            batch = [next(source) for _ in range(min(per_phase, total - i))]
+            time.sleep(max(0.0, quiet_until - time.monotonic()))
+            started = time.monotonic()
+            quiet.append((quiet_start, started))
+            for k, datagram in enumerate(batch):
+                name, port = targets[(i + k) % len(targets)]
+                try:
+                    sock.sendto(datagram, ("127.0.0.1", port))
+                    sent[name] += 1
+                except OSError:
+                    pass
+                if k % _PACING == 0:
+                    # Paced in steps of _PACING datagrams (1 ms at 10,000/s): a steady rate,
+                    # not bursts of hundreds that any server would queue behind.
+                    ahead = k / rate - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+            i += len(batch)
+            time.sleep(max(0.0, len(batch) / rate - (time.monotonic() - started)))
+            ended = time.monotonic()
+            fuzzed.append((started, ended))
+            quiet_start, quiet_until = ended, ended + phase_seconds
+        time.sleep(max(0.0, quiet_until - time.monotonic()))
+        quiet.append((quiet_start, quiet_until))
         rss_after = rss_kib(server.pid)
         alive = server.poll() is None
         client_alive = client.process.poll() is None
@@ -282,9 +346,13 @@ def run(datagrams: int, rate: float, seed: int, baseline_seconds: float) -> dict
         if '"transport_counters"' in line:
             counters = json.loads(line)
     exceptions = [line for line in log if "Traceback" in line or '"level": "error"' in line]
+    baseline = client.samples([(a + _GUARD, b - _GUARD) for a, b in quiet])
+    under_fuzz = client.samples([(a + _GUARD, b + _GUARD) for a, b in fuzzed])
     return {
         "datagrams_per_port": sent,
-        "seconds": round(t2 - t1, 1),
+        "fuzz_seconds": round(sum(b - a for a, b in fuzzed), 1),
+        "fuzz_phases": len(fuzzed),
+        "pinned": None if split is None else [sorted(cpus) for cpus in split],
         "server_alive_after_fuzz": alive,
         "server_exit": server_code,
         "client_alive_after_fuzz": client_alive,
@@ -292,8 +360,13 @@ def run(datagrams: int, rate: float, seed: int, baseline_seconds: float) -> dict
         "rss_kib_before": rss_before,
         "rss_kib_after": rss_after,
         "exceptions_in_server_log": len(exceptions),
-        "client_p99_ms_baseline": client.p99(t0, t1),
-        "client_p99_ms_under_fuzz": client.p99(t1, t2),
+        "client_samples_baseline": len(baseline),
+        "client_samples_under_fuzz": len(under_fuzz),
+        "client_p50_ms_baseline": percentile(baseline, 0.5),
+        "client_p50_ms_under_fuzz": percentile(under_fuzz, 0.5),
+        "client_p99_ms_baseline": percentile(baseline, 0.99),
+        "client_p99_ms_under_fuzz": percentile(under_fuzz, 0.99),
+        "client_p99_ratio": round(percentile(under_fuzz, 0.99) / percentile(baseline, 0.99), 2),
         "invalid_frames": counters.get("invalid_frames", 0),
         "server_counters": {k: v for k, v in counters.items() if k.startswith("invalid")},
     }
@@ -304,9 +377,34 @@ def main() -> None:
     parser.add_argument("--datagrams", type=int, default=1_000_000, help="per port")
     parser.add_argument("--rate", type=float, default=20_000.0, help="datagrams/s in all")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--baseline-seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--baseline-seconds", type=float, default=3.0, help="quiet time before the first fuzz"
+    )
+    parser.add_argument(
+        "--phase-seconds", type=float, default=1.0, help="length of each fuzz and quiet phase"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=0.005, help="the echoing client's --interval"
+    )
+    parser.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="let the fuzzer share the server's and client's CPUs",
+    )
     args = parser.parse_args()
-    print(json.dumps(run(args.datagrams, args.rate, args.seed, args.baseline_seconds), indent=2))
+    if args.datagrams < 1 or args.rate <= 0 or args.phase_seconds <= 0 or args.interval < 0:
+        parser.error("--datagrams, --rate and --phase-seconds must be positive")
+    result = run(
+        args.datagrams,
+        args.rate,
+        args.seed,
+        args.baseline_seconds,
+        phase_seconds=args.phase_seconds,
+        interval=args.interval,
+        pin=args.pin,
+    )
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
