@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import pytest
 import trio
 
 from echo.client.client import ClientConfig, EchoClient
@@ -15,6 +19,7 @@ from echo.client.machine import ClientState, FailureKind
 from echo.protocol import ECHO_STREAM_ID, Hello, decrypt_session, format_message
 from echo.server.server import EchoServer
 from echo.transport import TransportConfig, open_transport
+from tests.netlab.lab import require_netns_support
 from tests.server.test_server import Events, free_base, hello, join, server_config
 from tests.test_cli import ports, server_process
 
@@ -67,7 +72,40 @@ async def test_an_unjoined_duologue_is_evicted_so_the_victim_connects_before_exp
         await server.stop()
 
 
-async def test_a_killed_client_frees_its_duologue_within_liveness_plus_expiry() -> None:
+@pytest.fixture
+def fresh_netns() -> Iterator[Callable[[], int]]:
+    """Run the test's sockets in a new network namespace of their own, with only `lo` up.
+
+    Yields a function that reads the namespace's ICMP destination-unreachables sent so far
+    (/proc/net/snmp `Icmp: OutDestUnreachs`): nobody else's traffic counts in it. Only this
+    (main) thread moves, and moves back afterwards: sockets stay in the namespace they were
+    created in.
+    """
+    require_netns_support()
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newnet = 0x40000000
+    with open("/proc/thread-self/ns/net") as home:
+        if libc.unshare(clone_newnet) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+        try:
+            # A child forked from this thread inherits its namespace.
+            subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+            def out_dest_unreachs() -> int:
+                lines = Path("/proc/thread-self/net/snmp").read_text().splitlines()
+                names, values = [line.split()[1:] for line in lines if line.startswith("Icmp:")]
+                return int(values[names.index("OutDestUnreachs")])
+
+            yield out_dest_unreachs
+        finally:
+            if libc.setns(home.fileno(), clone_newnet) != 0:
+                raise OSError(ctypes.get_errno(), "setns back to the original namespace")
+
+
+@pytest.mark.netns
+async def test_a_killed_client_frees_its_duologue_within_liveness_plus_expiry(
+    fresh_netns: Callable[[], int],
+) -> None:
     base = free_base(6)
     config = server_config(base, duologue_expiry=1.0)
     transport = TransportConfig(image_liveness_timeout=1.0)
@@ -81,18 +119,51 @@ async def test_a_killed_client_frees_its_duologue_within_liveness_plus_expiry() 
             ClientConfig(port=config.port, control_port=config.control_port, interval=0.05),
             on_echo=lambda echo: first_echo.set(),
         )
+        # Another client echoes throughout: the server keeps serving it while the killed
+        # client's ports answer every heartbeat and SM with an ICMP port unreachable.
+        other_echoes: list[float] = []
+        other_started = trio.Event()
+        other = EchoClient(
+            ClientConfig(port=config.port, control_port=config.control_port, interval=0.02),
+            on_echo=lambda echo: (other_echoes.append(trio.current_time()), other_started.set()),
+        )
+        other_done = trio.Event()
+
+        async def run_other() -> None:
+            await other.run()
+            other_done.set()
+
         async with trio.open_nursery() as clients:
             clients.start_soon(client.run)
+            clients.start_soon(run_other)
             with trio.fail_after(5):
                 await first_echo.wait()
+                await other_started.wait()
             # Pull the cable: the client's sockets vanish without an end-of-stream.
             assert client._transport is not None
             client._transport._driver.close()
             killed = trio.current_time()
+            unreachables_before = fresh_netns()
             closed = await events.wait_for("duologue_closed", timeout=5)
-            clients.cancel_scope.cancel()
+            gone = trio.current_time()
+            unreachables = fresh_netns() - unreachables_before
+            assert other.machine.state is ClientState.ECHOING
+            other.stop()
+            with trio.fail_after(5):
+                await other_done.wait()
+            clients.cancel_scope.cancel()  # the killed client's run, which nothing will end
         assert closed["reason"] == "client gone"
-        assert trio.current_time() - killed < 1.0 + 1.0 + 0.5
+        assert gone - killed < 1.0 + 1.0 + 0.5
+        # The kernel really did answer: heartbeats every 0.1 s and SMs every 0.2 s to two
+        # closed ports for over a second make a dozen or more.
+        assert unreachables >= 5, unreachables
+        # ...and the other client got its echoes all along (one every ~20 ms).
+        served = [when for when in other_echoes if killed <= when <= gone]
+        assert len(served) >= (gone - killed) / 0.02 / 4, (len(served), gone - killed)
+        assert other.machine.state is ClientState.CLOSED
+        with trio.fail_after(5):
+            while len(events.of("duologue_closed")) < 2:  # the other client's orderly close
+                await events._changed.wait()
         assert server.ports.in_use == 0 and server.per_ip.total == 0
         await server.stop()
 
@@ -118,6 +189,48 @@ def test_a_killed_server_makes_the_client_exit_4_within_the_liveness_timeout() -
     # Either the publication lost its receiver (5 s without SMs) or the image its sender (10 s).
     assert "server" in summary["error"]
     assert elapsed < 10.0 + 2.0
+
+
+def test_a_server_killed_and_restarted_on_the_same_ports_makes_the_old_client_exit_4() -> None:
+    # The restarted server knows nothing of the old duologue: the old client must say it lost
+    # contact within the liveness timeout, not hang or carry on with the new server on stale
+    # state. The ports must be reusable at once: a new client, started while the old one is
+    # still sending to its old duologue ports, is served throughout, and none of the old
+    # client's traffic leaks into its duologue. With one client at most, the duologue port
+    # pool is exactly two ports, so the new server hands the old client's ports to the new one.
+    base = free_base(12)
+    server_args = (*ports(base), "--clients-base-port", str(base + 2), "--max-clients", "1")
+
+    def client(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "echo.client.cli", *ports(base), *args, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    with server_process(*server_args) as first:
+        old = client("--interval", "0.1")
+        time.sleep(1.5)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        killed = time.monotonic()
+        with server_process(*server_args) as second:
+            # 100 echoes 0.1 s apart outlast the old client's 5-10 s of stale sending.
+            new = client("--count", "100", "--interval", "0.1", "--timeout", "5")
+            out, _ = old.communicate(timeout=30)
+            elapsed = time.monotonic() - killed
+            new_out, new_err = new.communicate(timeout=60)
+            assert second.poll() is None
+    assert old.returncode == 4, out
+    summary = json.loads(out)
+    assert summary["received"] > 0
+    assert "lost contact with the server" in summary["error"]
+    # The publication loses its receiver after 5 s without SMs, the image its sender after 10.
+    assert elapsed < 10.0 + 2.0
+    assert new.returncode == 0, new_err
+    fresh = json.loads(new_out)
+    assert fresh["received"] == 100 and fresh["error"] is None
 
 
 async def test_joined_duologues_are_never_evicted() -> None:
