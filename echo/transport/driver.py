@@ -123,6 +123,8 @@ class SocketEndpoint:
         self.key = key
         self.scheduled = math.inf
         self.last_flush = -math.inf
+        #: the driver's tick when an offer last sent from this endpoint at once
+        self.flush_tick = -1
         self.blocked = False
         self.closed = False
         #: called after datagrams were handled or the endpoint was serviced
@@ -168,6 +170,9 @@ class Driver:
         self._wakeup = trio.lowlevel.ParkingLot()
         self._woken = False
         self._sleep_until = math.inf
+        #: advanced whenever a driver task wakes (a socket was readable, a timer was due):
+        #: offers made between two ticks were made without the network having a say
+        self.tick = 0
         self.endpoints: dict[Any, SocketEndpoint] = {}
         self._closed = False
         self._next_session = self._random_unreserved(
@@ -254,17 +259,24 @@ class Driver:
             self._wakeup.unpark_all()
 
     def flush(self, sep: SocketEndpoint) -> None:
-        """Send what an offer just appended, now if this endpoint was not flushed this tick.
+        """Send what an offer just appended: at once, unless this is a burst.
 
-        The first message after a quiet spell goes out at once, inside `offer`, saving a task
-        switch on the latency path; offers that follow within `_BURST_GAP` are a burst and
-        wait for the timer loop, which runs when the offering task yields, and go out batched
-        into as few datagrams as fit.
+        An offer that answers something (a driver task ran since this endpoint last sent at
+        once, e.g. the reader delivered the message being echoed) or that follows a quiet spell
+        goes out at once, inside `offer`, saving a task switch on the latency path. Offers that
+        follow one another with nothing in between are a burst: they wait for the timer loop,
+        which runs when the offering task yields, and go out batched into as few datagrams as
+        fit.
         """
-        now = trio.current_time()
-        if now - sep.last_flush < _BURST_GAP or sep.blocked or sep.closed:
+        if sep.blocked or sep.closed:
             self.wake(sep)
             return
+        now = trio.current_time()
+        tick = self.tick
+        if tick == sep.flush_tick and now - sep.last_flush < _BURST_GAP:
+            self.wake(sep)
+            return
+        sep.flush_tick = tick
         sep.last_flush = now
         self.service(sep, now)
 
@@ -329,6 +341,7 @@ class Driver:
                 if not self._woken:
                     await self._wakeup.park()
             self._sleep_until = -math.inf
+            self.tick += 1
 
     async def _await_writable(self, sep: SocketEndpoint) -> None:
         try:
@@ -354,6 +367,7 @@ class Driver:
                 return
             if sep.closed:
                 return
+            self.tick += 1
             now = trio.current_time()
             received = 0
             for _ in range(_READ_BUDGET):
