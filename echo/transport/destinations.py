@@ -18,7 +18,7 @@ DEFAULT_MAX_DESTINATIONS = 1024
 
 
 class DynamicDestinations:
-    __slots__ = ("_entries", "addresses", "max_destinations", "timeout")
+    __slots__ = ("_entries", "_known", "addresses", "max_destinations", "timeout")
 
     def __init__(
         self,
@@ -32,12 +32,17 @@ class DynamicDestinations:
         self._entries: dict[tuple[int, Address], float] = {}
         #: the live addresses, deduplicated, in the order data is sent to them
         self.addresses: list[Address] = []
+        self._known: dict[Address, None] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def contains(self, receiver_id: int, address: Address) -> bool:
         return (receiver_id, address) in self._entries
+
+    def has_address(self, address: Address) -> bool:
+        """Is `address` a live destination (of any receiver)?"""
+        return address in self._known
 
     def on_status_message(self, receiver_id: int, address: Address, now: float) -> str:
         """Returns "added", "refreshed" or "refused" (the table is full)."""
@@ -80,7 +85,8 @@ class DynamicDestinations:
     def _rebuild(self) -> None:
         # dict.fromkeys keeps first-seen order and runs in C: cheap even with a thousand
         # clients registering and leaving the all-clients channel.
-        self.addresses = list(dict.fromkeys(address for _, address in self._entries))
+        self._known = dict.fromkeys(address for _, address in self._entries)
+        self.addresses = list(self._known)
 
 
 class ManualDestinations:

@@ -638,12 +638,16 @@ class SendEndpoint:
             publication.on_status_message(frame, now)
         elif isinstance(frame, Nak):
             counters.naks_received += 1
+            if not self._validated(source):
+                return
             publication = self.publications.get((frame.session_id, frame.stream_id))
             if publication is None:
                 counters.unknown_session_drops += 1
                 return
             publication.on_nak(frame, now)
         elif isinstance(frame, Rttm):
+            if not self._validated(source):
+                return
             publication = self.publications.get((frame.session_id, frame.stream_id))
             if publication is not None:
                 publication.on_rttm(frame, now)
@@ -654,6 +658,18 @@ class SendEndpoint:
         else:
             # DATA, SETUP and the rest flow towards subscriptions, never into a publication.
             counters.invalid("unexpected_on_send_channel")
+
+    def _validated(self, source: Address) -> bool:
+        """May a NAK or RTTM from `source` make this endpoint send?
+
+        A retransmit or an RTTM reply goes to every destination: with validation on, only a
+        destination's own address may ask for one, so a forged NAK (28 bytes) cannot make the
+        publication resend a window's worth of data to all its receivers.
+        """
+        if self.cookies is None or self.dynamic is None or self.dynamic.has_address(source):
+            return True
+        self.counters.unvalidated_drops += 1
+        return False
 
     def _admit(self, sm: StatusMessage, source: Address, size: int, now: float) -> bool:
         """A stranger's SM: admit it only with a valid cookie, else answer with a challenge.

@@ -6,6 +6,7 @@ import socket
 
 import pytest
 import trio
+import trio.testing
 
 from echo.transport import TransportConfig, UriError, open_transport
 from echo.transport.destinations import DynamicDestinations
@@ -314,3 +315,46 @@ async def test_setup_elicitations_towards_one_host_are_rate_limited() -> None:
                 forger.sendto(frame + bytes(32), ("127.0.0.1", port))
             await wait_for(lambda: transport.counters.rate_limited > 150)
         assert transport.counters.setup_elicitations_sent <= 10
+
+
+async def _retransmits_after_forged_nak(validate: bool) -> tuple[int, int]:
+    """A stranger sends a NAK for data a dynamic-MDC publication has sent; returns the
+    publication's (retransmits sent, unvalidated drops) afterwards."""
+    from echo.transport.frames import Nak
+
+    port = free_port()
+    config = TransportConfig(validate_addresses=validate)
+    async with open_transport(config) as server, open_transport(config) as client:
+        pub = await server.add_publication(mdc_pub(port), STREAM)
+        sub = await client.add_subscription(mdc_sub(port), STREAM)
+        await pub.wait_connected(timeout=5)
+        await pub.send(b"x" * 1000)
+        with trio.fail_after(5):
+            await sub.receive()
+        before = server.counters.retransmits_sent
+        nak = Nak(
+            session_id=pub.session_id,
+            stream_id=STREAM,
+            term_id=pub._state.initial_term_id,
+            term_offset=0,
+            length=1024,
+        ).encode()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+            forger.bind(("127.0.0.1", 0))
+            forger.sendto(nak, ("127.0.0.1", port))
+            await wait_for(lambda: server.counters.naks_received >= 1)
+        # The retransmit, if any, goes out on the driver's next pass: let it run.
+        await trio.testing.wait_all_tasks_blocked()
+        return server.counters.retransmits_sent - before, server.counters.unvalidated_drops
+
+
+async def test_a_nak_from_an_unvalidated_address_resends_nothing() -> None:
+    retransmits, dropped = await _retransmits_after_forged_nak(validate=True)
+    assert retransmits == 0
+    assert dropped >= 1
+
+
+async def test_without_validation_a_strangers_nak_is_honoured() -> None:
+    # The same forged NAK is acted on when validation is off: what the check above prevents.
+    retransmits, _ = await _retransmits_after_forged_nak(validate=False)
+    assert retransmits == 1
