@@ -207,7 +207,7 @@ class Publication:
         result = self._state.offer(data, trio.current_time())
         if result > 0:
             if flush:
-                self._transport._driver.flush(self._sep)
+                self._transport._driver.flush(self._sep, self._state)
             else:
                 # The caller has more to offer right away: let them share datagrams.
                 self._transport._driver.wake(self._sep)

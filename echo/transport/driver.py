@@ -29,6 +29,7 @@ from echo.transport.receiver import (
     ReceiveEndpoint,
     ReceiverTimers,
 )
+from echo.transport.sender import Publication as PublicationState
 from echo.transport.sender import SendEndpoint, SenderTimers
 from echo.transport.validation import CookieJar, RateLimiter
 
@@ -126,6 +127,8 @@ class SocketEndpoint:
         #: the driver's tick when an offer last sent from this endpoint at once
         self.flush_tick = -1
         self.blocked = False
+        #: a task waits for the socket to become writable again (blocked is set)
+        self.awaiting_writable = False
         self.closed = False
         #: called after datagrams were handled or the endpoint was serviced
         self.listeners: list[Callable[[], None]] = []
@@ -258,7 +261,7 @@ class Driver:
             self._woken = True
             self._wakeup.unpark_all()
 
-    def flush(self, sep: SocketEndpoint) -> None:
+    def flush(self, sep: SocketEndpoint, publication: PublicationState) -> None:
         """Send what an offer just appended: at once, unless this is a burst.
 
         An offer that answers something (a driver task ran since this endpoint last sent at
@@ -278,7 +281,14 @@ class Driver:
             return
         sep.flush_tick = tick
         sep.last_flush = now
-        self.service(sep, now)
+        endpoint = sep.endpoint
+        assert isinstance(endpoint, SendEndpoint)
+        endpoint.flush(publication, now, sep.send)
+        if sep.blocked:
+            self._await_writable_soon(sep)
+            return
+        # Only this publication's deadlines moved (a probe heartbeat may now be due soon).
+        self._schedule_at(sep, publication.next_deadline(now), now)
 
     def service(self, sep: SocketEndpoint, now: float) -> None:
         if sep.closed:
@@ -296,9 +306,13 @@ class Driver:
         self._schedule(sep, now)
 
     def _schedule(self, sep: SocketEndpoint, now: float) -> None:
-        deadline = sep.endpoint.next_deadline(now)
         if sep.blocked:
-            return  # the writable waiter re-queues it
+            self._await_writable_soon(sep)  # the writable waiter re-queues it
+            return
+        self._schedule_at(sep, sep.endpoint.next_deadline(now), now)
+
+    def _schedule_at(self, sep: SocketEndpoint, deadline: float, now: float) -> None:
+        """Make sure the timer loop services `sep` no later than `deadline`."""
         if deadline <= now:
             self.wake(sep)
             return
@@ -328,8 +342,6 @@ class Driver:
             for sep in due:
                 if not sep.closed and not sep.blocked:
                     self.service(sep, now)
-                    if sep.blocked:
-                        self.nursery.start_soon(self._await_writable, sep)
             if self._dirty:
                 # Something is due again at once (more data than one poll sends): let other
                 # tasks run, then go round again.
@@ -343,11 +355,18 @@ class Driver:
             self._sleep_until = -math.inf
             self.tick += 1
 
+    def _await_writable_soon(self, sep: SocketEndpoint) -> None:
+        if not sep.awaiting_writable and not sep.closed:
+            sep.awaiting_writable = True
+            self.nursery.start_soon(self._await_writable, sep)
+
     async def _await_writable(self, sep: SocketEndpoint) -> None:
         try:
             await trio.lowlevel.wait_writable(sep.sock)
         except (trio.ClosedResourceError, OSError):
             return
+        finally:
+            sep.awaiting_writable = False
         sep.blocked = False
         self.wake(sep)
 

@@ -495,24 +495,49 @@ def _parse_error_frame(data: Buffer, frame_length: int, flags: int) -> ErrorFram
     )
 
 
+DataFields: TypeAlias = tuple[int, int, int, int, int, int, int, int]
+
+
+def parse_data_untrusted(data: Buffer) -> DataFields | None:
+    """The receiver's fast path: a DATA/PAD datagram's first header as a plain tuple (untrusted).
+
+    Returns `(frame_length, flags, type, term_offset, session_id, stream_id, term_id,
+    reserved_value)` after checking the whole chain exactly as `parse_datagram_untrusted` does,
+    without building a `DataHeader`; None when the datagram does not start with a version-0
+    DATA or PAD header (a control frame, or something `parse_datagram_untrusted` will name).
+    Raises only `FrameError`.
+    """
+    length = len(data)
+    if length < DATA_HEADER_LENGTH:
+        return None
+    fields = DATA_HEADER_STRUCT.unpack_from(data, 0)
+    if fields[1] != CURRENT_VERSION or fields[3] not in _DATA_TYPES:
+        return None
+    _check_data_chain(data, length, fields)
+    return (
+        fields[0],
+        fields[2],
+        fields[3],
+        fields[4],
+        fields[5],
+        fields[6],
+        fields[7],
+        fields[8],
+    )
+
+
 def _parse_data_chain(data: Buffer, length: int) -> DataHeader:
     """Check a DATA/PAD datagram frame by frame (§2.3, §2.6); return the first header."""
     if length < DATA_HEADER_LENGTH:
         raise FrameError(
             "too_short", f"data datagram of {length} bytes, needs {DATA_HEADER_LENGTH}"
         )
-    if length % FRAME_ALIGNMENT:
-        raise FrameError(
-            "bad_alignment", f"data datagram of {length} bytes is not a multiple of 32"
-        )
+    fields = DATA_HEADER_STRUCT.unpack_from(data, 0)
+    _check_data_chain(data, length, fields)
     (frame_length, _, flags, frame_type, term_offset, session_id, stream_id, term_id, reserved) = (
-        DATA_HEADER_STRUCT.unpack_from(data, 0)
+        fields
     )
-    if term_offset < 0:
-        raise FrameError("bad_field", f"negative term_offset {term_offset}")
-    if term_offset % FRAME_ALIGNMENT:
-        raise FrameError("bad_alignment", f"term_offset {term_offset} is not a multiple of 32")
-    first = DataHeader(
+    return DataHeader(
         frame_length=frame_length,
         flags=flags,
         term_offset=term_offset,
@@ -522,13 +547,32 @@ def _parse_data_chain(data: Buffer, length: int) -> DataHeader:
         reserved_value=reserved,
         type=FrameType.DATA if frame_type == FrameType.DATA else FrameType.PAD,
     )
-    if frame_type == FrameType.DATA and frame_length == 0:
-        # A heartbeat is a lone header (DataHeaderFlyweight.isHeartbeat: length == 32).
-        if length != DATA_HEADER_LENGTH:
-            raise FrameError(
-                "bad_data_chain", f"heartbeat in a datagram of {length} bytes, expected 32"
-            )
-        return first
+
+
+def _check_data_chain(
+    data: Buffer, length: int, first: tuple[int, int, int, int, int, int, int, int, int]
+) -> None:
+    """Validate every frame of a DATA/PAD datagram whose first header is `first`."""
+    if length % FRAME_ALIGNMENT:
+        raise FrameError(
+            "bad_alignment", f"data datagram of {length} bytes is not a multiple of 32"
+        )
+    (frame_length, _, _, frame_type, term_offset, session_id, stream_id, term_id, _) = first
+    if term_offset < 0:
+        raise FrameError("bad_field", f"negative term_offset {term_offset}")
+    if term_offset % FRAME_ALIGNMENT:
+        raise FrameError("bad_alignment", f"term_offset {term_offset} is not a multiple of 32")
+    if frame_type == FrameType.DATA:
+        if frame_length == 0:
+            # A heartbeat is a lone header (DataHeaderFlyweight.isHeartbeat: length == 32).
+            if length != DATA_HEADER_LENGTH:
+                raise FrameError(
+                    "bad_data_chain", f"heartbeat in a datagram of {length} bytes, expected 32"
+                )
+            return
+        aligned = (frame_length + 31) & ~31
+        if aligned == length and frame_length >= DATA_HEADER_LENGTH:
+            return  # one whole frame fills the datagram: the common case, nothing more to check
     _check_chain_frame(frame_length, frame_type, 0, length)
     offset = align(frame_length) if frame_type == FrameType.DATA else length
     expected_term_offset = term_offset + offset
@@ -558,7 +602,6 @@ def _parse_data_chain(data: Buffer, length: int) -> DataHeader:
         step = align(fl) if ftype == FrameType.DATA else DATA_HEADER_LENGTH
         offset += step
         expected_term_offset += step
-    return first
 
 
 def _check_chain_frame(frame_length: int, frame_type: int, offset: int, length: int) -> None:

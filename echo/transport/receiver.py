@@ -18,6 +18,7 @@ import attrs
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
 from echo.transport.frames import (
+    BEGIN_END_AND_EOS_FLAGS,
     BEGIN_FLAG,
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
@@ -29,12 +30,12 @@ from echo.transport.frames import (
     SM_LENGTH,
     SM_SETUP_FLAG,
     UNFRAGMENTED_FLAGS,
-    DataHeader,
     FrameError,
     FrameType,
     Nak,
     Setup,
     StatusMessage,
+    parse_data_untrusted,
     parse_datagram_untrusted,
 )
 from echo.transport.logbuffer import (
@@ -164,20 +165,30 @@ class Image:
 
     # ---------------------------------------------------------------- network input
 
-    def on_data(self, header: DataHeader, packet: bytes | memoryview, now: float) -> None:
+    def on_data(
+        self,
+        heartbeat: bool,
+        flags: int,
+        term_offset: int,
+        term_id: int,
+        packet: bytes | memoryview,
+        now: float,
+    ) -> None:
+        """A DATA/PAD datagram of this session (already validated by the frame parser)."""
         self._last_packet = now
-        counters = self.counters
-        position = compute_position(
-            header.term_id, header.term_offset, self.bits, self.initial_term_id
-        )
+        # compute_position, inlined: this runs for every datagram.
+        position = (
+            (((term_id - self.initial_term_id + 0x80000000) & 0xFFFFFFFF) - 0x80000000)
+            << self.bits
+        ) + term_offset
         window_end = self.last_sm_position + self.term_length // 2
-        if header.is_heartbeat:
-            counters.heartbeats_received += 1
+        if heartbeat:
+            self.counters.heartbeats_received += 1
             if self.subscriber_position <= position <= window_end:
                 if position > self.hwm:
                     self.hwm = position
                     self._loss_dirty = True
-                if header.is_end_of_stream:
+                if flags == BEGIN_END_AND_EOS_FLAGS:
                     self.eos_position = position
             if position + self.mtu >= self.last_sm_position + self.window:
                 # The sender is idle at the edge of the window we gave it: it is waiting for an
@@ -188,18 +199,17 @@ class Image:
             return
         length = len(packet)
         if position < self.last_sm_position:
-            counters.flow_control_underruns += 1
+            self.counters.flow_control_underruns += 1
             return
         if position + length > window_end:
-            counters.flow_control_overruns += 1
+            self.counters.flow_control_overruns += 1
             return
-        offset = header.term_offset
-        if offset + length > self.term_length:
-            counters.invalid("beyond_term")
+        if term_offset + length > self.term_length:
+            self.counters.invalid("beyond_term")
             return
         term = self.terms[(position >> self.bits) % PARTITION_COUNT]
-        if not insert_packet(term, offset, packet):
-            counters.duplicate_data += 1
+        if not insert_packet(term, term_offset, packet):
+            self.counters.duplicate_data += 1
             return
         end = position + length
         if end > self.hwm:
@@ -580,23 +590,28 @@ class ReceiveEndpoint:
 
     def on_datagram(self, data: bytes | memoryview, source: Address, now: float) -> None:
         """Handle one datagram from the network (untrusted)."""
-        counters = self.counters
         try:
-            frame = parse_datagram_untrusted(data)
+            fields = parse_data_untrusted(data)
+            frame = parse_datagram_untrusted(data) if fields is None else None
         except FrameError as error:
-            counters.invalid(error.reason)
+            self.counters.invalid(error.reason)
             return
-        if isinstance(frame, DataHeader):
-            key = (frame.session_id, frame.stream_id)
+        if fields is not None:
+            frame_length, flags, frame_type, term_offset, session_id, stream_id, term_id, _ = (
+                fields
+            )
+            key = (session_id, stream_id)
+            heartbeat = frame_length == 0 and frame_type == FrameType.DATA
             image = self.images.get(key)
             if image is not None:
-                image.credit(len(data))
-                image.on_data(frame, data, now)
+                image.budget += len(data)
+                image.starved = False
+                image.on_data(heartbeat, flags, term_offset, term_id, data, now)
                 self._touched.add(key)
                 return
             finished = self._finished.get(key)
             if finished is not None:
-                if frame.is_heartbeat and frame.is_end_of_stream:
+                if heartbeat and flags == BEGIN_END_AND_EOS_FLAGS:
                     finished.credit(len(data))
                     self._goodbyes.append(finished)
                 return
@@ -605,7 +620,7 @@ class ReceiveEndpoint:
                 # forged 32-byte heartbeat) with it.
                 self.counters.amplification_limited += 1
                 return
-            self._on_unknown_data(frame, source, now)
+            self._on_unknown_data(key, source, now)
         elif isinstance(frame, Setup):
             self._on_setup(frame, source, now, len(data))
         elif (
@@ -620,7 +635,7 @@ class ReceiveEndpoint:
             self._next_registration = now
         else:
             # SMs and NAKs belong on a publication's socket; RTTM replies are not used here.
-            counters.invalid("unexpected_on_receive_channel")
+            self.counters.invalid("unexpected_on_receive_channel")
 
     def _wanted(self, session_id: int, stream_id: int) -> StreamInterest | None:
         interest = self.interests.get(stream_id)
@@ -633,8 +648,7 @@ class ReceiveEndpoint:
             return None
         return interest
 
-    def _on_unknown_data(self, frame: DataHeader, source: Address, now: float) -> None:
-        key = (frame.session_id, frame.stream_id)
+    def _on_unknown_data(self, key: tuple[int, int], source: Address, now: float) -> None:
         if self._wanted(*key) is None or self._cooldown.get(key, -math.inf) > now:
             return
         # Data of a session we have no image for (its SETUP was lost, or we joined an MDC stream

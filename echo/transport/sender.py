@@ -159,6 +159,11 @@ class Publication:
         self._last_send = -math.inf
         self._linger_until = math.inf
         self._receivers: dict[int, _ReceiverLiveness] = {}
+        #: the latest SM time of any receiver in `_receivers` (-inf if none): is_connected
+        #: runs on every offer, so it must not look at every receiver
+        self._newest_sm = -math.inf
+        #: no receiver times out before this (see _expire_receivers)
+        self._receiver_expiry = math.inf
         self._receiver_window = 0
         self._retransmits: list[_Retransmit] = []
         self._last_nak = -math.inf
@@ -183,14 +188,17 @@ class Publication:
     def is_connected(self, now: float) -> bool:
         if self.state is PublicationState.CLOSED:
             return False
-        deadline = now - self.timers.connection_timeout
-        alive = any(r.last_sm >= deadline for r in self._receivers.values())
+        alive = now - self.timers.connection_timeout <= self._newest_sm
         return alive and self.flow_control.has_required_receivers()
 
     def publisher_limit(self, now: float) -> int:
         if self.is_connected(now):
             return self.sender_position + self.term_window
         return self.sender_position
+
+    def _forget_receiver(self, receiver_id: int) -> None:
+        if self._receivers.pop(receiver_id, None) is not None:
+            self._newest_sm = max((r.last_sm for r in self._receivers.values()), default=-math.inf)
 
     # ---------------------------------------------------------------- the application side
 
@@ -204,13 +212,18 @@ class Publication:
                 f"message of {length} bytes exceeds the maximum message length "
                 f"{self.max_message_length} (min(term length / 8, 16 MiB))"
             )
-        position = self.position
-        required = compute_fragmented_length(length, self.max_payload)
+        term_offset = self.tail_offset
+        position = (self._term_count << self.bits) + term_offset
+        max_payload = self.max_payload
+        if length <= max_payload:
+            required = (length + DATA_HEADER_LENGTH + 31) & ~31
+        else:
+            required = compute_fragmented_length(length, max_payload)
         if position + required >= self.max_position:
             return MAX_POSITION_EXCEEDED
-        if position >= self.publisher_limit(now):
-            return BACK_PRESSURED if self.is_connected(now) else NOT_CONNECTED
-        term_offset = self.tail_offset
+        connected = self.is_connected(now)
+        if position >= self.sender_position + (self.term_window if connected else 0):
+            return BACK_PRESSURED if connected else NOT_CONNECTED
         index = self._term_count % PARTITION_COUNT
         term = self.log.terms[index]
         if term_offset + required > self.term_length:
@@ -229,12 +242,12 @@ class Publication:
             term,
             term_offset,
             data,
-            self.max_payload,
+            max_payload,
             session_id=self.session_id,
             stream_id=self.stream_id,
             term_id=self.active_term_id,
         )
-        return self.position
+        return (self._term_count << self.bits) + self.tail_offset
 
     def _rotate(self) -> None:
         self._term_count += 1
@@ -298,14 +311,19 @@ class Publication:
         )
         self._acknowledged = max(self._acknowledged, sm_position)
         if sm.is_end_of_stream:
-            self._receivers.pop(sm.receiver_id, None)
+            self._forget_receiver(sm.receiver_id)
             return
         receiver = self._receivers.get(sm.receiver_id)
         if receiver is None:
             self._receivers[sm.receiver_id] = _ReceiverLiveness(now, sm_position)
+            expiry = now + self.timers.connection_timeout
+            if expiry < self._receiver_expiry:
+                self._receiver_expiry = expiry
         else:
             receiver.last_sm = now
             receiver.position = max(receiver.position, sm_position)
+        if now > self._newest_sm:
+            self._newest_sm = now
         self._receiver_window = sm.receiver_window
         if not self.has_initial_connection:
             self.has_initial_connection = True
@@ -313,7 +331,7 @@ class Publication:
 
     def on_error_frame(self, frame: ErrorFrame, now: float) -> None:
         # The receiver refused the image: treat it as gone (Aeron marks it end-of-stream).
-        self._receivers.pop(frame.receiver_id, None)
+        self._forget_receiver(frame.receiver_id)
 
     def on_nak(self, nak: Nak, now: float) -> None:
         if (
@@ -438,21 +456,7 @@ class Publication:
         if self._retransmits:
             self._service_retransmits(now, emit)
 
-        limit = min(self.sender_limit, self.position)
-        if self.sender_position < limit:
-            before = self.sender_position
-            self.sender_position = self._send_range(before, limit, emit)
-            if self.sender_position != before:
-                self._last_send = now
-                counters.data_frames_sent += 1
-                blocked = self.sender_position >= self.sender_limit < self.position
-                if blocked or self.timers.probe_after_data or now - self._last_nak < 1.0:
-                    # A probe heartbeat soon after data: if the last datagrams were lost, or
-                    # the SM that would open the window was, the receiver learns of it in
-                    # milliseconds rather than at the 100 ms idle heartbeat.
-                    self._probe_delay = self.timers.tail_probe_delay
-                    self._probe_at = now + self._probe_delay
-
+        self.send_pending(now, emit)
         self._expire_receivers(now)
 
         if self.state is PublicationState.DRAINING:
@@ -483,6 +487,35 @@ class Publication:
             # until then keep announcing end-of-stream, in case those heartbeats were lost.
             self.state = PublicationState.CLOSED
 
+    def send_pending(self, now: float, emit: Emit) -> bool:
+        """Send new data up to the flow-control limit; True if anything went out.
+
+        The part of `poll` that an offer needs at once (the driver's flush): the timers, the
+        SETUP and the retransmits wait for the next full poll.
+        """
+        position = (self._term_count << self.bits) + self.tail_offset
+        limit = self.sender_limit if self.sender_limit < position else position
+        before = self.sender_position
+        if before >= limit or self.state is PublicationState.CLOSED:
+            return False
+        reached = self.sender_position = self._send_range(before, limit, emit)
+        if reached == before:
+            return False
+        self._last_send = now
+        self.counters.data_frames_sent += 1
+        timers = self.timers
+        if (
+            timers.probe_after_data
+            or now - self._last_nak < 1.0
+            or reached >= self.sender_limit < position
+        ):
+            # A probe heartbeat soon after data: if the last datagrams were lost, or the SM
+            # that would open the window was (we are blocked at the limit), the receiver learns
+            # of it in milliseconds rather than at the idle heartbeat.
+            self._probe_delay = timers.tail_probe_delay
+            self._probe_at = now + self._probe_delay
+        return True
+
     def _service_retransmits(self, now: float, emit: Emit) -> None:
         keep: list[_Retransmit] = []
         for action in self._retransmits:
@@ -503,33 +536,54 @@ class Publication:
         if now < self._next_expiry_check:
             return
         self._next_expiry_check = now + 0.1
-        deadline = now - self.timers.connection_timeout
-        if any(r.last_sm < deadline for r in self._receivers.values()):
-            self._receivers = {k: r for k, r in self._receivers.items() if r.last_sm >= deadline}
+        timeout = self.timers.connection_timeout
+        receivers = self._receivers
+        oldest = min((r.last_sm for r in receivers.values()), default=math.inf)
+        if oldest < now - timeout:
+            deadline = now - timeout
+            receivers = self._receivers = {
+                k: r for k, r in receivers.items() if r.last_sm >= deadline
+            }
+            self._newest_sm = max((r.last_sm for r in receivers.values()), default=-math.inf)
+            oldest = min((r.last_sm for r in receivers.values()), default=math.inf)
+        # SMs only move a receiver's time later, so this is a lower bound on when the next
+        # one can time out: next_deadline wakes us then, never late, at worst early.
+        self._receiver_expiry = oldest + timeout
         self.sender_limit = self.flow_control.on_idle(now, self.sender_limit)
 
     def next_deadline(self, now: float) -> float:
         """The earliest time `poll` has something to do (may be <= now)."""
         if self.state is PublicationState.CLOSED:
             return math.inf
-        deadline = now + 1.0  # housekeeping: receiver and flow-control timeouts
-        if self._rttm_replies or (self._retransmits and any(not r.sent for r in self._retransmits)):
+        if self._rttm_replies:
             return now
-        if self.sender_position < min(self.sender_limit, self.position):
+        sender_position = self.sender_position
+        if sender_position < self.sender_limit and sender_position < self.position:
             return now
+        timers = self.timers
+        # Housekeeping (receiver and flow-control timeouts): `poll` checks them at most every
+        # 0.1 s and a receiver times out `connection_timeout` after its last SM, so a wake-up
+        # within a second of either is soon enough.
+        deadline = now + 1.0
         if self._setup_pending:
-            deadline = min(deadline, self._last_setup + self.timers.setup_interval)
+            setup = self._last_setup + timers.setup_interval
+            if setup < deadline:
+                deadline = setup
         if self.has_initial_connection or self.state is PublicationState.LINGERING:
-            deadline = min(
-                deadline, self._last_send + self.timers.heartbeat_interval, self._probe_at
-            )
+            heartbeat = self._last_send + timers.heartbeat_interval
+            if heartbeat < deadline:
+                deadline = heartbeat
+            if self._probe_at < deadline:
+                deadline = self._probe_at
         for action in self._retransmits:
-            deadline = min(deadline, action.linger_until)
-        if self.state is PublicationState.LINGERING:
-            deadline = min(deadline, self._linger_until)
-        if self._receivers:
-            oldest = min(r.last_sm for r in self._receivers.values())
-            deadline = min(deadline, oldest + self.timers.connection_timeout)
+            if not action.sent:
+                return now
+            if action.linger_until < deadline:
+                deadline = action.linger_until
+        if self.state is PublicationState.LINGERING and self._linger_until < deadline:
+            deadline = self._linger_until
+        if self._receiver_expiry < deadline:
+            deadline = max(self._receiver_expiry, self._next_expiry_check)
         return deadline
 
     def release(self) -> None:
@@ -577,6 +631,31 @@ class SendEndpoint:
             else None
         )
         self.manual = ManualDestinations() if mode is SendMode.MANUAL else None
+        self._emit_send: Send | None = None
+        self._emit: Emit = self._no_emit
+
+    @staticmethod
+    def _no_emit(datagram: bytes | memoryview) -> bool:
+        return True
+
+    def emitter(self, send: Send) -> Emit:
+        """`emit(datagram)` that sends to every destination through `send` (made once)."""
+        if send is not self._emit_send:
+            remote = self.remote
+            if self.mode is SendMode.UNICAST and remote is not None:
+
+                def emit(datagram: bytes | memoryview) -> bool:
+                    return send(datagram, remote)
+
+                self._emit = emit
+            else:
+                self._emit = functools.partial(self.emit_to_all, send=send)
+            self._emit_send = send
+        return self._emit
+
+    def flush(self, publication: Publication, now: float, send: Send) -> None:
+        """Send what `publication` has just been offered (see `Publication.send_pending`)."""
+        publication.send_pending(now, self.emitter(send))
 
     @property
     def destinations(self) -> list[Address]:
@@ -709,7 +788,7 @@ class SendEndpoint:
             removed = self.dynamic.expire(now)
             if removed:
                 self.counters.destinations_removed += removed
-        emit = functools.partial(self.emit_to_all, send=send)
+        emit = self.emitter(send)
         for publication in list(self.publications.values()):
             publication.poll(now, emit)
 
