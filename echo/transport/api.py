@@ -20,6 +20,7 @@ import socket
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import NamedTuple
 
 import attrs
 import trio
@@ -80,20 +81,31 @@ class SendError(Exception):
         super().__init__(message or f"could not send message: {self.name}")
 
 
+# session id, stream id, source, source ip, source port: what follows `data` in a Message
+_Origin = tuple[int, int, str, str, int]
+# Message(data, *origin) without the named tuple's keyword handling: one per message delivered.
+_new_message = tuple.__new__
+
+
 def format_address(address: Address) -> str:
     host, port = address[0], address[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-@attrs.frozen(slots=True)
-class Message:
+class Message(NamedTuple):
+    """One message from a subscription. Immutable.
+
+    A named tuple rather than an attrs class: one is made per message delivered, and a tuple
+    is made in a third of the time of a frozen attrs instance.
+    """
+
     data: bytes
     session_id: int
     stream_id: int
     #: the image's source identity, "ip:port" (IPv6 in brackets)
     source: str
-    source_ip: str = attrs.field(kw_only=True)
-    source_port: int = attrs.field(kw_only=True)
+    source_ip: str
+    source_port: int
 
 
 class Image:
@@ -108,6 +120,14 @@ class Image:
         self.source_ip: str = address[0]
         self.source_port: int = address[1]
         self.source_address = format_address(address)
+        #: the fields every Message from this image carries after its data
+        self._origin: _Origin = (
+            self.session_id,
+            self.stream_id,
+            self.source_address,
+            self.source_ip,
+            self.source_port,
+        )
         self.join_position = state.join_position
         self.closed = False
         self.close_reason: str | None = None
@@ -388,25 +408,14 @@ class Subscription:
             if fragments >= fragment_limit:
                 break
             image = images[(start + i) % count]
-            session_id = image.session_id
-            stream_id = image.stream_id
-            source = image.source_address
-            ip = image.source_ip
-            port = image.source_port
+            state = image._state
+            if state.rebuild_position <= state.subscriber_position:
+                continue  # nothing new: skip making the delivery function
 
-            def deliver(
-                data: bytes,
-                session_id: int = session_id,
-                stream_id: int = stream_id,
-                source: str = source,
-                ip: str = ip,
-                port: int = port,
-            ) -> None:
-                handler(
-                    Message(data, session_id, stream_id, source, source_ip=ip, source_port=port)
-                )
+            def deliver(data: bytes, origin: _Origin = image._origin) -> None:
+                handler(_new_message(Message, (data, *origin)))
 
-            fragments += image._state.poll_messages(deliver, fragment_limit - fragments)
+            fragments += state.poll_messages(deliver, fragment_limit - fragments)
         if fragments:
             due = [image for image in images if image._state.status_message_due()]
             if due:

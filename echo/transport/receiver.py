@@ -9,6 +9,7 @@ multi-destination subscription, the setup-eliciting SMs that register it with th
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 import random
 from collections.abc import Callable
@@ -553,7 +554,11 @@ class ReceiveEndpoint:
         self._elicited: dict[tuple[int, int], float] = {}
         self._pending: list[tuple[tuple[int, int], Address]] = []
         self._next_registration = now
+        # Each image's next deadline, and a heap of (deadline, key) with stale entries left
+        # in place (an entry counts only while it matches `_deadlines`): the endpoint's next
+        # deadline and the images due are found in O(log images), not by looking at all of them.
         self._deadlines: dict[tuple[int, int], float] = {}
+        self._deadline_heap: list[tuple[float, tuple[int, int]]] = []
         self._finished: dict[tuple[int, int], Image] = {}
         self._goodbyes: list[Image] = []
         self._touched: set[tuple[int, int]] = set()
@@ -770,21 +775,35 @@ class ReceiveEndpoint:
         # images (the all-clients channel under a flood of forged SETUPs) must not cost
         # O(images) per datagram.
         deadlines = self._deadlines
+        heap = self._deadline_heap
         due = self._touched
-        self._touched = set()
-        if deadlines:
-            due.update(key for key, deadline in deadlines.items() if deadline <= now)
-        for key in due:
-            image = self.images.get(key)
-            if image is None:
-                deadlines.pop(key, None)
-                continue
-            image.poll(now, send)
-            if image.state is not ImageState.ACTIVE:
-                deadlines.pop(key, None)
-                self._drop_image(key, image, image.state, now)
-            else:
-                deadlines[key] = image.next_deadline(now)
+        if heap and heap[0][0] <= now:
+            due = set(due)
+            while heap and heap[0][0] <= now:
+                deadline, key = heapq.heappop(heap)
+                if deadlines.get(key) == deadline:
+                    del deadlines[key]  # its entry is gone: whatever comes next is pushed
+                    due.add(key)
+        if due:
+            self._touched = set()
+            for key in due:
+                image = self.images.get(key)
+                if image is None:
+                    deadlines.pop(key, None)
+                    continue
+                image.poll(now, send)
+                if image.state is not ImageState.ACTIVE:
+                    deadlines.pop(key, None)
+                    self._drop_image(key, image, image.state, now)
+                    continue
+                deadline = image.next_deadline(now)
+                if deadlines.get(key) != deadline:
+                    deadlines[key] = deadline
+                    heapq.heappush(heap, (deadline, key))
+            if len(heap) > 2 * len(deadlines) + 64:
+                # Mostly stale entries (deadlines that moved): rebuild from the live ones.
+                heap[:] = [(deadline, key) for key, deadline in deadlines.items()]
+                heapq.heapify(heap)
         if now >= self._next_cleanup:
             self._next_cleanup = now + 1.0
             if self._cooldown:
@@ -803,8 +822,12 @@ class ReceiveEndpoint:
         deadline = self._next_cleanup if (self._cooldown or self._elicited) else math.inf
         if self.control is not None and self.interests:
             deadline = min(deadline, self._next_registration)
-        if self._deadlines:
-            deadline = min(deadline, min(self._deadlines.values()))
+        heap = self._deadline_heap
+        deadlines = self._deadlines
+        while heap and deadlines.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # stale
+        if heap and heap[0][0] < deadline:
+            deadline = heap[0][0]
         return deadline
 
     def close(self, send: Send) -> None:

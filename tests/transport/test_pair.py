@@ -806,3 +806,54 @@ def test_unreliable_subscription_pads_over_a_lost_fragment() -> None:
     assert received(pair) == [big[1], big[2]]
     assert naks(pair) == []
     assert pair.image.subscriber_position == 3 * 4096
+
+
+def test_many_images_each_time_out_at_its_own_liveness_deadline() -> None:
+    # The endpoint keeps its images' deadlines in a heap and polls only those due: every one of
+    # 60 images, created 0.1 s apart and then silent, must still be dropped exactly at its own
+    # 10 s liveness timeout (as the earliest deadline first, then the next, ...).
+    from echo.transport.counters import Counters
+    from echo.transport.frames import Setup
+
+    counters = Counters()
+    endpoint = ReceiveEndpoint(counters=counters, receiver_id=7, now=0.0)
+    endpoint.add_interest(StreamInterest(stream_id=1001), now=0.0)
+    sent: list[tuple[float, int]] = []
+    created: dict[int, float] = {}
+    gone: dict[int, float] = {}
+
+    def send(datagram: bytes | memoryview, address: object) -> bool:
+        sent.append((now, len(datagram)))
+        return True
+
+    now = 0.0
+    for session in range(60):
+        now = session * 0.1
+        setup = Setup(
+            term_offset=0,
+            session_id=session,
+            stream_id=1001,
+            initial_term_id=0,
+            active_term_id=0,
+            term_length=64 * 1024,
+            mtu=1408,
+        ).encode()
+        endpoint.on_datagram(setup, ("10.0.0.1", 5000 + session), now)
+        created[session] = now
+        endpoint.poll(now, send)
+    while len(gone) < 60 and now < 30.0:
+        now = max(endpoint.next_deadline(now), now + 1e-6)
+        endpoint.poll(now, send)
+        for event in endpoint.events:
+            if event.image.state is ImageState.TIMED_OUT:
+                gone[event.image.session_id] = now
+        endpoint.events.clear()
+    assert sorted(gone) == list(range(60))
+    for session, when in gone.items():
+        assert 10.0 < when - created[session] <= 10.0 + 1e-3, (session, when, created[session])
+    assert endpoint.images == {}
+    # Each image answered its SETUP (40 bytes) with one SM (36 bytes) and then, its
+    # amplification budget spent, stayed silent: its deadline stopped moving, and it was still
+    # polled when its liveness ran out.
+    assert len(sent) == 60
+    assert all(size == 36 for _, size in sent)
