@@ -397,6 +397,9 @@ class Subscription:
 
     def poll(self, handler: Callable[[Message], object], fragment_limit: int = 10) -> int:
         """Deliver up to `fragment_limit` fragments' worth of messages; never blocks."""
+        sep = self._sep
+        if sep.lent:
+            self._transport._driver.drain_if_stale(sep)
         images = self._images
         count = len(images)
         if not count:
@@ -429,7 +432,20 @@ class Subscription:
 
     async def wait_activity(self) -> None:
         """Wait until a message may be ready or an image came or went (then `poll`)."""
-        await self._waiters.wait()
+        await self._wait()
+        self._transport._driver.stop_waiting(self._sep)
+
+    async def _wait(self) -> None:
+        """Wait until the endpoint has been serviced: on its socket, in this task, if the driver
+        lends it (one task switch per datagram fewer), else until the reader task says so."""
+        sep = self._sep
+        if await self._transport._driver.read_as_application(sep):
+            return
+        sep.activity_waiters += 1
+        try:
+            await self._waiters.wait()
+        finally:
+            sep.activity_waiters -= 1
 
     async def receive(self) -> Message:
         """Wait for the next message from any image."""
@@ -438,9 +454,11 @@ class Subscription:
             if queue:
                 return queue.popleft()
             if not self.poll(queue.append, fragment_limit=64):
-                if self._closed:
+                if self._closed or self._sep.closed:
                     raise trio.EndOfChannel("subscription is closed")
-                await self._waiters.wait()
+                await self._wait()
+                if queue or self.poll(queue.append, fragment_limit=64):
+                    self._transport._driver.stop_waiting(self._sep)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()
@@ -456,6 +474,7 @@ class Subscription:
         if self._closed:
             return
         self._closed = True
+        self._transport._driver.wake_borrower(self._sep)
         self._transport._release_subscription(self)
         self._waiters.notify()
 

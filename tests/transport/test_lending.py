@@ -1,0 +1,226 @@
+"""A subscription's socket lent to the application task that waits on it (driver.py, "lending").
+
+Once a task waits in `receive()` / `wait_activity()`, the reader task hands it the socket and
+sleeps, so that each datagram wakes the application directly. These tests pin down what must
+still hold: a task that walks away does not leave the socket unread, events that do not come
+through the socket still wake the waiting task, and several tasks can wait on one endpoint.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import trio
+import trio.testing
+
+from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
+from echo.transport.driver import _LEND_IDLE, SocketEndpoint
+
+STREAM = 1001
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def endpoint_of(subscription: Subscription) -> SocketEndpoint:
+    return subscription._sep
+
+
+async def pair(
+    sender: Transport, receiver: Transport
+) -> tuple[Publication, Subscription]:
+    port = free_port()
+    sub = await receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM)
+    pub = await sender.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM)
+    await pub.wait_connected(timeout=5)
+    return pub, sub
+
+
+async def lend(pub: Publication, sub: Subscription) -> None:
+    """Receive until the driver has lent the subscription's socket to this task."""
+    with trio.fail_after(5):
+        while not endpoint_of(sub).lent:
+            await pub.send(b"ping")
+            assert (await sub.receive()).data == b"ping"
+
+
+async def test_a_waiting_task_is_lent_the_socket_and_reads_it_itself() -> None:
+    async with open_transport() as sender, open_transport() as receiver:
+        pub, sub = await pair(sender, receiver)
+        await lend(pub, sub)
+        sep = endpoint_of(sub)
+        got: list[bytes] = []
+
+        async def consume() -> None:
+            for _ in range(100):
+                got.append((await sub.receive()).data)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await trio.testing.wait_all_tasks_blocked()
+            assert sep.borrowed  # the consumer itself waits on the socket
+            for i in range(100):
+                await pub.send(b"%d" % i)
+        assert got == [b"%d" % i for i in range(100)]
+        assert sep.lent
+
+
+async def test_a_task_that_walks_away_gives_the_socket_back() -> None:
+    async with open_transport() as sender, open_transport() as receiver:
+        pub, sub = await pair(sender, receiver)
+        await lend(pub, sub)
+        sep = endpoint_of(sub)
+        # Nobody waits on the socket any more: within a few lend checks it is the reader's
+        # again, and what arrives meanwhile is read and ready for a poll.
+        # Lending has no change notification (it is the driver's internal state): look every
+        # lend interval, bounded.
+        with trio.fail_after(5):
+            while sep.lent:  # noqa: ASYNC110
+                await trio.sleep(_LEND_IDLE)
+        await pub.send(b"later")
+        got: list[bytes] = []
+        with trio.fail_after(5):
+            while not got:
+                sub.poll(lambda message: got.append(message.data))
+                await trio.sleep(0.001)
+        assert got == [b"later"]
+
+
+async def test_poll_reads_a_lent_socket_nobody_waits_on() -> None:
+    # A game loop that polls between receives must see fresh data even before the socket goes
+    # back to the reader: `poll` reads a lent socket that nobody has waited on for a while.
+    async with open_transport() as sender, open_transport() as receiver:
+        pub, sub = await pair(sender, receiver)
+        await lend(pub, sub)
+        sep = endpoint_of(sub)
+        for i in range(5):
+            assert pub.offer(b"%d" % i) > 0
+        # The sender's driver sends the burst (on loopback it is in the receiver's socket
+        # buffer at once); the receiving side has nobody waiting on its socket.
+        await trio.testing.wait_all_tasks_blocked()
+        # The application is busy (no checkpoint, so no task runs and nothing is read or given
+        # back) for longer than the lend idle time...
+        time.sleep(3 * _LEND_IDLE)  # noqa: ASYNC251 - a busy application, on purpose
+        assert sep.lent and not sep.borrowed
+        got: list[bytes] = []
+        sub.poll(lambda message: got.append(message.data))
+        # ...and its next poll reads the socket itself.
+        assert got == [b"%d" % i for i in range(5)]
+
+
+async def test_an_image_that_times_out_wakes_the_task_waiting_on_the_lent_socket() -> None:
+    config = TransportConfig(image_liveness_timeout=0.5)
+    async with open_transport(config) as receiver:
+        gone = trio.Event()
+        port = free_port()
+        sub = await receiver.add_subscription(
+            f"aeron:udp?endpoint=127.0.0.1:{port}",
+            STREAM,
+            on_image_unavailable=lambda image: gone.set(),
+        )
+        async with open_transport(config) as sender:
+            pub = await sender.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM)
+            await pub.wait_connected(timeout=5)
+            await lend(pub, sub)
+            # Pull the cable: the sender's sockets vanish without an end-of-stream.
+            sender._driver.close()
+        with trio.fail_after(5):
+            while sub.images:
+                await sub.wait_activity()  # waits on the lent socket; nothing arrives on it
+        assert gone.is_set()
+
+
+async def test_closing_the_subscription_ends_a_receive_waiting_on_the_lent_socket() -> None:
+    async with open_transport() as sender, open_transport() as receiver:
+        pub, sub = await pair(sender, receiver)
+        await lend(pub, sub)
+        ended = trio.Event()
+
+        async def consume() -> None:
+            try:
+                await sub.receive()
+            except trio.EndOfChannel:
+                ended.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await trio.testing.wait_all_tasks_blocked()
+            assert endpoint_of(sub).borrowed
+            await sub.close()
+            with trio.fail_after(5):
+                await ended.wait()
+
+
+async def test_two_tasks_waiting_on_one_subscription_both_get_messages() -> None:
+    async with open_transport() as sender, open_transport() as receiver:
+        pub, sub = await pair(sender, receiver)
+        await lend(pub, sub)
+        got: list[tuple[str, bytes]] = []
+        all_in = trio.Event()
+
+        async def consume(name: str) -> None:
+            while True:
+                message = await sub.receive()
+                got.append((name, message.data))
+                if len(got) == 40:
+                    all_in.set()
+                await trio.sleep(0.002)  # busy elsewhere: the other task takes the next one
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume, "a")
+            nursery.start_soon(consume, "b")
+            await trio.testing.wait_all_tasks_blocked()
+            for i in range(40):
+                await pub.send(b"%d" % i)
+                await trio.sleep(0.001)
+            with trio.fail_after(5):
+                await all_in.wait()
+            nursery.cancel_scope.cancel()
+        assert sorted(int(data) for _, data in got) == list(range(40))
+        assert {name for name, _ in got} == {"a", "b"}
+
+
+async def test_a_cancelled_receive_leaves_the_socket_usable() -> None:
+    async with open_transport() as sender, open_transport() as receiver:
+        pub, sub = await pair(sender, receiver)
+        await lend(pub, sub)
+        for _ in range(20):
+            with trio.move_on_after(0.001):
+                await sub.receive()  # nothing comes: cancelled while waiting on the socket
+        await pub.send(b"after")
+        with trio.fail_after(5):
+            assert (await sub.receive()).data == b"after"
+
+
+async def test_closing_a_subscription_without_images_ends_a_receive_on_the_lent_socket() -> None:
+    # Two subscriptions share one socket (one channel, two streams). The task waiting on the
+    # stream that has no image borrows the socket; closing that subscription makes no image
+    # event, so closing must wake the task by itself.
+    async with open_transport() as sender, open_transport() as receiver:
+        pub, sub = await pair(sender, receiver)
+        other = await receiver.add_subscription(sub.channel, STREAM + 1)
+        assert endpoint_of(other) is endpoint_of(sub)
+        ended = trio.Event()
+
+        async def consume() -> None:
+            try:
+                await other.receive()
+            except trio.EndOfChannel:
+                ended.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            with trio.fail_after(5):
+                while not endpoint_of(other).borrowed:
+                    await pub.send(b"for the other stream's neighbour")
+                    await sub.receive()
+                    await trio.testing.wait_all_tasks_blocked()
+            assert not other.images
+            await other.close()
+            # At once, not at the next heartbeat that happens to make the socket readable.
+            await trio.testing.wait_all_tasks_blocked()
+            assert ended.is_set()
