@@ -43,7 +43,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     "enet_echo": Benchmark(peers.enet_echo, _ECHO, "pyenet reliable echo round trips, 64 B"),
     "enet_oneway": Benchmark(peers.enet_oneway, _ONEWAY, "pyenet one-way reliable 64 B"),
     "transport_oneway": Benchmark(
-        transport_bench.transport_oneway, _ONEWAY, "echo transport one-way, 64 B / 1 KiB / 16 KiB"
+        transport_bench.transport_oneway,
+        _ONEWAY,
+        "echo transport one-way, 64 B / 1 KiB / 16 KiB, and 16 KiB at mtu=8192",
     ),
     "transport_echo": Benchmark(
         transport_bench.transport_echo, _ECHO, "echo transport echo round trips, 64 B"

@@ -26,7 +26,7 @@ def test_percentile_is_nearest_rank_without_interpolation() -> None:
 
 
 def test_ratio_is_to_the_named_baseline_of_the_same_run() -> None:
-    raw = Result("raw_echo_64", "round trips/s", 10_000.0, "RT/s")
+    raw = Result("raw_echo_64", "round trips/s", 10_000.0, "RT/s", raw=True)
     mine = Result(
         "transport_echo_64",
         "round trips/s",
