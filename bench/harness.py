@@ -27,9 +27,9 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import attrs
 
@@ -164,7 +164,7 @@ def round_trip_results(
     summary: dict[str, Any],
     baseline: str | None,
     extra: dict[str, Any],
-    targets: dict[str, TargetSpec] | None = None,
+    targets: Mapping[str, TargetSpec] | None = None,
 ) -> list[Result]:
     """The four figures every echo benchmark reports, compared to `baseline`'s same metrics.
 
@@ -464,6 +464,8 @@ class CliProcess:
         self.ready_event = ready_event
         self.cpu = next_cpu() if cpu == "next" else cpu
         self.lines: deque[str] = deque(maxlen=10_000)
+        self._new_line = threading.Condition()
+        self._ended = False
         self._ready = threading.Event()
         self._seen_ready = False
         self._process: subprocess.Popen[str] | None = None
@@ -474,7 +476,9 @@ class CliProcess:
         assert self._process is not None, "not started"
         return self._process.pid
 
-    def start(self) -> CliProcess:
+    def start(self) -> Self:
+        if self._process is not None:
+            raise RuntimeError(f"{self.name} was started already")
         self._process = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
@@ -493,12 +497,17 @@ class CliProcess:
     def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
         for line in self._process.stdout:
-            self.lines.append(line)
+            with self._new_line:
+                self.lines.append(line)
+                self._new_line.notify_all()
             if not self._seen_ready and self.ready_event is not None:
                 if f'"{self.ready_event}"' in line and self.event(line) == self.ready_event:
                     self._seen_ready = True
                     self._ready.set()
-        # End of output: the program exited; whoever waits for "ready" must hear of it.
+        # End of output: the program exited; whoever waits for a line must hear of it.
+        with self._new_line:
+            self._ended = True
+            self._new_line.notify_all()
         self._ready.set()
 
     @staticmethod
@@ -516,6 +525,24 @@ class CliProcess:
             if f'"{event}"' in line and self.event(line) == event:
                 found.append(json.loads(line))
         return found
+
+    def wait_for_record(
+        self, event: str, match: Callable[[dict[str, Any]], bool], timeout: float
+    ) -> dict[str, Any]:
+        """The first JSON log record of `event` that `match` accepts, waiting for it to come."""
+        deadline = time.monotonic() + timeout
+        with self._new_line:
+            while True:
+                for record in self.records(event):
+                    if match(record):
+                        return record
+                remaining = deadline - time.monotonic()
+                if self._ended or remaining <= 0:
+                    raise BenchError(
+                        f"{self.name}: no matching {event!r} in its log "
+                        f"({'it exited' if self._ended else f'{timeout:.0f} s'}):\n{self.tail()}"
+                    )
+                self._new_line.wait(remaining)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         if not self._ready.wait(timeout):
@@ -553,8 +580,10 @@ class CliProcess:
             self._process.kill()
             self._process.wait(5)
 
-    def __enter__(self) -> CliProcess:
-        return self.start()
+    def __enter__(self) -> Self:
+        # `with start_server() as server:` gets one that is already running: start it only
+        # once (a second process on the same ports would fail, and orphan the first).
+        return self if self._process is not None else self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.kill()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import attrs
 
-from bench import baselines, peers, transport_bench
+from bench import baselines, duologue_bench, peers, transport_bench
 from bench.harness import Result, Settings
 
 
@@ -49,5 +49,10 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "transport_echo": Benchmark(
         transport_bench.transport_echo, _ECHO, "echo transport echo round trips, 64 B"
+    ),
+    "duologue_echo": Benchmark(
+        duologue_bench.duologue_echo,
+        _ECHO,
+        "B1: echo-server duologue round trips, 64 B (lean client, then echo-client)",
     ),
 }
