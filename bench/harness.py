@@ -82,7 +82,7 @@ class Target:
         if self.of == "ratio":
             text = f"{self.op} {self.threshold:.2f} x raw"
         else:
-            text = f"{self.op} {_figure(self.threshold, unit)}"
+            text = f"{self.op} {format_figure(self.threshold, unit)}"
         return f"{text} ({self.note})" if self.note else text
 
 
@@ -682,13 +682,15 @@ def target_met(result: Result, by_key: dict[tuple[str, str], Result]) -> bool | 
     return result.target.met(result.value, ratio(result, by_key))
 
 
-def _figure(value: float, unit: str) -> str:
+def format_figure(value: float, unit: str) -> str:
     if unit == "µs":
         return f"{value:,.0f} µs"
     if unit in ("MB/s", "%"):
         return f"{value:,.1f} {unit}"
-    if unit in ("ms", "MiB"):
-        return f"{value:,.2f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
+    if unit == "MiB":
+        return f"{value:,.1f} MiB"
+    if unit == "ms":
+        return f"{value:,.2f} ms" if value < 100 else f"{value:,.0f} ms"
     return f"{value:,.0f} {unit}"
 
 
@@ -760,7 +762,7 @@ def markdown(
         if result.target is not None:
             verdicts.append(target_met(result, by_key))
         lines.append(
-            f"| {result.name} | {result.metric} | {_figure(result.value, result.unit)} "
+            f"| {result.name} | {result.metric} | {format_figure(result.value, result.unit)} "
             f"| {_vs_raw(result, r)} | {target} | {verdict} | {_side_usage(result.extra)} |"
         )
     if verdicts:
