@@ -180,13 +180,19 @@ class _Workers:
             if cpus:
                 os.sched_setaffinity(process.pid, cpus)  # type: ignore[arg-type]
 
-    def expect(self, kind: str, timeout: float) -> dict[int, Any]:
-        """One `kind` message from every process: {index: payload}; BenchError on an error."""
+    def expect(self, kind: str, timeout: float, *, partial_ok: bool = False) -> dict[int, Any]:
+        """One `kind` message from every process: {index: payload}.
+
+        BenchError if a process failed or died, or on the timeout unless `partial_ok` (then
+        what came in time is returned).
+        """
         got: dict[int, Any] = {}
         deadline = time.monotonic() + timeout
         while len(got) < len(self.processes):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if partial_ok:
+                    return got
                 raise BenchError(f"scale: {len(got)} of {len(self.processes)} said {kind!r}")
             try:
                 message, index, payload = self.out.get(timeout=min(remaining, 1.0))
@@ -225,11 +231,9 @@ def run(
             workers.expect("ready", 60)
             start_at = time.time()
             workers.go.set()
-            settled = True
-            try:
-                workers.expect("settled", CLIENT_TIMEOUT + 30)
-            except BenchError:
-                settled = False  # reported below: some clients neither connected nor failed
+            # Every client connected or failed (each wait of a client is bounded); if some
+            # are still stuck the run goes on and says so (all_settled).
+            settled = workers.expect("settled", CLIENT_TIMEOUT + 30, partial_ok=True)
             # Steady state: every client echoes once a second; skip the first moments after
             # the last handshake (its duologue's first status messages, the server's log).
             margin = min(5.0, seconds / 4)
@@ -262,7 +266,7 @@ def run(
         "connected": len(connected),
         "failures": len(failures),
         "failure_examples": failures[:3],
-        "all_settled": settled,
+        "all_settled": len(settled) == len(workers.processes),
         "handshake_s": round(span, 3),
         "handshakes_per_s": len(connected) / span if span > 0 else 0.0,
         "steady_s": round(t1 - t0, 3),
@@ -290,10 +294,8 @@ def results(row: dict[str, Any]) -> list[Result]:
     n = row["clients"]
     targets = TARGETS if n == TARGET_CLIENTS else {}
     name = f"scale_{n}"
-    extra = {key: value for key, value in row.items() if key != "server_counters"}
-    extra["server_counters"] = row["server_counters"]
     figures = [
-        ("handshakes/s", row["handshakes_per_s"], "hs/s", extra),
+        ("handshakes/s", row["handshakes_per_s"], "hs/s", dict(row)),
         ("server CPU", row["server_cpu_percent"], "%", {}),
         ("server RSS", row["server_rss_mib"], "MiB", {}),
         ("echo p50", row["echo_p50_ms"], "ms", {}),
