@@ -268,8 +268,9 @@ def raw_oneway(settings: Settings, sizes: tuple[int, ...] = ONEWAY_SIZES) -> lis
         }
         extra.update(usage_extra(sender=sender, receiver=receiver))
         name = f"raw_oneway_{size}"
-        results.append(Result(name, "datagrams/s", rate, "dgram/s", extra))
-        results.append(Result(name, "MB/s", got["bytes"] / got["elapsed"] / 1e6, "MB/s"))
+        results.append(Result(name, "datagrams/s", rate, "dgram/s", extra, raw=True))
+        mb_per_s = got["bytes"] / got["elapsed"] / 1e6
+        results.append(Result(name, "MB/s", mb_per_s, "MB/s", raw=True))
     return results
 
 

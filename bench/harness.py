@@ -19,13 +19,17 @@ import os
 import platform
 import queue
 import resource
+import signal
 import socket
+import subprocess
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Self
 
 import attrs
 
@@ -46,6 +50,53 @@ class Skip(Exception):
 
 
 @attrs.frozen
+class Target:
+    """A goal the issue sets for one figure: `figure op threshold`.
+
+    `of="ratio"` checks the figure's ratio to its raw baseline of the same run (`0.6` = 0.6 x
+    raw), `of="value"` the figure itself in its own unit. A Result accepts the plain tuple too:
+    `Result(..., target=(">=", 0.6, "ratio"))`, `Result(..., target=("<=", 20, "value"))`.
+    """
+
+    op: Literal[">=", "<="]
+    threshold: float
+    of: Literal["value", "ratio"] = "value"
+    #: how the issue put it, when the report's unit differs (e.g. "600 MB" for a MiB figure)
+    note: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if self.op not in (">=", "<="):
+            raise ValueError(f"target op must be '>=' or '<=', not {self.op!r}")
+        if self.of not in ("value", "ratio"):
+            raise ValueError(f"a target is on the 'value' or the 'ratio', not {self.of!r}")
+
+    def met(self, value: float, ratio: float | None) -> bool | None:
+        """True / False; None when it is on the ratio and this run has no baseline for it."""
+        subject = value if self.of == "value" else ratio
+        if subject is None or math.isnan(subject):
+            return None
+        return subject >= self.threshold if self.op == ">=" else subject <= self.threshold
+
+    def describe(self, unit: str) -> str:
+        """'>= 0.60 x raw', '<= 20.00 ms', '>= 200,000 msg/s' (plus the note, if any)."""
+        if self.of == "ratio":
+            text = f"{self.op} {self.threshold:.2f} x raw"
+        else:
+            text = f"{self.op} {format_figure(self.threshold, unit)}"
+        return f"{text} ({self.note})" if self.note else text
+
+
+TargetSpec = Target | tuple[Any, ...] | None
+
+
+def as_target(spec: TargetSpec) -> Target | None:
+    """Target, None, or a tuple of Target's fields (`(">=", 0.6, "ratio")`)."""
+    if spec is None or isinstance(spec, Target):
+        return spec
+    return Target(*spec)
+
+
+@attrs.frozen
 class Result:
     """One figure. `baseline` names the (name, metric) of the raw figure it is compared to."""
 
@@ -58,6 +109,11 @@ class Result:
     #: True when a smaller value is better (latency): the ratio is still value / baseline,
     #: but the report says so.
     lower_is_better: bool = False
+    #: the issue's goal for this figure, shown as met / missed in the report (see Target)
+    target: Target | None = attrs.field(default=None, converter=as_target)
+    #: True for the raw trio UDP figures themselves (shown as "baseline"); a figure with
+    #: neither `raw` nor a `baseline` has no raw counterpart (scale: CPU, RSS, handshakes/s)
+    raw: bool = False
 
 
 @attrs.frozen
@@ -108,8 +164,14 @@ def round_trip_results(
     summary: dict[str, Any],
     baseline: str | None,
     extra: dict[str, Any],
+    targets: Mapping[str, TargetSpec] | None = None,
 ) -> list[Result]:
-    """The four figures every echo benchmark reports, compared to `baseline`'s same metrics."""
+    """The four figures every echo benchmark reports, compared to `baseline`'s same metrics.
+
+    `baseline=None` makes them raw figures themselves; `targets` maps a metric
+    ("round trips/s", "p50", "p99", "p99.9") to its goal.
+    """
+    targets = targets or {}
 
     def base(metric: str) -> tuple[str, str] | None:
         return None if baseline is None else (baseline, metric)
@@ -122,11 +184,23 @@ def round_trip_results(
             "RT/s",
             extra,
             base("round trips/s"),
+            target=targets.get("round trips/s"),
+            raw=baseline is None,
         )
     ]
     for key, metric in (("p50_us", "p50"), ("p99_us", "p99"), ("p99.9_us", "p99.9")):
         results.append(
-            Result(name, metric, summary[key], "µs", {}, base(metric), lower_is_better=True)
+            Result(
+                name,
+                metric,
+                summary[key],
+                "µs",
+                {},
+                base(metric),
+                lower_is_better=True,
+                target=targets.get(metric),
+                raw=baseline is None,
+            )
         )
     return results
 
@@ -248,6 +322,16 @@ def pin(cpus: Sequence[int]) -> None:
     _next_pin = 0
 
 
+def next_cpu() -> int | None:
+    """The CPU for the next side to start (round robin over `pin`'s list), None if unpinned."""
+    global _next_pin
+    if not PIN_CPUS:
+        return None
+    cpu = PIN_CPUS[_next_pin % len(PIN_CPUS)]
+    _next_pin += 1
+    return cpu
+
+
 def _child_main(
     func: Callable[..., Any], args: tuple[Any, ...], channel: Any, cpu: int | None
 ) -> None:
@@ -275,11 +359,7 @@ class Child:
         context = mp.get_context("spawn")
         self.name = name
         self._channel: Any = context.Queue()
-        global _next_pin
-        cpu = None
-        if PIN_CPUS:
-            cpu = PIN_CPUS[_next_pin % len(PIN_CPUS)]
-            _next_pin += 1
+        cpu = next_cpu()
         self.cpu = cpu
         self._process = context.Process(
             target=_child_main, args=(func, args, self._channel, cpu), name=name, daemon=True
@@ -338,6 +418,174 @@ class Child:
 
     def __exit__(self, *exc_info: object) -> None:
         # Whatever happened, no child outlives its benchmark.
+        self.kill()
+
+
+# ------------------------------------------------------------------ command-line sides
+
+
+def cpu_seconds_of(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (/proc/PID/stat utime + stime)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        # The command name (field 2) may hold spaces; the fields after its ")" do not.
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_mib_of(pid: int, field: str = "VmRSS") -> float:
+    """A /proc/PID/status memory field in MiB: VmRSS (now) or VmHWM (peak)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    raise BenchError(f"/proc/{pid}/status has no {field}")
+
+
+class CliProcess:
+    """A command-line program as one side of a benchmark (echo-server as users run it).
+
+    Started with `subprocess`, pinned like a `Child` (the next CPU of `pin`, or `cpu=`), its
+    stderr read by a thread: the program is ready when a JSON log line with
+    `"event": ready_event` appears (`--log-format json`), and the lines are kept for errors
+    and for the counters a server logs when it stops. Its CPU and memory are read from /proc,
+    so a measuring side can sample them around exactly its measured part.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        ready_event: str | None = "listening",
+        cpu: int | Literal["next"] | None = "next",
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.ready_event = ready_event
+        self.cpu = next_cpu() if cpu == "next" else cpu
+        self.lines: deque[str] = deque(maxlen=10_000)
+        self._new_line = threading.Condition()
+        self._ended = False
+        self._ready = threading.Event()
+        self._seen_ready = False
+        self._process: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, "not started"
+        return self._process.pid
+
+    def start(self) -> Self:
+        if self._process is not None:
+            raise RuntimeError(f"{self.name} was started already")
+        self._process = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        if self.cpu is not None:
+            # Right after the fork: before the program has imported anything, so all of its
+            # measured work runs on this CPU.
+            os.sched_setaffinity(self._process.pid, {self.cpu})
+        self._reader = threading.Thread(target=self._read, name=f"{self.name} log", daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for line in self._process.stdout:
+            with self._new_line:
+                self.lines.append(line)
+                self._new_line.notify_all()
+            if not self._seen_ready and self.ready_event is not None:
+                if f'"{self.ready_event}"' in line and self.event(line) == self.ready_event:
+                    self._seen_ready = True
+                    self._ready.set()
+        # End of output: the program exited; whoever waits for a line must hear of it.
+        with self._new_line:
+            self._ended = True
+            self._new_line.notify_all()
+        self._ready.set()
+
+    @staticmethod
+    def event(line: str) -> str | None:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        return record.get("event") if isinstance(record, dict) else None
+
+    def records(self, event: str) -> list[dict[str, Any]]:
+        """Every JSON log record so far with this event name."""
+        found = []
+        for line in list(self.lines):
+            if f'"{event}"' in line and self.event(line) == event:
+                found.append(json.loads(line))
+        return found
+
+    def wait_for_record(
+        self, event: str, match: Callable[[dict[str, Any]], bool], timeout: float
+    ) -> dict[str, Any]:
+        """The first JSON log record of `event` that `match` accepts, waiting for it to come."""
+        deadline = time.monotonic() + timeout
+        with self._new_line:
+            while True:
+                for record in self.records(event):
+                    if match(record):
+                        return record
+                remaining = deadline - time.monotonic()
+                if self._ended or remaining <= 0:
+                    raise BenchError(
+                        f"{self.name}: no matching {event!r} in its log "
+                        f"({'it exited' if self._ended else f'{timeout:.0f} s'}):\n{self.tail()}"
+                    )
+                self._new_line.wait(remaining)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        if not self._ready.wait(timeout):
+            raise BenchError(f"{self.name}: not ready within {timeout:.0f} s")
+        if not self._seen_ready:
+            raise BenchError(f"{self.name}: exited before it was ready:\n{self.tail()}")
+
+    def tail(self, lines: int = 20) -> str:
+        return "".join(list(self.lines)[-lines:])
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds_of(self.pid)
+
+    def rss_mib(self) -> float:
+        return memory_mib_of(self.pid, "VmRSS")
+
+    def peak_rss_mib(self) -> float:
+        return memory_mib_of(self.pid, "VmHWM")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (a server's graceful stop), wait, and return the exit status."""
+        assert self._process is not None
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+        try:
+            code = self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"{self.name}: still running {timeout:.0f} s after SIGTERM") from None
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(5)
+
+    def __enter__(self) -> Self:
+        # `with start_server() as server:` gets one that is already running: start it only
+        # once (a second process on the same ports would fail, and orphan the first).
+        return self if self._process is not None else self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
         self.kill()
 
 
@@ -427,12 +675,39 @@ def ratio(result: Result, by_key: dict[tuple[str, str], Result]) -> float | None
     return result.value / base.value
 
 
-def _figure(value: float, unit: str) -> str:
+def target_met(result: Result, by_key: dict[tuple[str, str], Result]) -> bool | None:
+    """Whether `result` meets its target in this run; None without a target (or a baseline)."""
+    if result.target is None:
+        return None
+    return result.target.met(result.value, ratio(result, by_key))
+
+
+def format_figure(value: float, unit: str) -> str:
     if unit == "µs":
         return f"{value:,.0f} µs"
-    if unit == "MB/s":
-        return f"{value:,.1f} MB/s"
+    if unit in ("MB/s", "%"):
+        return f"{value:,.1f} {unit}"
+    if unit == "MiB":
+        return f"{value:,.1f} MiB"
+    if unit == "ms":
+        return f"{value:,.2f} ms" if value < 100 else f"{value:,.0f} ms"
     return f"{value:,.0f} {unit}"
+
+
+def _vs_raw(result: Result, r: float | None) -> str:
+    if result.raw:
+        return "baseline"
+    if result.baseline is None:
+        return "—"  # no raw trio UDP counterpart (server CPU, RSS, handshakes/s)
+    return "n/a" if r is None else f"{r:.2f} x"
+
+
+def _target_cells(result: Result, by_key: dict[tuple[str, str], Result]) -> tuple[str, str]:
+    if result.target is None:
+        return "", ""
+    met = target_met(result, by_key)
+    verdict = "n/a (no baseline)" if met is None else ("met" if met else "**missed**")
+    return result.target.describe(result.unit), verdict
 
 
 def _side_usage(extra: dict[str, Any]) -> str:
@@ -472,18 +747,31 @@ def markdown(
         "",
         "Ratios are to the raw trio UDP baseline of this same run (`x raw`); for latency a "
         "ratio above 1 is slower. Message rates compare to raw 64-byte datagrams/s (one "
-        "datagram per message), MB/s to raw 1408-byte (one MTU) datagrams.",
+        "datagram per message), MB/s to raw datagrams of the MTU used (1408 B, Aeron's "
+        "default; 8192 B for `mtu8192`); `—` marks a figure with no raw counterpart (server "
+        "CPU, RSS, handshakes/s). Targets are the issue's; a ratio target is checked against "
+        "this run's baseline.",
         "",
-        "| benchmark | metric | figure | vs raw | CPU (% of a core) / peak RSS |",
-        "|---|---|---|---|---|",
+        "| benchmark | metric | figure | vs raw | target | met | CPU (% of a core) / peak RSS |",
+        "|---|---|---|---|---|---|---|",
     ]
+    verdicts: list[bool | None] = []
     for result in results:
         r = ratio(result, by_key)
-        shown = "baseline" if result.baseline is None else ("n/a" if r is None else f"{r:.2f} x")
+        target, verdict = _target_cells(result, by_key)
+        if result.target is not None:
+            verdicts.append(target_met(result, by_key))
         lines.append(
-            f"| {result.name} | {result.metric} | {_figure(result.value, result.unit)} "
-            f"| {shown} | {_side_usage(result.extra)} |"
+            f"| {result.name} | {result.metric} | {format_figure(result.value, result.unit)} "
+            f"| {_vs_raw(result, r)} | {target} | {verdict} | {_side_usage(result.extra)} |"
         )
+    if verdicts:
+        lines += [
+            "",
+            f"Targets: {verdicts.count(True)} met, {verdicts.count(False)} missed"
+            + (f", {verdicts.count(None)} without a baseline" if None in verdicts else "")
+            + ".",
+        ]
     if skipped:
         lines += ["", "Skipped:", ""]
         lines += [f"- {name}: {reason}" for name, reason in skipped.items()]
@@ -517,7 +805,14 @@ def write_reports(
         "machine": machine,
         "settings": attrs.asdict(settings),
         "argv": sys.argv[1:],
-        "results": [{**attrs.asdict(r), "ratio_to_raw": ratio(r, by_key)} for r in results],
+        "results": [
+            {
+                **attrs.asdict(r),
+                "ratio_to_raw": ratio(r, by_key),
+                "target_met": target_met(r, by_key),
+            }
+            for r in results
+        ],
         "skipped": skipped,
         "failed": failed,
     }

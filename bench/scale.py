@@ -1,11 +1,22 @@
 """B4: N concurrent Echo 2.0 clients against one echo-server process.
 
-    python -m bench.scale --clients 100,500,1000 --seconds 30 [--processes 4]
+    python -m bench.scale [--clients 100,500,1000] [--seconds 30] [--processes 4] [--pin 0,1]
+    python -m bench.run --only scale [--quick]
 
-Each client echoes once per second. Clients share a few processes (as a library user would run
-them: many `EchoClient`s in one trio program). Reports, per N: handshakes per second when all
-connect at once, server CPU (% of one core) and RSS at steady state, and the p50/p99 echo
-latency the clients saw. Raises RLIMIT_NOFILE for itself and its children.
+The server is `python -m echo.server.cli` in its own process. The clients share a few
+processes, as a library user would run them (many `EchoClient`s in one trio program); each
+client echoes once a second. Per N:
+
+1. handshake: all N clients start within the same second (each at a random moment of it);
+   handshakes/s = clients connected / time from the start until the last one's first echo;
+2. steady state: once every client has connected (or failed), the clients echo for
+   `--seconds`; the server's CPU (% of one core, from /proc) and the clients' echo round trips
+   are taken from `min(5, seconds / 4)` seconds into that phase to its end, the server's RSS
+   at its end.
+
+With `--pin A,B,...` the server runs on CPU A and the client processes on the others: the
+server's figures are then its own, not shared with the clients it serves. Raises
+RLIMIT_NOFILE (every client holds a few UDP sockets) for itself and its children.
 """
 
 from __future__ import annotations
@@ -14,21 +25,48 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import queue
 import random
 import resource
-import signal
-import subprocess
-import sys
-import tempfile
 import time
+import traceback
+from collections.abc import Sequence
 from typing import Any
 
 import trio
 
-TICKS = os.sysconf("SC_CLK_TCK")
+from bench.duologue_bench import start_server
+from bench.harness import (
+    BenchError,
+    Result,
+    Settings,
+    Target,
+    cpu_seconds_of,
+    format_figure,
+    percentile,
+)
+
+DEFAULT_CLIENTS = (100, 500, 1000)
+DEFAULT_SECONDS = 30.0
+#: `bench.run --quick`: one small N, a few seconds, so the smoke run stays short.
+QUICK_CLIENTS = (20,)
+QUICK_SECONDS = 3.0
+PROCESSES = 4
+#: Every wait of a client (connect, CONNECT reply, echo) is bounded by this; at 1,000 clients
+#: starting at once the handshakes may take tens of seconds.
+CLIENT_TIMEOUT = 60.0
+#: The issue's goals, at 1,000 clients.
+TARGET_CLIENTS = 1000
+TARGETS: dict[str, Target] = {
+    "handshakes/s": Target(">=", 200),
+    "server CPU": Target("<=", 60),
+    "server RSS": Target("<=", 600e6 / 2**20, note="600 MB"),
+    "echo p99": Target("<=", 20),
+}
 
 
 def raise_fd_limit() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit (children inherit it); returns the new soft."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else 65536
     try:
@@ -38,29 +76,30 @@ def raise_fd_limit() -> int:
     return target
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def rss_mib(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+# ------------------------------------------------------------------ client processes
 
 
 def client_process(
-    port: int, count: int, seconds: float, start_at: float, out: Any, index: int
+    index: int, port: int, control_port: int, count: int, out: Any, go: Any, stop: Any
 ) -> None:
-    raise_fd_limit()
-    trio.run(_clients, port, count, seconds, start_at, out, index)
+    try:
+        raise_fd_limit()
+        # Imported before "ready": the handshake clock starts after every process is loaded.
+        import echo.client.client  # noqa: F401
+
+        out.put(("ready", index, None))
+        go.wait()
+        summary = trio.run(_clients, index, port, control_port, count, out, stop)
+        out.put(("done", index, summary))
+    except BaseException:
+        out.put(("error", index, traceback.format_exc()))
 
 
 async def _clients(
-    port: int, count: int, seconds: float, start_at: float, out: Any, index: int
-) -> None:
+    index: int, port: int, control_port: int, count: int, out: Any, stop: Any
+) -> dict[str, Any]:
     from echo.client.client import ClientConfig, EchoClient
+    from echo.client.machine import EchoReceived
     from echo.log import configure_logging
 
     configure_logging("console", "warning")
@@ -68,109 +107,251 @@ async def _clients(
     connected: list[float] = []
     rtts: list[tuple[float, float]] = []
     failures: list[str] = []
+    settled = 0
 
-    async def one(i: int) -> None:
+    def settle() -> None:
+        # Connected or failed: the parent starts the steady state when every client is one.
+        nonlocal settled
+        settled += 1
+        if settled == count:
+            out.put(("settled", index, time.time()))
+
+    async def one() -> None:
         # Clients start within the same second, not the same microsecond: a thousand echoes
         # fired in lock-step every second measure the queue, not the server.
         await trio.sleep(jitter.uniform(0.0, 1.0))
         first = True
 
-        def on_echo(echo: Any) -> None:
+        def on_echo(echo: EchoReceived) -> None:
             nonlocal first
             now = time.time()
             if first:
-                connected.append(now)
                 first = False
+                connected.append(now)
+                settle()
             rtts.append((now, echo.rtt))
 
         client = EchoClient(
-            ClientConfig(port=port, control_port=port + 1, interval=1.0, timeout=60,
-                         count=int(seconds)),
+            ClientConfig(
+                port=port, control_port=control_port, interval=1.0, timeout=CLIENT_TIMEOUT
+            ),
             on_echo=on_echo,
         )
         machine = await client.run()
         if machine.failure is not None:
             failures.append(machine.failure.message)
+            if first:
+                settle()
 
-    await trio.sleep(max(0.0, start_at - time.time()))
     async with trio.open_nursery() as nursery:
-        for i in range(count):
-            nursery.start_soon(one, i)
-    out.put({"index": index, "connected": connected, "rtts": rtts, "failures": failures})
+        for _ in range(count):
+            nursery.start_soon(one)
+        # The parent ends the run (the clients echo until then).
+        await trio.to_thread.run_sync(stop.wait, abandon_on_cancel=True)
+        nursery.cancel_scope.cancel()
+    return {"connected": connected, "rtts": rtts, "failures": failures}
 
 
-def run(clients: int, seconds: float, processes: int) -> dict[str, Any]:
+class _Workers:
+    """The client processes and the queue they report on."""
+
+    def __init__(self, clients: int, processes: int, port: int, control_port: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.out: Any = ctx.Queue()
+        self.go = ctx.Event()
+        self.stop = ctx.Event()
+        per = [
+            clients // processes + (1 if i < clients % processes else 0) for i in range(processes)
+        ]
+        self.processes = [
+            ctx.Process(
+                target=client_process,
+                args=(i, port, control_port, n, self.out, self.go, self.stop),
+                name=f"scale clients {i}",
+                daemon=True,
+            )
+            for i, n in enumerate(per)
+            if n
+        ]
+
+    def start(self, cpus: set[int] | None) -> None:
+        for process in self.processes:
+            process.start()
+            if cpus:
+                os.sched_setaffinity(process.pid, cpus)  # type: ignore[arg-type]
+
+    def expect(self, kind: str, timeout: float, *, partial_ok: bool = False) -> dict[int, Any]:
+        """One `kind` message from every process: {index: payload}.
+
+        BenchError if a process failed or died, or on the timeout unless `partial_ok` (then
+        what came in time is returned).
+        """
+        got: dict[int, Any] = {}
+        deadline = time.monotonic() + timeout
+        while len(got) < len(self.processes):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if partial_ok:
+                    return got
+                raise BenchError(f"scale: {len(got)} of {len(self.processes)} said {kind!r}")
+            try:
+                message, index, payload = self.out.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                dead = [p.name for p in self.processes if not p.is_alive()]
+                if dead and self.out.empty():
+                    raise BenchError(f"scale: {', '.join(dead)} exited before {kind!r}") from None
+                continue
+            if message == "error":
+                raise BenchError(f"scale: client process {index} failed:\n{payload}")
+            if message == kind:
+                got[index] = payload
+        return got
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds_of(p.pid) for p in self.processes if p.pid is not None)
+
+    def kill(self) -> None:
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+            process.join(5)
+
+
+def run(
+    clients: int, seconds: float, processes: int = PROCESSES, cpus: Sequence[int] = ()
+) -> dict[str, Any]:
+    """One N: handshakes/s, then server CPU / RSS and echo latency at steady state."""
     raise_fd_limit()
-    log_file = tempfile.TemporaryFile("w+")
-    # Below the ephemeral range (32768+), where the clients' own sockets would collide.
-    port = 20000 + (os.getpid() % 40) * 100
-    server = subprocess.Popen(
-        [sys.executable, "-m", "echo.server.cli", "--port", str(port), "--control-port",
-         str(port + 1), "--clients-base-port", str(port + 10), "--max-clients", str(clients),
-         "--max-per-ip", str(clients), "--log-level", "info", "--log-format", "json"],
-        stdout=subprocess.DEVNULL, stderr=log_file, text=True,
+    server_cpu = cpus[0] if cpus else None
+    client_cpus = set(cpus[1:]) if len(cpus) > 1 else None
+    with start_server(clients, cpu=server_cpu) as server:
+        workers = _Workers(clients, processes, server.port, server.control_port)
+        try:
+            workers.start(client_cpus)
+            workers.expect("ready", 60)
+            start_at = time.time()
+            workers.go.set()
+            # Every client connected or failed (each wait of a client is bounded); if some
+            # are still stuck the run goes on and says so (all_settled).
+            settled = workers.expect("settled", CLIENT_TIMEOUT + 30, partial_ok=True)
+            # Steady state: every client echoes once a second; skip the first moments after
+            # the last handshake (its duologue's first status messages, the server's log).
+            margin = min(5.0, seconds / 4)
+            time.sleep(margin)
+            t0, cpu0, clients_cpu0 = time.time(), server.cpu_seconds(), workers.cpu_seconds()
+            time.sleep(seconds - margin)
+            t1, cpu1, clients_cpu1 = time.time(), server.cpu_seconds(), workers.cpu_seconds()
+            rss = server.rss_mib()
+            peak_rss = server.peak_rss_mib()
+        finally:
+            workers.stop.set()
+        try:
+            reports = workers.expect("done", 60)
+        finally:
+            workers.kill()
+        server.stop()
+        counters = server.records("transport_counters")
+    connected = sorted(t for r in reports.values() for t in r["connected"])
+    failures = [f for r in reports.values() for f in r["failures"]]
+    rtts = sorted(
+        rtt * 1000 for r in reports.values() for when, rtt in r["rtts"] if t0 <= when <= t1
     )
-    time.sleep(2.0)
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    start_at = time.time() + 3.0
-    per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
-    workers = [
-        ctx.Process(target=client_process, args=(port, n, seconds, start_at, out, i))
-        for i, n in enumerate(per) if n
-    ]
-    for worker in workers:
-        worker.start()
-    # Steady state: from 5 s after the start to 5 s before the end.
-    time.sleep(max(0.0, start_at - time.time()) + 5.0)
-    cpu0, t0 = cpu_seconds(server.pid), time.time()
-    steady = max(1.0, seconds - 10.0)
-    time.sleep(steady)
-    cpu1, t1 = cpu_seconds(server.pid), time.time()
-    rss = rss_mib(server.pid)
-    results = [out.get(timeout=seconds + 120) for _ in workers]
-    for worker in workers:
-        worker.join(30)
-    server.send_signal(signal.SIGTERM)
-    server.wait(timeout=30)
-    log_file.seek(0)
-    counters = {}
-    for line in log_file:
-        if '"transport_counters"' in line:
-            counters = json.loads(line)
-    connected = sorted(t for r in results for t in r["connected"])
-    rtts = sorted(rtt for r in results for when, rtt in r["rtts"] if t0 <= when <= t1)
-    failures = [f for r in results for f in r["failures"]]
-    # Clients start spread over the first second; the handshake rate counts from the first.
-    handshake_span = (connected[-1] - start_at) if connected else float("nan")
-
-    def pct(q: float) -> float:
-        return rtts[min(len(rtts) - 1, int(q * len(rtts)))] * 1000 if rtts else float("nan")
-
+    # Clients start spread over the first second; the rate counts from the start.
+    span = connected[-1] - start_at if connected else 0.0
+    nan = float("nan")
     return {
         "clients": clients,
+        "seconds": seconds,
+        "processes": len(workers.processes),
         "connected": len(connected),
         "failures": len(failures),
         "failure_examples": failures[:3],
-        "handshakes_per_s": len(connected) / handshake_span if connected else 0.0,
+        "all_settled": len(settled) == len(workers.processes),
+        "handshake_s": round(span, 3),
+        "handshakes_per_s": len(connected) / span if span > 0 else 0.0,
+        "steady_s": round(t1 - t0, 3),
         "server_cpu_percent": 100.0 * (cpu1 - cpu0) / (t1 - t0),
         "server_rss_mib": rss,
-        "echo_p50_ms": pct(0.50),
-        "echo_p99_ms": pct(0.99),
-        "echoes_measured": len(rtts),
-        "server_datagrams_sent": counters.get("datagrams_sent"),
-        "server_datagrams_received": counters.get("datagrams_received"),
+        "server_peak_rss_mib": peak_rss,
+        "clients_cpu_percent": round(100.0 * (clients_cpu1 - clients_cpu0) / (t1 - t0), 1),
+        "echo_p50_ms": percentile(rtts, 50) if rtts else nan,
+        "echo_p99_ms": percentile(rtts, 99) if rtts else nan,
+        "echo_max_ms": rtts[-1] if rtts else nan,
+        "echoes_per_s": round(len(rtts) / (t1 - t0), 1),
+        "server_cpu": server.cpu,
+        "client_cpus": sorted(client_cpus) if client_cpus else None,
+        "server_counters": {
+            k: v for k, v in (counters[-1] if counters else {}).items() if isinstance(v, int)
+        },
     }
 
 
+# ------------------------------------------------------------------ in bench.run
+
+
+def results(row: dict[str, Any]) -> list[Result]:
+    """One N's figures. No raw baseline exists for them; at 1,000 clients they have targets."""
+    n = row["clients"]
+    targets = TARGETS if n == TARGET_CLIENTS else {}
+    name = f"scale_{n}"
+    figures = [
+        ("handshakes/s", row["handshakes_per_s"], "hs/s", dict(row)),
+        ("server CPU", row["server_cpu_percent"], "%", {}),
+        ("server RSS", row["server_rss_mib"], "MiB", {}),
+        ("echo p50", row["echo_p50_ms"], "ms", {}),
+        ("echo p99", row["echo_p99_ms"], "ms", {}),
+        ("connected", row["connected"], "clients", {}),
+        ("failures", row["failures"], "clients", {}),
+    ]
+    return [
+        Result(
+            name,
+            metric,
+            float(value),
+            unit,
+            fields,
+            lower_is_better=metric not in ("handshakes/s", "connected"),
+            target=targets.get(metric),
+        )
+        for metric, value, unit, fields in figures
+    ]
+
+
+def scale(settings: Settings) -> list[Result]:
+    """B4 for bench.run: N = 100, 500, 1000 for 30 s each; --quick: 20 clients, 3 s."""
+    plan = QUICK_CLIENTS if settings.quick else DEFAULT_CLIENTS
+    seconds = QUICK_SECONDS if settings.quick else DEFAULT_SECONDS
+    found: list[Result] = []
+    for n in plan:
+        row = run(n, seconds, PROCESSES, settings.pin)
+        if not row["connected"]:
+            raise BenchError(f"scale: none of {n} clients connected: {row['failure_examples']}")
+        found += results(row)
+    return found
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", default="100,500,1000")
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--processes", type=int, default=4)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--clients", default=",".join(map(str, DEFAULT_CLIENTS)))
+    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS)
+    parser.add_argument("--processes", type=int, default=PROCESSES)
+    parser.add_argument(
+        "--pin",
+        default=None,
+        help="CPUs: the server on the first, the client processes on the others "
+        "(default: the first two allowed ones; 'none' leaves placement to the scheduler)",
+    )
     args = parser.parse_args()
-    rows = [run(int(n), args.seconds, args.processes) for n in args.clients.split(",")]
+    from bench.run import pin_cpus
+
+    cpus = pin_cpus(args.pin)
+    rows = [run(int(n), args.seconds, args.processes, cpus) for n in args.clients.split(",")]
     print(json.dumps(rows, indent=2))
+    for row in rows:
+        for result in results(row):
+            print(f"{result.name:11} {result.metric:13} {format_figure(result.value, result.unit)}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,18 @@
 """The registry of benchmarks that `python -m bench.run` knows.
 
 To add one: write a function `(settings: Settings) -> list[Result]` that runs its sides with
-`bench.harness.Child` (each side in its own process), raises `Skip` when it cannot run here and
-`BenchError` when it fails, gives every Result a `baseline=(name, metric)` of a raw figure, and
-register it below with the baselines it compares to in `needs` (the runner then measures those
-in the same run even under `--only`).
+`bench.harness.Child` (each side in its own process) or `CliProcess` (a CLI such as
+echo-server), raises `Skip` when it cannot run here and `BenchError` when it fails, and gives
+every Result
+
+- a `baseline=(name, metric)` of a raw figure (or `raw=True` if it is one; a figure with
+  neither has no raw counterpart, like B4's server CPU);
+- optionally the issue's `target`: `target=(">=", 0.6, "ratio")` is at least 0.6 x its
+  baseline of the same run, `target=("<=", 20)` at most 20 in the figure's own unit (see
+  `harness.Target`); the report marks it met or missed.
+
+Then register it below with the baselines it compares to in `needs` (the runner then measures
+those in the same run even under `--only`).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from collections.abc import Callable
 
 import attrs
 
-from bench import baselines, peers, transport_bench
+from bench import baselines, duologue_bench, peers, scale, transport_bench
 from bench.harness import Result, Settings
 
 
@@ -43,9 +51,22 @@ BENCHMARKS: dict[str, Benchmark] = {
     "enet_echo": Benchmark(peers.enet_echo, _ECHO, "pyenet reliable echo round trips, 64 B"),
     "enet_oneway": Benchmark(peers.enet_oneway, _ONEWAY, "pyenet one-way reliable 64 B"),
     "transport_oneway": Benchmark(
-        transport_bench.transport_oneway, _ONEWAY, "echo transport one-way, 64 B / 1 KiB / 16 KiB"
+        transport_bench.transport_oneway,
+        _ONEWAY,
+        "echo transport one-way, 64 B / 1 KiB / 16 KiB, and 16 KiB at mtu=8192",
     ),
     "transport_echo": Benchmark(
         transport_bench.transport_echo, _ECHO, "echo transport echo round trips, 64 B"
+    ),
+    "duologue_echo": Benchmark(
+        duologue_bench.duologue_echo,
+        _ECHO,
+        "B1: echo-server duologue round trips, 64 B (lean client, then echo-client)",
+    ),
+    # Last: the longest (N = 100, 500, 1000 for 30 s each), and it has no raw baseline.
+    "scale": Benchmark(
+        scale.scale,
+        (),
+        "B4: N echo-clients (once a second) on one echo-server: handshakes/s, CPU, RSS, p99",
     ),
 }

@@ -1,7 +1,8 @@
-"""Smoke test of the benchmark harness: a quick run of the raw baselines, end to end.
+"""Smoke test of the benchmark suite: a quick run end to end, as users run it.
 
-Runs `python -m bench.run` as users do (a subprocess; the benchmarks spawn their own children),
-into a temporary results directory so the repository's bench/results is left alone.
+Runs `python -m bench.run --quick` (a subprocess; the benchmarks spawn their own children, and
+duologue_echo starts the real echo-server and echo-client CLIs) into a temporary results
+directory so the repository's bench/results is left alone. One run serves every test here.
 """
 
 from __future__ import annotations
@@ -10,11 +11,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_quick_raw_baselines_produce_positive_figures(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    directory = tmp_path_factory.mktemp("bench")
     completed = subprocess.run(
         [
             sys.executable,
@@ -22,9 +28,9 @@ def test_quick_raw_baselines_produce_positive_figures(tmp_path: Path) -> None:
             "bench.run",
             "--quick",
             "--only",
-            "raw_echo,raw_oneway",
+            "raw_echo,raw_oneway,duologue_echo",
             "--results-dir",
-            str(tmp_path),
+            str(directory),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -32,11 +38,20 @@ def test_quick_raw_baselines_produce_positive_figures(tmp_path: Path) -> None:
         timeout=120,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
+    (json_path,) = directory.glob("*.json")
+    return json.loads(json_path.read_text()), (directory / "latest.md").read_text()
 
-    (json_path,) = tmp_path.glob("*.json")
-    document = json.loads(json_path.read_text())
+
+def _figures(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["name"], r["metric"]): r for r in document["results"]}
+
+
+def test_quick_raw_baselines_produce_positive_figures(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
+    document, table = quick_run
     assert not document["failed"]
-    figures = {(r["name"], r["metric"]): r["value"] for r in document["results"]}
+    figures = {key: r["value"] for key, r in _figures(document).items()}
     expected = {("raw_echo_64", m) for m in ("round trips/s", "p50", "p99", "p99.9")}
     for size in (64, 1408, 8192):
         expected |= {(f"raw_oneway_{size}", "datagrams/s"), (f"raw_oneway_{size}", "MB/s")}
@@ -50,6 +65,56 @@ def test_quick_raw_baselines_produce_positive_figures(tmp_path: Path) -> None:
         assert abs(figures[f"raw_oneway_{size}", "MB/s"] - rate * size / 1e6) < 1e-6 * rate * size
     assert document["machine"]["cores"] >= 1
 
-    table = (tmp_path / "latest.md").read_text()
     assert "| raw_echo_64 | round trips/s |" in table
-    assert "baseline" in table
+    assert "| baseline |" in table
+
+
+def test_duologue_echo_is_measured_against_the_same_runs_raw_echo(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
+    document, _ = quick_run
+    figures = _figures(document)
+    lean = {m: figures["duologue_echo_64", m] for m in ("round trips/s", "p50", "p99", "p99.9")}
+    cli = {m: figures["echo_client_cli_64", m] for m in ("round trips/s", "p50", "p99")}
+    for metric, result in [*lean.items(), *cli.items()]:
+        raw = figures["raw_echo_64", metric]
+        assert result["baseline"] == ["raw_echo_64", metric]
+        # The ratio is to this run's raw figure, not to a remembered one.
+        assert result["ratio_to_raw"] == pytest.approx(result["value"] / raw["value"])
+    assert 0 < lean["p50"]["value"] <= lean["p99"]["value"] <= lean["p99.9"]["value"]
+    assert 0 < cli["p50"]["value"] <= cli["p99"]["value"]
+    extra = lean["round trips/s"]["extra"]
+    # Every round trip went through the server's duologue (it counted them when it closed it),
+    # and a quick run still makes hundreds of them.
+    assert extra["server_duologue_messages"] >= extra["round_trips"] >= 100
+    assert 0 < extra["server_cpu_pct"] <= 100
+    assert cli["round trips/s"]["extra"]["count"] >= 100
+    # The issue's two B1 targets, judged on this run's ratios.
+    rate, p99 = lean["round trips/s"], lean["p99"]
+    assert rate["target"] == {"op": ">=", "threshold": 0.6, "of": "ratio", "note": ""}
+    assert rate["target_met"] is (rate["ratio_to_raw"] >= 0.6)
+    assert p99["target"]["op"] == "<=" and p99["target"]["threshold"] == 2.0
+    assert p99["target_met"] is (p99["ratio_to_raw"] <= 2.0)
+    assert cli["round trips/s"]["target"] is None
+
+
+def test_the_table_shows_targets_and_whether_they_were_met(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
+    document, table = quick_run
+    rows = {
+        tuple(cell.strip() for cell in line.strip("|").split("|")[:2]): [
+            cell.strip() for cell in line.strip("|").split("|")
+        ]
+        for line in table.splitlines()
+        if line.startswith("| ") and not line.startswith("| benchmark")
+    }
+    header = next(line for line in table.splitlines() if line.startswith("| benchmark"))
+    assert [c.strip() for c in header.strip("|").split("|")][3:6] == ["vs raw", "target", "met"]
+    rate = rows["duologue_echo_64", "round trips/s"]
+    met = _figures(document)["duologue_echo_64", "round trips/s"]["target_met"]
+    assert rate[4] == ">= 0.60 x raw"
+    assert rate[5] == ("met" if met else "**missed**")
+    assert rows["duologue_echo_64", "p99"][4] == "<= 2.00 x raw"
+    assert rows["raw_echo_64", "p99"][3:6] == ["baseline", "", ""]
+    assert "Targets: " in table

@@ -1,10 +1,24 @@
-"""The harness's pure pieces: percentiles, ratios, selection of baselines, the table."""
+"""The harness's pure pieces: percentiles, ratios, targets, selection of baselines, the table."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from bench.harness import Result, Settings, busy_warning, markdown, percentile, ratio
+from bench import scale
+from bench.harness import (
+    Result,
+    Settings,
+    Target,
+    busy_warning,
+    markdown,
+    percentile,
+    ratio,
+    target_met,
+    write_reports,
+)
 from bench.run import select
 from bench.suite import BENCHMARKS
 
@@ -26,7 +40,7 @@ def test_percentile_is_nearest_rank_without_interpolation() -> None:
 
 
 def test_ratio_is_to_the_named_baseline_of_the_same_run() -> None:
-    raw = Result("raw_echo_64", "round trips/s", 10_000.0, "RT/s")
+    raw = Result("raw_echo_64", "round trips/s", 10_000.0, "RT/s", raw=True)
     mine = Result(
         "transport_echo_64",
         "round trips/s",
@@ -78,3 +92,141 @@ def test_a_busy_machine_is_named_in_the_report() -> None:
     warning = busy_warning({"before": {"loadavg_1m": 2.5, "cpu_pressure_avg10_pct": 30.0}})
     assert warning is not None and "load 2.50" in warning
     assert busy_warning({"after": {"cpu_pressure_avg10_pct": 20.0}}) is not None
+
+
+MACHINE = {
+    "date": "d",
+    "cpu": "c",
+    "cores": 2,
+    "implementation": "CPython",
+    "python": "3.11",
+    "kernel": "k",
+}
+
+
+def _row(table: str, name: str, metric: str) -> list[str]:
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[:2] == [name, metric]:
+            return cells
+    raise AssertionError(f"no row {name} / {metric} in\n{table}")
+
+
+def test_targets_are_judged_on_the_value_or_on_the_ratio_to_the_same_runs_raw() -> None:
+    raw_rate = Result("raw_echo_64", "round trips/s", 10_000.0, "RT/s", raw=True)
+    raw_p99 = Result("raw_echo_64", "p99", 100.0, "µs", raw=True)
+    fast = Result(
+        "a",
+        "round trips/s",
+        6_000.0,
+        "RT/s",
+        baseline=("raw_echo_64", "round trips/s"),
+        target=(">=", 0.6, "ratio"),
+    )
+    slow = Result(
+        "b",
+        "round trips/s",
+        5_999.0,
+        "RT/s",
+        baseline=("raw_echo_64", "round trips/s"),
+        target=Target(">=", 0.6, "ratio"),
+    )
+    p99 = Result(
+        "a", "p99", 250.0, "µs", baseline=("raw_echo_64", "p99"), target=("<=", 2.0, "ratio")
+    )
+    cpu = Result("scale_1000", "server CPU", 59.9, "%", target=("<=", 60))
+    hot = Result(
+        "scale_1000", "server RSS", 700.0, "MiB", target=Target("<=", 572.2, note="600 MB")
+    )
+    orphan = Result(
+        "c",
+        "round trips/s",
+        1.0,
+        "RT/s",
+        baseline=("missing", "round trips/s"),
+        target=(">=", 0.6, "ratio"),
+    )
+    plain = Result("d", "msgs/s", 5.0, "msg/s", baseline=("raw_echo_64", "round trips/s"))
+    results = [raw_rate, raw_p99, fast, slow, p99, cpu, hot, orphan, plain]
+    by_key = {(r.name, r.metric): r for r in results}
+    assert [target_met(r, by_key) for r in results] == [
+        None,
+        None,
+        True,
+        False,
+        False,
+        True,
+        False,
+        None,
+        None,
+    ]
+
+    table = markdown(results, {}, {}, MACHINE, Settings(duration=1.0, quick=True))
+    assert _row(table, "a", "round trips/s")[3:6] == ["0.60 x", ">= 0.60 x raw", "met"]
+    assert _row(table, "b", "round trips/s")[3:6] == ["0.60 x", ">= 0.60 x raw", "**missed**"]
+    assert _row(table, "a", "p99")[3:6] == ["2.50 x", "<= 2.00 x raw", "**missed**"]
+    # No raw counterpart: a dash, not "baseline"; the target is in the figure's own unit.
+    assert _row(table, "scale_1000", "server CPU")[2:6] == ["59.9 %", "—", "<= 60.0 %", "met"]
+    assert _row(table, "scale_1000", "server RSS")[4:6] == ["<= 572.2 MiB (600 MB)", "**missed**"]
+    assert _row(table, "c", "round trips/s")[3:6] == ["n/a", ">= 0.60 x raw", "n/a (no baseline)"]
+    assert _row(table, "d", "msgs/s")[4:6] == ["", ""]
+    assert "Targets: 2 met, 3 missed, 1 without a baseline." in table
+
+
+def test_a_target_is_a_comparison_on_the_value_or_the_ratio() -> None:
+    assert Result("x", "m", 1.0, "u", target=(">=", 2)).target == Target(">=", 2, "value")
+    with pytest.raises(ValueError):
+        Target("==", 1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        Target(">=", 1.0, "percent")  # type: ignore[arg-type]
+
+
+def test_the_json_report_says_whether_each_target_was_met(tmp_path: Path) -> None:
+    raw = Result("raw_echo_64", "round trips/s", 10_000.0, "RT/s", raw=True)
+    mine = Result(
+        "duologue_echo_64",
+        "round trips/s",
+        5_000.0,
+        "RT/s",
+        baseline=("raw_echo_64", "round trips/s"),
+        target=(">=", 0.6, "ratio"),
+    )
+    json_path, md_path, _ = write_reports([raw, mine], {}, {}, Settings(1.0, True), tmp_path)
+    rows = {r["name"]: r for r in json.loads(json_path.read_text())["results"]}
+    assert rows["duologue_echo_64"]["ratio_to_raw"] == pytest.approx(0.5)
+    assert rows["duologue_echo_64"]["target_met"] is False
+    assert rows["duologue_echo_64"]["target"]["threshold"] == 0.6
+    assert rows["raw_echo_64"]["target_met"] is None and rows["raw_echo_64"]["raw"] is True
+    assert "**missed**" in md_path.read_text()
+
+
+def _scale_row(clients: int) -> dict[str, object]:
+    return {
+        "clients": clients,
+        "connected": clients - 2,
+        "failures": 2,
+        "handshakes_per_s": 250.0,
+        "server_cpu_percent": 61.0,
+        "server_rss_mib": 100.0,
+        "echo_p50_ms": 1.0,
+        "echo_p99_ms": 19.0,
+        "server_counters": {"datagrams_sent": 1},
+    }
+
+
+def test_scale_figures_have_targets_at_1000_clients_only() -> None:
+    at_1000 = {r.metric: r for r in scale.results(_scale_row(1000))}
+    by_key = {(r.name, r.metric): r for r in at_1000.values()}
+    verdicts = {metric: target_met(r, by_key) for metric, r in at_1000.items()}
+    assert verdicts == {
+        "handshakes/s": True,
+        "server CPU": False,
+        "server RSS": True,
+        "echo p50": None,
+        "echo p99": True,
+        "connected": None,
+        "failures": None,
+    }
+    assert at_1000["connected"].value == 998 and at_1000["failures"].value == 2
+    assert all(r.baseline is None and not r.raw for r in at_1000.values())
+    assert all(r.target is None for r in scale.results(_scale_row(500)))
