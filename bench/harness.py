@@ -472,7 +472,8 @@ def markdown(
         "",
         "Ratios are to the raw trio UDP baseline of this same run (`x raw`); for latency a "
         "ratio above 1 is slower. Message rates compare to raw 64-byte datagrams/s (one "
-        "datagram per message), MB/s to raw 1408-byte (one MTU) datagrams.",
+        "datagram per message), MB/s to raw 1408-byte (one MTU) datagrams. A ratio that names "
+        "a row (`x loss_0pct`) is to that row of this same run.",
         "",
         "| benchmark | metric | figure | vs raw | CPU (% of a core) / peak RSS |",
         "|---|---|---|---|---|",
@@ -480,9 +481,15 @@ def markdown(
     for result in results:
         r = ratio(result, by_key)
         shown = "baseline" if result.baseline is None else ("n/a" if r is None else f"{r:.2f} x")
+        if r is not None and result.baseline and not result.baseline[0].startswith("raw_"):
+            shown += f" {result.baseline[0]}"
+        usage = _side_usage(result.extra)
+        if "summary" in result.extra:
+            # What explains the figure (e.g. the loss measured and the NAKs it cost).
+            usage = "; ".join(part for part in (usage, result.extra["summary"]) if part)
         lines.append(
             f"| {result.name} | {result.metric} | {_figure(result.value, result.unit)} "
-            f"| {shown} | {_side_usage(result.extra)} |"
+            f"| {shown} | {usage} |"
         )
     if skipped:
         lines += ["", "Skipped:", ""]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import attrs
 
-from bench import baselines, peers, transport_bench
+from bench import baselines, loss, peers, transport_bench
 from bench.harness import Result, Settings
 
 
@@ -47,5 +47,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "transport_echo": Benchmark(
         transport_bench.transport_echo, _ECHO, "echo transport echo round trips, 64 B"
+    ),
+    # Its baseline is its own 0 % level, measured first in the same run: needs nothing else.
+    "loss": Benchmark(
+        loss.loss, (), "B3: echo transport goodput, 1 KiB, at 0 / 5 / 20 % loss (netns + nft)"
     ),
 }
