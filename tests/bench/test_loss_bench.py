@@ -84,10 +84,10 @@ def test_quick_loss_run_delivers_everything_in_order_under_real_kernel_loss(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_interrupted_run_removes_its_namespaces(signum: int) -> None:
+def test_interrupted_run_removes_its_namespaces(signum: int, tmp_path: Path) -> None:
     require_netns_support()
     proc = subprocess.Popen(
-        _bench("bench.loss", "--quick", "--results-dir", "/nonexistent-never-written"),
+        _bench("bench.loss", "--quick", "--results-dir", str(tmp_path)),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
