@@ -77,10 +77,10 @@ class Target:
             return None
         return subject >= self.threshold if self.op == ">=" else subject <= self.threshold
 
-    def describe(self, unit: str) -> str:
+    def describe(self, unit: str, baseline: str = "raw") -> str:
         """'>= 0.60 x raw', '<= 20.00 ms', '>= 200,000 msg/s' (plus the note, if any)."""
         if self.of == "ratio":
-            text = f"{self.op} {self.threshold:.2f} x raw"
+            text = f"{self.op} {self.threshold:.2f} x {baseline}"
         else:
             text = f"{self.op} {format_figure(self.threshold, unit)}"
         return f"{text} ({self.note})" if self.note else text
@@ -707,7 +707,10 @@ def _target_cells(result: Result, by_key: dict[tuple[str, str], Result]) -> tupl
         return "", ""
     met = target_met(result, by_key)
     verdict = "n/a (no baseline)" if met is None else ("met" if met else "**missed**")
-    return result.target.describe(result.unit), verdict
+    baseline = "raw"
+    if result.baseline is not None and not result.baseline[0].startswith("raw_"):
+        baseline = result.baseline[0]  # a ratio to another row of the run (loss_0pct)
+    return result.target.describe(result.unit, baseline), verdict
 
 
 def _side_usage(extra: dict[str, Any]) -> str:
@@ -749,8 +752,9 @@ def markdown(
         "ratio above 1 is slower. Message rates compare to raw 64-byte datagrams/s (one "
         "datagram per message), MB/s to raw datagrams of the MTU used (1408 B, Aeron's "
         "default; 8192 B for `mtu8192`); `—` marks a figure with no raw counterpart (server "
-        "CPU, RSS, handshakes/s). Targets are the issue's; a ratio target is checked against "
-        "this run's baseline.",
+        "CPU, RSS, handshakes/s). A ratio that names a row (`x loss_0pct`) is to that row of "
+        "this same run. Targets are the issue's; a ratio target is checked against this run's "
+        "baseline.",
         "",
         "| benchmark | metric | figure | vs raw | target | met | CPU (% of a core) / peak RSS |",
         "|---|---|---|---|---|---|---|",
@@ -761,9 +765,16 @@ def markdown(
         target, verdict = _target_cells(result, by_key)
         if result.target is not None:
             verdicts.append(target_met(result, by_key))
+        shown = _vs_raw(result, r)
+        if r is not None and result.baseline and not result.baseline[0].startswith("raw_"):
+            shown += f" {result.baseline[0]}"
+        usage = _side_usage(result.extra)
+        if "summary" in result.extra:
+            # What explains the figure (e.g. the loss measured and the NAKs it cost).
+            usage = "; ".join(part for part in (usage, result.extra["summary"]) if part)
         lines.append(
             f"| {result.name} | {result.metric} | {format_figure(result.value, result.unit)} "
-            f"| {_vs_raw(result, r)} | {target} | {verdict} | {_side_usage(result.extra)} |"
+            f"| {shown} | {target} | {verdict} | {usage} |"
         )
     if verdicts:
         lines += [

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import attrs
 
-from bench import baselines, duologue_bench, peers, scale, transport_bench
+from bench import baselines, duologue_bench, loss, peers, scale, transport_bench
 from bench.harness import Result, Settings
 
 
@@ -62,6 +62,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         duologue_bench.duologue_echo,
         _ECHO,
         "B1: echo-server duologue round trips, 64 B (lean client, then echo-client)",
+    ),
+    # Its baseline is its own 0 % level, measured first in the same run: needs nothing else.
+    "loss": Benchmark(
+        loss.loss, (), "B3: echo transport goodput, 1 KiB, at 0 / 5 / 20 % loss (netns + nft)"
     ),
     # Last: the longest (N = 100, 500, 1000 for 30 s each), and it has no raw baseline.
     "scale": Benchmark(

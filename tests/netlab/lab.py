@@ -24,11 +24,15 @@ characters.  Before creating namespaces a lab writes ``/run/echo-netlab/<prefix>
 creator's pid and the creator's start time; :func:`sweep_stale_labs` removes labs whose creator is
 gone (dead pid, or the pid now belongs to a process started later, i.e. a reused pid).  Labs of live
 parallel runs are never touched.
+
+:func:`pair_lab` builds the simplest lab on the same machinery: two hosts ``<id>-a`` and ``<id>-b``
+joined by one veth pair (no router, no NAT), for measurements over one lossy link.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -40,9 +44,9 @@ import string
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar
 
 import attrs
 
@@ -56,9 +60,12 @@ __all__ = [
     "NetLabCommandError",
     "NetLabError",
     "NetLabUnavailable",
+    "PairLab",
     "Site",
+    "enter_namespace",
     "list_namespaces",
     "nat_lab",
+    "pair_lab",
     "require_netns_support",
     "sweep_stale_labs",
 ]
@@ -84,6 +91,14 @@ _ROUTER_LAN = "lan0"
 
 _NAT_TABLE = "echo_nat"
 _LOSS_TABLE = "lossy"
+
+# pair_lab: one point-to-point link.
+PAIR_A_IP = "10.78.0.1"
+PAIR_B_IP = "10.78.0.2"
+_PAIR_PREFIX_LEN = 24
+
+# <linux/sched.h>; os.setns / os.CLONE_NEWNET only exist from Python 3.12.
+_CLONE_NEWNET = 0x40000000
 
 
 class NetLabError(RuntimeError):
@@ -190,25 +205,56 @@ class Host:
         # Hundredths of a percent so that fractional percentages are honoured.
         threshold = round(percent * 100)
         # Adding then deleting the table first makes the whole replacement one atomic nft
-        # transaction that works whether or not the table already exists.
+        # transaction that works whether or not the table already exists (and it resets the
+        # counters read by loss_counters).
         script = f"table inet {_LOSS_TABLE}\ndelete table inet {_LOSS_TABLE}\n"
         if threshold > 0:
-            drop = f"meta l4proto udp numgen random mod 10000 < {threshold} drop"
+            # Two counters: every UDP packet the hook sees, then the ones the rule drops, so the
+            # loss really applied can be read back (loss_counters).
+            rules = (
+                "    meta l4proto udp counter\n"
+                f"    meta l4proto udp numgen random mod 10000 < {threshold} counter drop\n"
+            )
             chains = (
                 "  chain inp {\n"
                 "    type filter hook input priority filter - 10; policy accept;\n"
-                f"    {drop}\n"
+                f"{rules}"
                 "  }\n"
             )
             if forwarded:
                 chains += (
                     "  chain fwdloss {\n"
                     "    type filter hook forward priority filter - 10; policy accept;\n"
-                    f"    {drop}\n"
+                    f"{rules}"
                     "  }\n"
                 )
             script += f"table inet {_LOSS_TABLE} {{\n{chains}}}\n"
         _run(self.argv(["nft", "-f", "-"]), stdin=script)
+
+    def loss_counters(self) -> dict[str, int]:
+        """UDP packets the loss rules saw and dropped since the last :meth:`set_loss`.
+
+        ``{"seen": n, "dropped": m}`` from the rules' nft counters (input and, with
+        ``forwarded=True``, forward hooks together); zeros when no loss is set.
+        """
+        try:
+            listing = _run(self.argv(["nft", "-j", "list", "table", "inet", _LOSS_TABLE]))
+        except NetLabCommandError as error:
+            if "No such file or directory" in str(error.stderr):
+                return {"seen": 0, "dropped": 0}
+            raise
+        counts = {"seen": 0, "dropped": 0}
+        for item in json.loads(listing)["nftables"]:
+            rule = item.get("rule")
+            if rule is None:
+                continue
+            statements = rule["expr"]
+            counter = next((s["counter"] for s in statements if "counter" in s), None)
+            if counter is None:
+                continue
+            dropping = any("drop" in s for s in statements)
+            counts["dropped" if dropping else "seen"] += int(counter["packets"])
+        return counts
 
 
 @attrs.frozen
@@ -248,18 +294,60 @@ class Lab:
         return [self.switch, *(host.name for host in self.hosts())]
 
 
+@attrs.define(eq=False)
+class PairLab:
+    """Two hosts ``a`` and ``b`` joined by one veth pair (``eth0`` on both sides)."""
+
+    lab_id: str
+    a: Host
+    b: Host
+    _processes: list[subprocess.Popen[bytes]] = attrs.field(repr=False, alias="processes")
+
+    def hosts(self) -> list[Host]:
+        return [self.a, self.b]
+
+    def namespaces(self) -> list[str]:
+        return [host.name for host in self.hosts()]
+
+
+def enter_namespace(name: str) -> None:
+    """Move the calling thread into the lab namespace ``name`` (sockets it opens then live there).
+
+    For a child process that cannot be started through ``ip netns exec`` (e.g. a multiprocessing
+    child that talks to its parent over a pipe): call it first thing, before opening sockets or
+    starting threads.  Only the network namespace changes, unlike ``ip netns exec`` which also
+    remounts /sys; nothing here needs that.
+    """
+    fd = os.open(NETNS_DIR / name, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        setns = getattr(os, "setns", None)
+        if setns is not None:
+            setns(fd, _CLONE_NEWNET)
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into network namespace {name}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 # --------------------------------------------------------------------------------------------
 # Building and tearing down
 
 
-def _plan(prefix: str, sites: int, clients_per_site: int) -> Lab:
+def _new_lab_id(prefix: str) -> str:
     if not _PREFIX_RE.match(prefix):
         raise ValueError(f"prefix must match {_PREFIX_RE.pattern}, got {prefix!r}")
+    return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(_ID_LEN))
+
+
+def _plan(prefix: str, sites: int, clients_per_site: int) -> Lab:
+    lab_id = _new_lab_id(prefix)
     if not 1 <= sites <= 250:
         raise ValueError(f"sites must be within 1..250, got {sites}")
     if not 1 <= clients_per_site <= 240:
         raise ValueError(f"clients_per_site must be within 1..240, got {clients_per_site}")
-    lab_id = prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(_ID_LEN))
     longest = f"{lab_id}-r{sites}c{clients_per_site}"
     if len(longest) > MAX_NAME_LEN:
         raise ValueError(
@@ -329,7 +417,11 @@ def _registry_path(lab_id: str) -> Path:
     return REGISTRY_DIR / f"{lab_id}.json"
 
 
-def _write_registry(lab: Lab) -> None:
+_AnyLab = Lab | PairLab
+_L = TypeVar("_L", Lab, PairLab)
+
+
+def _write_registry(lab: _AnyLab) -> None:
     REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
     pid = os.getpid()
     record = {
@@ -488,7 +580,7 @@ def _build(lab: Lab) -> None:
             )
 
 
-def _destroy(lab: Lab) -> None:
+def _destroy(lab: _AnyLab) -> None:
     for proc in lab._processes:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -516,14 +608,77 @@ def nat_lab(
     """
     prefix = DEFAULT_PREFIX if prefix is None else prefix
     lab = _plan(prefix, sites, clients_per_site)
+    with _owned(lab, prefix, _build):
+        yield lab
+
+
+@contextlib.contextmanager
+def _owned(lab: _L, prefix: str, build: Callable[[_L], None]) -> Iterator[None]:
+    """Register ``lab``, build it, and remove it on every way out (error, Ctrl-C included)."""
     require_netns_support()
     sweep_stale_labs(prefix)
     _write_registry(lab)
     try:
-        _build(lab)
-        yield lab
+        build(lab)
+        yield
     finally:
         _destroy(lab)
+
+
+def _build_pair(lab: PairLab) -> None:
+    for ns in lab.namespaces():
+        _run(["ip", "netns", "add", ns])
+        _sysctl(ns, "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+    a, b = lab.a, lab.b
+    # gso_max_segs 1: a UDP GSO batch (one sendmsg, many datagrams) is segmented in software
+    # before the veth, as a real NIC does on the wire; otherwise the batch crosses the veth as
+    # one packet and an nftables drop loses all of its datagrams at once, which is not random
+    # per-datagram loss.
+    _ip_batch(
+        a.name,
+        [
+            "link set lo up",
+            f"link add {_HOST_IF} type veth peer name {_HOST_IF} netns {b.name}",
+            f"addr add {a.ip}/{_PAIR_PREFIX_LEN} dev {_HOST_IF}",
+            f"link set {_HOST_IF} gso_max_segs 1",
+            f"link set {_HOST_IF} up",
+        ],
+    )
+    _ip_batch(
+        b.name,
+        [
+            "link set lo up",
+            f"addr add {b.ip}/{_PAIR_PREFIX_LEN} dev {_HOST_IF}",
+            f"link set {_HOST_IF} gso_max_segs 1",
+            f"link set {_HOST_IF} up",
+        ],
+    )
+
+
+@contextlib.contextmanager
+def pair_lab(*, prefix: str | None = None) -> Iterator[PairLab]:
+    """Build two namespaces joined by a veth pair (see module docstring), always remove them.
+
+    ``a`` is 10.78.0.1 and ``b`` 10.78.0.2 on ``eth0``; each side may :meth:`Host.set_loss`.
+    Raises :class:`NetLabUnavailable` if namespaces cannot be created.
+    """
+    prefix = DEFAULT_PREFIX if prefix is None else prefix
+    lab_id = _new_lab_id(prefix)
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def host(side: str, ip: str) -> Host:
+        return Host(
+            name=f"{lab_id}-{side}",
+            role=side,
+            ip=ip,
+            public_ip=ip,
+            interface=_HOST_IF,
+            processes=processes,
+        )
+
+    lab = PairLab(lab_id, host("a", PAIR_A_IP), host("b", PAIR_B_IP), processes=processes)
+    with _owned(lab, prefix, _build_pair):
+        yield lab
 
 
 class NatLabFactory(Protocol):

@@ -164,16 +164,22 @@ def test_set_loss_drops_incoming_udp_and_zero_restores() -> None:
         # Control first: without loss every datagram of the burst arrives (so drops below are the
         # nft rule's, not socket-buffer or backlog overflow).
         assert _burst_received(client, lab.server, 1000) == 1000
+        assert client.loss_counters() == {"seen": 0, "dropped": 0}
         client.set_loss(30)
-        assert "numgen random mod 10000 < 3000 drop" in client.check_output(
+        assert "numgen random mod 10000 < 3000 counter" in client.check_output(
             ["nft", "list", "table", "inet", "lossy"]
         )
         lossy = _burst_received(client, lab.server, 1000)
+        counted = client.loss_counters()
         client.set_loss(0)
         tables = client.check_output(["nft", "list", "tables"])
         restored = _burst_received(client, lab.server, 1000)
 
     assert 150 <= 1000 - lossy <= 450, lossy
+    # The rule's counters: the burst and its 20 end markers crossed the hook; every burst
+    # datagram that did not arrive was the rule's drop.
+    assert counted["seen"] >= 1000
+    assert 1000 - lossy <= counted["dropped"] <= 1000 - lossy + 20, counted
     assert "lossy" not in tables
     assert restored == 1000
 
