@@ -65,6 +65,10 @@ class TransportConfig:
     nak_retry_ratio: int = 100
     group_nak_max_backoff: float = 0.01
     retransmit_linger: float = 0.01
+    #: unicast publications resend a range NAKed again after this (a receiver's retry)
+    unicast_retransmit_linger: float = 0.0005
+    #: the soonest a unicast receiver NAKs a gap again (it waits for its measured repair time)
+    nak_retry_min: float = 0.001
     #: send one heartbeat a couple of milliseconds after each burst of data (see README)
     probe_after_data: bool = False
     #: retransmits in flight per publication (Aeron: 1 unicast, 16 group; 16 keeps heavy loss
@@ -102,6 +106,7 @@ class TransportConfig:
             connection_timeout=self.publication_connection_timeout,
             linger=self.linger,
             retransmit_linger=self.retransmit_linger,
+            unicast_retransmit_linger=self.unicast_retransmit_linger,
             probe_after_data=self.probe_after_data,
         )
 
@@ -111,6 +116,7 @@ class TransportConfig:
             liveness_timeout=self.image_liveness_timeout,
             nak_delay=self.nak_delay if nak_delay is None else nak_delay,
             nak_retry_ratio=self.nak_retry_ratio,
+            nak_retry_min=self.nak_retry_min,
             group_nak_max_backoff=self.group_nak_max_backoff,
             setup_elicit_interval=self.setup_elicit_interval,
             mdc_registration_interval=self.mdc_registration_interval,

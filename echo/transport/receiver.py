@@ -57,7 +57,7 @@ Send = Callable[[bytes | memoryview, Address], bool]
 Deliver = Callable[[bytes], None]
 
 DEFAULT_RECEIVER_WINDOW = 128 * 1024
-_MAX_GAPS = 16
+_MAX_GAPS = 64
 _HEADER_FIELDS = DATA_HEADER_STRUCT.unpack_from
 
 
@@ -67,6 +67,9 @@ class ReceiverTimers:
     liveness_timeout: float = 10.0
     nak_delay: float = 0.0001  # unicast: 100 µs, then retry every nak_delay * 100 (10 ms)
     nak_retry_ratio: int = 100
+    #: unicast NAK retries follow the measured repair time (see Image._retry_delay), but never
+    #: sooner than this after the last NAK of a gap
+    nak_retry_min: float = 0.001
     group_nak_max_backoff: float = 0.01
     group_size: int = 10
     setup_elicit_interval: float = 0.2
@@ -145,6 +148,12 @@ class Image:
         self.rebuild_position = join
         self.hwm = join
         self.last_sm_position = join
+        # What the SM before the last one let the sender send up to: a sender that probes at
+        # that edge never got our last SM (see on_data).
+        self._previous_grant = join + self.window
+        #: the window edge a blocked sender waits at until it hears of our latest SM
+        self._unconfirmed_edge: int | None = None
+        self._confirm_delay = 0.0
         self._join_term = join >> self.bits
         self._subscriber_term = self._join_term
         self.state = ImageState.ACTIVE
@@ -154,6 +163,13 @@ class Image:
         # Known gaps (position, length) -> when to NAK them next; rescanned only after new data.
         self._gaps: dict[tuple[int, int], float] = {}
         self._loss_dirty = False
+        # Repair time (first NAK of a gap -> its first byte back), smoothed as TCP smooths
+        # RTT (RFC 6298): unicast NAK retries wait for it instead of Aeron's fixed 10 ms.
+        # Gap start -> when its one and only NAK went, or None once it was NAKed again
+        # (Karn: a repair after a retry says nothing about the round trip).
+        self._nak_times: dict[int, float | None] = {}
+        self._srtt: float | None = None
+        self._rttvar = 0.0
         self._last_window_update = -math.inf
         # Anti-amplification: the source of a SETUP is not validated (it may be forged), so
         # the image never sends it more bytes than it has received from it.
@@ -191,9 +207,11 @@ class Image:
                     self._loss_dirty = True
                 if flags == BEGIN_END_AND_EOS_FLAGS:
                     self.eos_position = position
-            if position + self.mtu >= self.last_sm_position + self.window:
-                # The sender is idle at the edge of the window we gave it: it is waiting for an
-                # SM, and the last one may have been lost. Answer now, not at the next tick.
+            edge = position + self.mtu
+            if edge >= self.last_sm_position + self.window or edge >= self._previous_grant:
+                # The sender idles at the edge of the window we gave it, or of the one before
+                # (then our last SM, which moved it, was lost): it waits for an SM. Answer now
+                # (at most once a millisecond), not at the next periodic SM.
                 self._sm_deadline = min(
                     self._sm_deadline, max(now, self._last_window_update + 0.001)
                 )
@@ -212,9 +230,15 @@ class Image:
         if not insert_packet(term, term_offset, packet):
             self.counters.duplicate_data += 1
             return
+        if self._nak_times:
+            nak_time = self._nak_times.pop(position, None)
+            if nak_time is not None:
+                self._repair_sample(now - nak_time)
         end = position + length
         if end > self.hwm:
             self.hwm = end
+            if self._unconfirmed_edge is not None and end > self._unconfirmed_edge:
+                self._unconfirmed_edge = None  # the sender has our SM: it sends beyond
         if position <= self.rebuild_position:
             self._advance_rebuild()
         self._loss_dirty = True
@@ -321,7 +345,29 @@ class Image:
             )
         if first:
             return self.timers.nak_delay
-        return self.timers.nak_delay * self.timers.nak_retry_ratio
+        return self._retry_delay()
+
+    def _retry_delay(self) -> float:
+        """How long a unicast gap waits after a NAK before it is NAKed again.
+
+        Aeron waits a fixed nak_delay x 100 (10 ms): on a LAN or loopback, where a repair comes
+        back in a fraction of a millisecond, a lost NAK or retransmit then idles the stream for
+        10 ms, and at 5 % loss that is most of the time. Here the retry waits for the repair
+        time measured on this image, plus four deviations (TCP's RTO), at least
+        `nak_retry_min`; until a repair has been measured, Aeron's fixed delay.
+        """
+        timers = self.timers
+        if self._srtt is None:
+            return timers.nak_delay * timers.nak_retry_ratio
+        return max(timers.nak_retry_min, self._srtt + 4 * self._rttvar)
+
+    def _repair_sample(self, sample: float) -> None:
+        if self._srtt is None:
+            self._srtt = sample
+            self._rttvar = sample / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - sample)
+            self._srtt = 0.875 * self._srtt + 0.125 * sample
 
     def credit(self, size: int) -> None:
         self.budget += size
@@ -363,9 +409,23 @@ class Image:
         ):
             if self._send(self._status_message(), send):
                 counters.status_messages_sent += 1
+                old_grant = self.last_sm_position + self.window
+                if consumption + self.window > old_grant:
+                    self._previous_grant = old_grant  # (a repeat of the same grant is not news)
                 self.last_sm_position = consumption
                 self._last_window_update = now
-                self._sm_deadline = now + self.timers.status_message_interval
+                interval = self.timers.status_message_interval
+                if consumption + self.window > old_grant and self.hwm + self.mtu >= old_grant:
+                    # This SM frees a sender that used up its window. If it is lost, the
+                    # sender waits for it: repeat it after a repair time (backing off) until
+                    # data from beyond the old edge shows it arrived.
+                    self._unconfirmed_edge = old_grant
+                    self._confirm_delay = self._retry_delay()
+                elif self._unconfirmed_edge is not None:
+                    self._confirm_delay = min(2 * self._confirm_delay, interval)
+                if self._unconfirmed_edge is not None:
+                    interval = min(interval, self._confirm_delay)
+                self._sm_deadline = now + interval
 
     def _scan_gaps(self, now: float) -> None:
         """Find up to `_MAX_GAPS` gaps between the rebuild position and the high-water mark.
@@ -374,6 +434,8 @@ class Image:
         per gap, so every gap in the window gets its own NAK timer here.
         """
         gaps: dict[tuple[int, int], float] = {}
+        previous_gaps = self._gaps
+        nak_times = self._nak_times
         position = self.rebuild_position
         # A legitimate sender never runs more than our window past what we reported, so gaps
         # are only looked for that far: a forged frame far ahead cannot make us scan (or NAK)
@@ -391,11 +453,25 @@ class Image:
                 continue
             gap_offset, gap_length = found
             gap = (position - offset + gap_offset, gap_length)
-            previous = self._gaps.get(gap)
-            gaps[gap] = previous if previous is not None else now + self._gap_delay(first=True)
+            deadline = previous_gaps.get(gap)
+            if deadline is None:
+                parent = _enclosing(previous_gaps, gap) if previous_gaps else None
+                if parent is None:
+                    deadline = now + self._gap_delay(first=True)
+                else:
+                    # What is left of a gap being repaired (the resend has partly arrived):
+                    # it keeps the gap's retry time instead of being NAKed again at once.
+                    deadline = previous_gaps[parent]
+                    if parent[0] in nak_times:
+                        nak_times[gap[0]] = None
+            gaps[gap] = deadline
             position = gap[0] + gap_length
         self._gaps = gaps
         self._loss_dirty = False
+        if nak_times:
+            # Forget the NAK times of gaps that are gone (filled, or passed by).
+            for start in [start for start in nak_times if start < self.rebuild_position]:
+                del nak_times[start]
 
     def status_message_due(self) -> bool:
         """Has consumption moved far enough that the sender should hear of it now?"""
@@ -455,6 +531,8 @@ class Image:
             )
             if self._send(nak.encode(), send):
                 self.counters.naks_sent += 1
+                # The first NAK of a gap times its repair; a second spoils the sample.
+                self._nak_times[position] = now if position not in self._nak_times else None
             self._gaps[gap] = now + self._gap_delay(first=False)
 
     def next_deadline(self, now: float) -> float:
@@ -834,6 +912,17 @@ class ReceiveEndpoint:
         for key, image in list(self.images.items()):
             image.close(send)
             self._drop_image(key, image, ImageState.CLOSED, now=None)
+
+
+def _enclosing(
+    gaps: dict[tuple[int, int], float], gap: tuple[int, int]
+) -> tuple[int, int] | None:
+    """The gap of `gaps` that contains all of `gap`, if any (there are at most _MAX_GAPS)."""
+    start, length = gap
+    for key in gaps:
+        if key[0] <= start and start + length <= key[0] + key[1]:
+            return key
+    return None
 
 
 def _check_setup(frame: Setup, interest: StreamInterest) -> str | None:

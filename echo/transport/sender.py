@@ -77,6 +77,9 @@ class SenderTimers:
     connection_timeout: float = 5.0
     linger: float = 5.0
     retransmit_linger: float = 0.01
+    #: unicast: a NAK is normally a receiver's retry, which waits for its measured repair time
+    #: and at least 1 ms (ReceiverTimers.nak_retry_min), so duplicates are ignored only briefly
+    unicast_retransmit_linger: float = 0.0005
     #: after data, while NAKs have been seen in the last second, send a heartbeat this soon
     #: so that a lost tail (the last datagrams before the sender stops) is NAKed quickly
     #: instead of after the 100 ms idle heartbeat
@@ -366,12 +369,14 @@ class Publication:
             window_cap,
         )
         end = position + length
-        for action in self._retransmits:
+        live = [a for a in self._retransmits if not a.sent or now < a.linger_until]
+        for action in live:
             # While a retransmit lingers, NAKs overlapping it are ignored: they are most likely
             # duplicates from a receiver (or a group) that has not seen the resend yet.
             if position < action.position + action.length and action.position < end:
                 return
-        if len(self._retransmits) >= self.max_retransmits:
+        self._retransmits = live
+        if len(live) >= self.max_retransmits:
             return
         self._retransmits.append(_Retransmit(position, length))
 
@@ -477,7 +482,7 @@ class Publication:
                 self._last_send = now
                 self._probe_at = math.inf
                 counters.heartbeats_sent += 1
-                if probing and self.sender_position >= self.sender_limit < self.position:
+                if probing and self._flow_blocked():
                     # Still blocked on flow control: probe again, backing off.
                     self._probe_delay = min(self._probe_delay * 2, self.timers.heartbeat_interval)
                     self._probe_at = now + self._probe_delay
@@ -507,7 +512,7 @@ class Publication:
         if (
             timers.probe_after_data
             or now - self._last_nak < 1.0
-            or reached >= self.sender_limit < position
+            or self._flow_blocked()
         ):
             # A probe heartbeat soon after data: if the last datagrams were lost, or the SM
             # that would open the window was (we are blocked at the limit), the receiver learns
@@ -515,6 +520,25 @@ class Publication:
             self._probe_delay = timers.tail_probe_delay
             self._probe_at = now + self._probe_delay
         return True
+
+    def _flow_blocked(self) -> bool:
+        """Is there data to send that flow control holds back (the next frame does not fit)?"""
+        position = self.sender_position
+        if position >= self.position:
+            return False
+        room = self.sender_limit - position
+        return room <= 0 or not self._next_frame_fits(room)
+
+    def _next_frame_fits(self, room: int) -> bool:
+        """Does the frame at the sender position fit in `room` bytes (flow control)?
+
+        Aeron sends only whole frames, so a limit that falls inside the next frame leaves
+        the sender with nothing to send until an SM moves it: not a reason to be polled now.
+        """
+        position = self.sender_position
+        term = self.log.terms[(position >> self.bits) % PARTITION_COUNT]
+        available, _ = scan_for_availability(term, position & self.mask, min(self.mtu, room))
+        return available > 0
 
     def _service_retransmits(self, now: float, emit: Emit) -> None:
         keep: list[_Retransmit] = []
@@ -524,7 +548,11 @@ class Publication:
                 self.counters.retransmits_sent += 1
                 self.counters.retransmitted_bytes += reached - action.position
                 action.sent = True
-                action.linger_until = now + self.timers.retransmit_linger
+                action.linger_until = now + (
+                    self.timers.retransmit_linger
+                    if self.is_group
+                    else self.timers.unicast_retransmit_linger
+                )
                 keep.append(action)
             elif now < action.linger_until:
                 keep.append(action)
@@ -558,7 +586,8 @@ class Publication:
         if self._rttm_replies:
             return now
         sender_position = self.sender_position
-        if sender_position < self.sender_limit and sender_position < self.position:
+        limit = min(self.sender_limit, self.position)
+        if sender_position < limit and self._next_frame_fits(limit - sender_position):
             return now
         timers = self.timers
         # Housekeeping (receiver and flow-control timeouts): `poll` checks them at most every
