@@ -422,12 +422,14 @@ class Subscription:
         if fragments:
             due = [image for image in images if image._state.status_message_due()]
             if due:
-                # Consumption crossed the window/4 threshold: let the driver send an SM.
+                # Consumption crossed the window/4 threshold (or freed a sender waiting at the
+                # window's edge): send the SM now, not after a pass of the timer loop; the
+                # sender may be idle until it comes.
                 endpoint = self._sep.endpoint
                 assert isinstance(endpoint, ReceiveEndpoint)
                 for image in due:
                     endpoint.touch(image.session_id, image.stream_id)
-                self._transport._driver.wake(self._sep)
+                self._transport._driver.service(self._sep, trio.current_time())
         return fragments
 
     async def wait_activity(self) -> None:

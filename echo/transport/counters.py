@@ -46,6 +46,9 @@ FIELDS = (
     "cookies_received",
     "rate_limited",
     "amplification_limited",
+    "gso_runs_sent",
+    "gro_batches_received",
+    "gso_disabled",
 )
 
 
@@ -89,6 +92,9 @@ class Counters:
     cookies_received: int
     rate_limited: int
     amplification_limited: int
+    gso_runs_sent: int
+    gro_batches_received: int
+    gso_disabled: int
     invalid_by_reason: Counter[str]
 
     def __init__(self) -> None:

@@ -9,11 +9,13 @@ lives in the pure endpoints of sender.py and receiver.py; the driver hands them 
 
 from __future__ import annotations
 
+import errno
 import heapq
 import itertools
 import math
 import random
 import socket
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -30,10 +32,22 @@ from echo.transport.receiver import (
     ReceiverTimers,
 )
 from echo.transport.sender import Publication as PublicationState
-from echo.transport.sender import SendEndpoint, SenderTimers
+from echo.transport.sender import Send, SendEndpoint, SenderTimers
 from echo.transport.validation import CookieJar, RateLimiter
 
 _log = structlog.get_logger("echo.transport")
+
+# UDP generic segmentation and receive offload (Linux 4.18 / 5.0; linux/udp.h).
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+#: datagrams one sendmsg may carry (the kernel's UDP_MAX_SEGMENTS)
+GSO_MAX_SEGMENTS = 64
+_U16 = struct.Struct("=H")
+_I32_NATIVE = struct.Struct("=i")
+_GRO_CMSG_SPACE = socket.CMSG_SPACE(_I32_NATIVE.size)
+# sendmsg errors that mean "no runs on this route", after which datagrams go one by one
+_NO_GSO_ERRORS = frozenset((errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.EMSGSIZE))
 
 # Datagrams drained from one socket before the reader yields to other tasks.
 _READ_BUDGET = 256
@@ -85,6 +99,9 @@ class TransportConfig:
     max_receiver_term_length: int = 64 * 1024 * 1024
     socket_rcvbuf: int = 4 * 1024 * 1024
     socket_sndbuf: int = 4 * 1024 * 1024
+    #: on Linux, hand the kernel runs of equal datagrams in one system call (UDP GSO) and
+    #: read coalesced ones (UDP GRO); the datagrams on the wire are the same either way
+    gso: bool = True
     #: auto-assigned publication session ids avoid [low, high] (Aeron's reserved range)
     reserved_session_low: int = -1
     reserved_session_high: int = 1000
@@ -127,6 +144,16 @@ class TransportConfig:
 Endpoint = SendEndpoint | ReceiveEndpoint
 
 
+def _gro_segment(ancillary: list[tuple[int, int, bytes]], size: int) -> int:
+    """The segment size of a coalesced read (the UDP_GRO control message), else `size`."""
+    for level, kind, data in ancillary:
+        if level == SOL_UDP and kind == UDP_GRO and len(data) >= _I32_NATIVE.size:
+            segment = _I32_NATIVE.unpack_from(data)[0]
+            if segment > 0:
+                return int(segment)
+    return size or 1
+
+
 class SocketEndpoint:
     """A socket bound for one endpoint, and who to tell when something happens on it."""
 
@@ -148,6 +175,8 @@ class SocketEndpoint:
         self.on_image_event: Callable[[ImageAvailable | ImageUnavailable], None] | None = None
         self.local_address: Address = sock.getsockname()
         self.send = self._make_send()
+        #: datagrams may arrive coalesced (UDP GRO): read them with their segment size
+        self.gro = False
         # Lending (receive endpoints, Driver.read_as_application):
         #: the reader task has handed the socket to application tasks and sleeps
         self.lent = False
@@ -162,11 +191,14 @@ class SocketEndpoint:
         #: application tasks parked until this endpoint is serviced by someone else
         self.activity_waiters = 0
 
-    def _make_send(self) -> Callable[[bytes | memoryview, Address], bool]:
+    def _make_send(self) -> Send:
         sendto = self.sock.sendto
+        sendmsg = self.sock.sendmsg
         counters = self.endpoint.counters
 
-        def send(datagram: bytes | memoryview, address: Address) -> bool:
+        def send(datagram: bytes | memoryview, address: Address, segment: int = 0) -> bool:
+            if segment:
+                return send_run(datagram, address, segment)
             try:
                 sent = sendto(datagram, address)
             except BlockingIOError:
@@ -182,7 +214,40 @@ class SocketEndpoint:
             counters.bytes_sent += sent
             return True
 
+        def send_run(datagram: bytes | memoryview, address: Address, segment: int) -> bool:
+            # Datagrams of `segment` bytes back to back (the last may be shorter): one
+            # sendmsg with UDP_SEGMENT, the kernel (or the NIC) cuts them apart.
+            length = len(datagram)
+            try:
+                sent = sendmsg([datagram], [(SOL_UDP, UDP_SEGMENT, _U16.pack(segment))], 0, address)
+            except BlockingIOError:
+                counters.send_would_block += 1
+                self.blocked = True
+                return False
+            except OSError as error:
+                if error.errno not in _NO_GSO_ERRORS:
+                    counters.send_errors += 1
+                    return True
+                # This route cannot take runs (no checksum offload, a segment larger than the
+                # path MTU, ...): send this one datagram by datagram and stop making runs.
+                self.stop_runs()
+                view = memoryview(datagram)
+                return all(
+                    send(view[start : start + segment], address)
+                    for start in range(0, length, segment)
+                )
+            counters.datagrams_sent += -(-length // segment)
+            counters.bytes_sent += sent
+            counters.gso_runs_sent += 1
+            return True
+
         return send
+
+    def stop_runs(self) -> None:
+        endpoint = self.endpoint
+        if isinstance(endpoint, SendEndpoint) and endpoint.run_segments:
+            endpoint.set_run_segments(0)
+            endpoint.counters.gso_disabled += 1
 
 
 class Driver:
@@ -271,8 +336,25 @@ class Driver:
 
     def register(self, sep: SocketEndpoint) -> None:
         self.endpoints[sep.key] = sep
+        if self.config.gso:
+            self._enable_offload(sep)
         self.nursery.start_soon(self._reader, sep)
         self.wake(sep)
+
+    @staticmethod
+    def _enable_offload(sep: SocketEndpoint) -> None:
+        """UDP GSO for a publication's socket, GRO for a subscription's, where the OS has them."""
+        endpoint = sep.endpoint
+        try:
+            if isinstance(endpoint, SendEndpoint):
+                # Setting the socket's default segment size to 0 (none) only proves support.
+                sep.sock.setsockopt(SOL_UDP, UDP_SEGMENT, 0)
+                endpoint.set_run_segments(GSO_MAX_SEGMENTS)
+            else:
+                sep.sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+                sep.gro = True
+        except OSError:
+            pass  # not Linux, or an old kernel: one datagram per system call
 
     def unregister(self, sep: SocketEndpoint) -> None:
         if sep.closed:
@@ -426,35 +508,71 @@ class Driver:
         now = trio.current_time()
         endpoint = sep.endpoint
         counters = self.counters
-        loss = self.config.test_receive_loss
         buffer = self._buffer
         view = self._view
-        recvfrom_into = sep.sock.recvfrom_into
+        sock = sep.sock
+        gro = sep.gro
+        recvfrom_into = sock.recvfrom_into
+        recvmsg_into = sock.recvmsg_into
+        buffers = [buffer]
         received = 0
         for _ in range(_READ_BUDGET):
             try:
-                size, source = recvfrom_into(buffer)
+                if gro:
+                    size, ancillary, _, source = recvmsg_into(buffers, _GRO_CMSG_SPACE)
+                else:
+                    size, source = recvfrom_into(buffer)
             except BlockingIOError:
                 break
             except OSError:
                 # ECONNREFUSED from an ICMP port-unreachable and the like: count and go on.
                 counters.receive_errors += 1
                 continue
-            counters.datagrams_received += 1
-            counters.bytes_received += size
-            if loss and self._loss_rng.random() < loss:
-                counters.dropped_by_test_loss += 1
+            if gro and ancillary:
+                # Several datagrams coalesced by the kernel (UDP GRO): `segment` bytes each,
+                # the last maybe shorter. If they continue one another on one image (a run the
+                # sender made with GSO) they are handled as one; else each as if it came alone.
+                segment = _gro_segment(ancillary, size)
+                counters.gro_batches_received += 1
+                if not self.config.test_receive_loss:
+                    assert isinstance(endpoint, ReceiveEndpoint)
+                    try:
+                        count = endpoint.on_datagram_run(view[:size], segment, source, now)
+                    except Exception:  # as in _handle: count, log, go on
+                        counters.invalid("internal_error")
+                        _log.exception("datagram_handling_failed", source=str(source))
+                        count = -1
+                    if count:
+                        if count > 0:
+                            counters.datagrams_received += count
+                            counters.bytes_received += size
+                            received += count
+                        continue
+                for start in range(0, size, segment):
+                    end = min(start + segment, size)
+                    self._handle(endpoint, view[start:end], source, now)
+                    received += 1
                 continue
-            try:
-                endpoint.on_datagram(view[:size], source, now)
-            except Exception:  # a bug must not take the transport down: count, log, go on
-                counters.invalid("internal_error")
-                if counters.invalid_by_reason["internal_error"] <= 10:
-                    _log.exception("datagram_handling_failed", source=str(source))
+            self._handle(endpoint, view[:size], source, now)
             received += 1
         if received:
             self.service(sep, now)
         return received
+
+    def _handle(self, endpoint: Endpoint, data: memoryview, source: Address, now: float) -> None:
+        counters = self.counters
+        counters.datagrams_received += 1
+        counters.bytes_received += len(data)
+        loss = self.config.test_receive_loss
+        if loss and self._loss_rng.random() < loss:
+            counters.dropped_by_test_loss += 1
+            return
+        try:
+            endpoint.on_datagram(data, source, now)
+        except Exception:  # a bug must not take the transport down: count, log, go on
+            counters.invalid("internal_error")
+            if counters.invalid_by_reason["internal_error"] <= 10:
+                _log.exception("datagram_handling_failed", source=str(source))
 
     async def _reader(self, sep: SocketEndpoint) -> None:
         sock = sep.sock

@@ -526,6 +526,54 @@ def parse_data_untrusted(data: Buffer) -> DataFields | None:
     )
 
 
+def parse_data_run_untrusted(data: Buffer, segment: int) -> DataFields | None:
+    """A coalesced read of datagrams of `segment` bytes (UDP GRO) as one chain, if it is one.
+
+    Returns the first header's fields (as `parse_data_untrusted`) when every datagram of the
+    run is a valid chain of whole DATA frames and the datagrams continue each other: one
+    session, stream and term, each frame where the previous one ends, no frame across a
+    datagram's end. The run can then be handled as one datagram. Anything else (a PAD, a
+    heartbeat, a gap, another session, a malformed frame) returns None, and the caller takes
+    the datagrams one by one, with their own checks and counters. Never raises.
+    """
+    length = len(data)
+    if segment <= 0 or segment % FRAME_ALIGNMENT or length <= segment:
+        return None
+    unpack_from = DATA_HEADER_STRUCT.unpack_from
+    first = unpack_from(data, 0)
+    (_, _, flags, _, term_offset, session_id, stream_id, term_id, reserved) = first
+    if term_offset < 0 or term_offset % FRAME_ALIGNMENT:
+        return None
+    offset = 0
+    boundary = segment
+    expected = term_offset
+    data_type = FrameType.DATA.value
+    while offset < length:
+        if offset + DATA_HEADER_LENGTH > length:
+            return None
+        (fl, version, _, ftype, toff, sid, strm, tid, _) = unpack_from(data, offset)
+        if (
+            version != CURRENT_VERSION
+            or ftype != data_type
+            or fl < DATA_HEADER_LENGTH
+            or toff != expected
+            or sid != session_id
+            or strm != stream_id
+            or tid != term_id
+        ):
+            return None
+        step = (fl + 31) & ~31
+        offset += step
+        expected += step
+        if offset > boundary and boundary < length:
+            return None  # a frame across the end of a datagram
+        if offset == boundary:
+            boundary += segment
+    if offset != length:
+        return None
+    return (first[0], flags, data_type, term_offset, session_id, stream_id, term_id, reserved)
+
+
 def _parse_data_chain(data: Buffer, length: int) -> DataHeader:
     """Check a DATA/PAD datagram frame by frame (§2.3, §2.6); return the first header."""
     if length < DATA_HEADER_LENGTH:

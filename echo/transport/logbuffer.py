@@ -194,27 +194,35 @@ def append_message(
             term_id=term_id,
             payload=data,
         )
+    # Fragments (reference §2.3): full ones of `max_payload` bytes, then the rest. Written in
+    # one loop with the header packed in place: this runs once per fragment.
     view = memoryview(data)
+    pack_into = DATA_HEADER_STRUCT.pack_into
+    frame_length = DATA_HEADER_LENGTH + max_payload
+    step = (frame_length + FRAME_ALIGNMENT - 1) & ~(FRAME_ALIGNMENT - 1)
     offset = term_offset
-    consumed = 0
     flags = BEGIN_FLAG
-    while consumed < length:
-        chunk = view[consumed : consumed + max_payload]
-        consumed += len(chunk)
-        if consumed >= length:
-            flags |= END_FLAG
-        offset += write_frame(
-            term,
-            offset,
-            flags=flags,
-            frame_type=FrameType.DATA,
-            session_id=session_id,
-            stream_id=stream_id,
-            term_id=term_id,
-            payload=chunk,
+    data_type = FrameType.DATA
+    for consumed in range(0, length - max_payload, max_payload):
+        start = offset + DATA_HEADER_LENGTH
+        term[start : start + max_payload] = view[consumed : consumed + max_payload]
+        pack_into(
+            term, offset, frame_length, 0, flags, data_type, offset, session_id, stream_id,
+            term_id, 0,
         )
         flags = 0
-    return offset
+        offset += step
+    last = length - (length - 1) // max_payload * max_payload
+    return offset + write_frame(
+        term,
+        offset,
+        flags=flags | END_FLAG,
+        frame_type=FrameType.DATA,
+        session_id=session_id,
+        stream_id=stream_id,
+        term_id=term_id,
+        payload=view[length - last :],
+    )
 
 
 def scan_for_availability(term: memoryview, term_offset: int, max_length: int) -> tuple[int, int]:

@@ -36,6 +36,7 @@ from echo.transport.frames import (
     Nak,
     Setup,
     StatusMessage,
+    parse_data_run_untrusted,
     parse_data_untrusted,
     parse_datagram_untrusted,
 )
@@ -176,7 +177,9 @@ class Image:
         self.budgeted = budgeted
         self.budget = 0
         self.starved = False
-        self._builder: bytearray | None = None
+        # The fragments of the message being assembled, as views of the term (they stay put
+        # until the term is cleaned, two terms later): joined once, one copy in all.
+        self._builder: list[memoryview] | None = None
         self._builder_next = 0
         self.created = now
 
@@ -190,8 +193,13 @@ class Image:
         term_id: int,
         packet: bytes | memoryview,
         now: float,
+        whole_data: bool = False,
     ) -> None:
-        """A DATA/PAD datagram of this session (already validated by the frame parser)."""
+        """A DATA/PAD datagram of this session (already validated by the frame parser).
+
+        `whole_data`: the packet is known to be complete DATA frames only (a coalesced run),
+        so the rebuild position can move past it without walking its frames.
+        """
         self._last_packet = now
         # compute_position, inlined: this runs for every datagram.
         position = (
@@ -240,7 +248,10 @@ class Image:
             if self._unconfirmed_edge is not None and end > self._unconfirmed_edge:
                 self._unconfirmed_edge = None  # the sender has our SM: it sends beyond
         if position <= self.rebuild_position:
-            self._advance_rebuild()
+            if whole_data and end > self.rebuild_position:
+                self.rebuild_position = end
+            if self.rebuild_position < self.hwm or not whole_data:
+                self._advance_rebuild()
         self._loss_dirty = True
 
     def on_setup(self, now: float) -> None:
@@ -290,13 +301,13 @@ class Image:
             if flags & UNFRAGMENTED_FLAGS == UNFRAGMENTED_FLAGS:
                 deliver(bytes(term[payload_start:payload_end]))
             elif flags & BEGIN_FLAG:
-                self._builder = bytearray(term[payload_start:payload_end])
+                self._builder = [term[payload_start:payload_end]]
                 self._builder_next = offset + aligned
             elif self._builder is not None and offset == self._builder_next:
-                self._builder += term[payload_start:payload_end]
+                self._builder.append(term[payload_start:payload_end])
                 self._builder_next = offset + aligned
                 if flags & END_FLAG:
-                    message = bytes(self._builder)
+                    message = b"".join(self._builder)
                     self._builder = None
                     deliver(message)
             else:
@@ -719,6 +730,26 @@ class ReceiveEndpoint:
         else:
             # SMs and NAKs belong on a publication's socket; RTTM replies are not used here.
             self.counters.invalid("unexpected_on_receive_channel")
+
+    def on_datagram_run(
+        self, data: bytes | memoryview, segment: int, source: Address, now: float
+    ) -> int:
+        """Datagrams of `segment` bytes read together (UDP GRO), untrusted: handled as one if
+        they continue one another on an image we have; returns how many, 0 if not handled
+        (the caller then hands them to `on_datagram` one by one)."""
+        fields = parse_data_run_untrusted(data, segment)
+        if fields is None:
+            return 0
+        _, flags, _, term_offset, session_id, stream_id, term_id, _ = fields
+        key = (session_id, stream_id)
+        image = self.images.get(key)
+        if image is None:
+            return 0
+        image.budget += len(data)
+        image.starved = False
+        image.on_data(False, flags, term_offset, term_id, data, now, whole_data=True)
+        self._touched.add(key)
+        return -(-len(data) // segment)
 
     def _wanted(self, session_id: int, stream_id: int) -> StreamInterest | None:
         interest = self.interests.get(stream_id)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from collections.abc import Callable
+import struct
+from typing import Protocol
 
 import attrs
 
@@ -49,7 +50,14 @@ from echo.transport.logbuffer import (
 )
 from echo.transport.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
 
-Emit = Callable[[bytes | memoryview], bool]
+
+class Emit(Protocol):
+    """Hands one datagram to the network, or, with `segment`, a run of datagrams of `segment`
+    bytes each (the last may be shorter) lying back to back in `datagram`. False: the socket
+    buffer is full, try again later."""
+
+    def __call__(self, datagram: bytes | memoryview, segment: int = 0) -> bool: ...
+
 
 # Aeron's offer() results (Publication.java).
 NOT_CONNECTED = -1
@@ -68,6 +76,9 @@ OFFER_RESULT_NAMES = {
 
 # Bound the datagrams one poll may send so that one busy stream cannot starve the others.
 _MAX_DATAGRAMS_PER_POLL = 512
+# A run of datagrams handed over at once (UDP GSO) stays within one UDP payload.
+_MAX_RUN_BYTES = 65000
+_FRAME_LENGTH_AND_TYPE = struct.Struct("<i2xH")
 
 
 @attrs.frozen
@@ -150,6 +161,9 @@ class Publication:
         self.term_window = min(term_window or term_length // 2, term_length // 2)
         self.ttl = ttl
         self.log = TermBuffers(term_length)
+        #: datagrams that may go to `emit` as one run (0 or 1: one at a time); the send
+        #: endpoint sets it when its socket can send runs (UDP GSO)
+        self.run_segments = 0
 
         self.state = PublicationState.ACTIVE
         self._term_count = 0
@@ -427,20 +441,61 @@ class Publication:
         return bytes(frame)
 
     def _send_range(self, position: int, end: int, emit: Emit) -> int:
-        """Send whole frames from `position` until `end`; returns the position reached."""
+        """Send whole frames from `position` until `end`; returns the position reached.
+
+        Each datagram is as many whole frames as fit in the MTU (Aeron's TermScanner). With
+        `run_segments` set, datagrams that follow one another in the term with the same length
+        (the last of a run may be shorter) go to `emit` together as one run, which the driver
+        sends with one system call (UDP GSO): the datagrams on the wire are the same.
+        """
         sent = 0
+        mtu = self.mtu
+        run_segments = self.run_segments
         while position < end and sent < _MAX_DATAGRAMS_PER_POLL:
             term = self.log.terms[(position >> self.bits) % PARTITION_COUNT]
             offset = position & self.mask
-            available, padding = scan_for_availability(term, offset, min(self.mtu, end - position))
+            available, padding = scan_for_availability(term, offset, min(mtu, end - position))
             if available == 0:
                 break
-            if not emit(term[offset : offset + available]):
+            stop = offset + available
+            count = 1
+            if run_segments > 1 and not padding:
+                stop, count = self._extend_run(term, offset, stop, available, end - position)
+            ok = emit(term[offset:stop], available) if count > 1 else emit(term[offset:stop])
+            if not ok:
                 self.counters.send_would_block += 1
                 break
-            sent += 1
-            position += available + padding
+            sent += count
+            position += stop - offset + padding
         return position
+
+    def _extend_run(
+        self, term: memoryview, offset: int, stop: int, segment: int, room: int
+    ) -> tuple[int, int]:
+        """How far a run of `segment`-byte datagrams starting at `offset` goes (see above)."""
+        count = 1
+        limit = offset + min(room, _MAX_RUN_BYTES)
+        mtu = self.mtu
+        unpack_from = _FRAME_LENGTH_AND_TYPE.unpack_from
+        # A frame of `segment` bytes fills a datagram by itself when not even a bare header
+        # would fit beside it: then each such frame is one datagram, no scan needed.
+        alone = segment + DATA_HEADER_LENGTH > mtu
+        while count < self.run_segments and stop < limit:
+            if alone and stop + segment <= limit:
+                # The common case of a big message: a datagram that is one full-size fragment.
+                frame_length, frame_type = unpack_from(term, stop)
+                if frame_type == FrameType.DATA and (frame_length + 31) & ~31 == segment:
+                    stop += segment
+                    count += 1
+                    continue
+            more, padding = scan_for_availability(term, stop, min(mtu, limit - stop))
+            if more == 0 or padding or more > segment:
+                break  # the term's end, the flow-control limit, a PAD, or a longer datagram
+            stop += more
+            count += 1
+            if more < segment:
+                break  # a shorter datagram ends the run
+        return stop, count
 
     def poll(self, now: float, emit: Emit) -> None:
         if self.state is PublicationState.CLOSED:
@@ -625,7 +680,13 @@ class SendMode(enum.Enum):
     MANUAL = "manual"
 
 
-Send = Callable[[bytes | memoryview, Address], bool]
+class Send(Protocol):
+    """Sends one datagram (or a run of `segment`-byte datagrams, see Emit) to `address`."""
+
+    def __call__(
+        self, datagram: bytes | memoryview, address: Address, segment: int = 0
+    ) -> bool: ...
+
 
 
 class SendEndpoint:
@@ -645,8 +706,11 @@ class SendEndpoint:
         max_destinations: int = 1024,
         cookies: CookieJar | None = None,
         limiter: RateLimiter | None = None,
+        run_segments: int = 0,
     ) -> None:
         self.mode = mode
+        #: what each publication's `run_segments` is (see Publication._send_range)
+        self.run_segments = run_segments
         #: set: dynamic destinations must echo a cookie before they are added (validation.py)
         self.cookies = cookies
         self.limiter = limiter or RateLimiter()
@@ -664,7 +728,7 @@ class SendEndpoint:
         self._emit: Emit = self._no_emit
 
     @staticmethod
-    def _no_emit(datagram: bytes | memoryview) -> bool:
+    def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> bool:
         return True
 
     def emitter(self, send: Send) -> Emit:
@@ -673,7 +737,9 @@ class SendEndpoint:
             remote = self.remote
             if self.mode is SendMode.UNICAST and remote is not None:
 
-                def emit(datagram: bytes | memoryview) -> bool:
+                def emit(datagram: bytes | memoryview, segment: int = 0) -> bool:
+                    if segment:
+                        return send(datagram, remote, segment)
                     return send(datagram, remote)
 
                 self._emit = emit
@@ -702,6 +768,7 @@ class SendEndpoint:
                 f"{publication.stream_id} already exists on this channel"
             )
         self.publications[key] = publication
+        publication.run_segments = self.run_segments
 
     def remove(self, publication: Publication) -> None:
         self.publications.pop((publication.session_id, publication.stream_id), None)
@@ -821,13 +888,19 @@ class SendEndpoint:
         for publication in list(self.publications.values()):
             publication.poll(now, emit)
 
-    def emit_to_all(self, datagram: bytes | memoryview, send: Send) -> bool:
-        """Send one datagram to every destination; False if any send would block."""
+    def emit_to_all(self, datagram: bytes | memoryview, segment: int = 0, *, send: Send) -> bool:
+        """Send one datagram (or run) to every destination; False if any send would block."""
         ok = True
         for address in self.destinations:
-            if not send(datagram, address):
+            if not (send(datagram, address, segment) if segment else send(datagram, address)):
                 ok = False
         return ok
+
+    def set_run_segments(self, run_segments: int) -> None:
+        """Runs of datagrams on (the socket can send them) or off (it cannot, after all)."""
+        self.run_segments = run_segments
+        for publication in self.publications.values():
+            publication.run_segments = run_segments
 
     def next_deadline(self, now: float) -> float:
         if self._challenges:

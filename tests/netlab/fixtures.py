@@ -10,11 +10,14 @@ or import the fixture name directly (``from tests.netlab.fixtures import nat_lab
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import ctypes
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.netlab.lab import Lab, NatLabFactory, nat_lab
+from tests.netlab.lab import Lab, NatLabFactory, nat_lab, require_netns_support
 
 
 @pytest.fixture
@@ -32,3 +35,33 @@ def nat_lab_factory() -> Iterator[NatLabFactory]:
             )
 
         yield make
+
+
+@pytest.fixture
+def fresh_netns() -> Iterator[Callable[[], int]]:
+    """Run the test's sockets in a new network namespace of their own, with only `lo` up.
+
+    Yields a function that reads the namespace's ICMP destination-unreachables sent so far
+    (/proc/net/snmp `Icmp: OutDestUnreachs`): nobody else's traffic counts in it. Only this
+    (main) thread moves, and moves back afterwards: sockets stay in the namespace they were
+    created in.
+    """
+    require_netns_support()
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newnet = 0x40000000
+    with open("/proc/thread-self/ns/net") as home:
+        if libc.unshare(clone_newnet) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+        try:
+            # A child forked from this thread inherits its namespace.
+            subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+            def out_dest_unreachs() -> int:
+                lines = Path("/proc/thread-self/net/snmp").read_text().splitlines()
+                names, values = [line.split()[1:] for line in lines if line.startswith("Icmp:")]
+                return int(values[names.index("OutDestUnreachs")])
+
+            yield out_dest_unreachs
+        finally:
+            if libc.setns(home.fileno(), clone_newnet) != 0:
+                raise OSError(ctypes.get_errno(), "setns back to the original namespace")

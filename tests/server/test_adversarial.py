@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -19,7 +17,7 @@ from echo.client.machine import ClientState, FailureKind
 from echo.protocol import ECHO_STREAM_ID, Hello, decrypt_session, format_message
 from echo.server.server import EchoServer
 from echo.transport import TransportConfig, open_transport
-from tests.netlab.lab import require_netns_support
+from tests.netlab.fixtures import fresh_netns  # noqa: F401 (a fixture)
 from tests.server.test_server import Events, free_base, hello, join, server_config
 from tests.test_cli import ports, server_process
 
@@ -72,39 +70,9 @@ async def test_an_unjoined_duologue_is_evicted_so_the_victim_connects_before_exp
         await server.stop()
 
 
-@pytest.fixture
-def fresh_netns() -> Iterator[Callable[[], int]]:
-    """Run the test's sockets in a new network namespace of their own, with only `lo` up.
-
-    Yields a function that reads the namespace's ICMP destination-unreachables sent so far
-    (/proc/net/snmp `Icmp: OutDestUnreachs`): nobody else's traffic counts in it. Only this
-    (main) thread moves, and moves back afterwards: sockets stay in the namespace they were
-    created in.
-    """
-    require_netns_support()
-    libc = ctypes.CDLL(None, use_errno=True)
-    clone_newnet = 0x40000000
-    with open("/proc/thread-self/ns/net") as home:
-        if libc.unshare(clone_newnet) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
-        try:
-            # A child forked from this thread inherits its namespace.
-            subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-
-            def out_dest_unreachs() -> int:
-                lines = Path("/proc/thread-self/net/snmp").read_text().splitlines()
-                names, values = [line.split()[1:] for line in lines if line.startswith("Icmp:")]
-                return int(values[names.index("OutDestUnreachs")])
-
-            yield out_dest_unreachs
-        finally:
-            if libc.setns(home.fileno(), clone_newnet) != 0:
-                raise OSError(ctypes.get_errno(), "setns back to the original namespace")
-
-
 @pytest.mark.netns
 async def test_a_killed_client_frees_its_duologue_within_liveness_plus_expiry(
-    fresh_netns: Callable[[], int],
+    fresh_netns: Callable[[], int],  # noqa: F811
 ) -> None:
     base = free_base(6)
     config = server_config(base, duologue_expiry=1.0)

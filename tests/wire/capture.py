@@ -655,7 +655,11 @@ def capture_exchange(
     namespace = f"ewire-{secrets.token_hex(3)}"
     _run(["ip", "netns", "add", namespace])
     try:
-        _run(["ip", "-n", namespace, "link", "set", "lo", "up"])
+        # The transport hands the kernel runs of datagrams in one call (UDP GSO). A capture
+        # taps a packet before the device would cut it, so on loopback a run shows as one big
+        # packet; `gso_max_segs 1` makes the kernel cut runs before the tap, as a NIC does on
+        # the wire, and the capture shows each datagram.
+        _run(["ip", "-n", namespace, "link", "set", "lo", "gso_max_segs", "1", "up"])
         with log.open("wb") as log_file:
             tshark = subprocess.Popen(
                 [

@@ -60,6 +60,15 @@ def test_every_datagram_is_aeron_and_none_is_malformed(captured: Captured) -> No
     assert all(":aeron" in protocols for protocols in captured.heuristic)
 
 
+def test_the_exchange_sent_runs_of_datagrams_and_the_capture_shows_each(
+    captured: Captured,
+) -> None:
+    # Runs (UDP GSO) are the transport's default: the capture above, which matched the
+    # transports' datagram counts one for one, was of datagrams sent in runs.
+    runs = sum(t["counters"].get("gso_runs_sent", 0) for t in captured.record["transports"])
+    assert runs > 0
+
+
 def test_every_required_frame_type_is_on_the_wire(captured: Captured) -> None:
     counts = captured.report.counts
     assert all(counts[kind] > 0 for kind in REQUIRED_KINDS), counts
