@@ -80,9 +80,9 @@ class TransportConfig:
     group_nak_max_backoff: float = 0.01
     retransmit_linger: float = 0.01
     #: unicast publications resend a range NAKed again after this (a receiver's retry)
-    unicast_retransmit_linger: float = 0.0005
+    unicast_retransmit_linger: float = 0.00025
     #: the soonest a unicast receiver NAKs a gap again (it waits for its measured repair time)
-    nak_retry_min: float = 0.001
+    nak_retry_min: float = 0.0005
     #: send one heartbeat a couple of milliseconds after each burst of data (see README)
     probe_after_data: bool = False
     #: retransmits in flight per publication (Aeron: 1 unicast, 16 group; 16 keeps heavy loss

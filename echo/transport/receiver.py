@@ -69,8 +69,8 @@ class ReceiverTimers:
     nak_delay: float = 0.0001  # unicast: 100 µs, then retry every nak_delay * 100 (10 ms)
     nak_retry_ratio: int = 100
     #: unicast NAK retries follow the measured repair time (see Image._retry_delay), but never
-    #: sooner than this after the last NAK of a gap
-    nak_retry_min: float = 0.001
+    #: sooner than this after the last NAK of a gap (a few loopback repair times: 0.1-0.3 ms)
+    nak_retry_min: float = 0.0005
     group_nak_max_backoff: float = 0.01
     group_size: int = 10
     setup_elicit_interval: float = 0.2

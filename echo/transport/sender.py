@@ -89,8 +89,8 @@ class SenderTimers:
     linger: float = 5.0
     retransmit_linger: float = 0.01
     #: unicast: a NAK is normally a receiver's retry, which waits for its measured repair time
-    #: and at least 1 ms (ReceiverTimers.nak_retry_min), so duplicates are ignored only briefly
-    unicast_retransmit_linger: float = 0.0005
+    #: and at least 0.5 ms (ReceiverTimers.nak_retry_min), so duplicates are ignored only briefly
+    unicast_retransmit_linger: float = 0.00025
     #: after data, while NAKs have been seen in the last second, send a heartbeat this soon
     #: so that a lost tail (the last datagrams before the sender stops) is NAKed quickly
     #: instead of after the 100 ms idle heartbeat

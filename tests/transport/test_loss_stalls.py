@@ -89,7 +89,7 @@ def _data_offset(data: bytes) -> int | None:
 def test_unicast_naks_are_retried_after_the_measured_repair_time_not_10_ms() -> None:
     # Two losses: the first is repaired by its first NAK (a repair-time sample, ~0 on the
     # scripted clock); the second loses its first resend too. Its retry then comes after the
-    # 1 ms floor, not Aeron's fixed 10 ms.
+    # 0.5 ms floor, not Aeron's fixed 10 ms.
     drops = {"first": 0, "second": 0}
 
     def fate(direction: Direction, index: int, data: bytes) -> Fate:
@@ -114,7 +114,7 @@ def test_unicast_naks_are_retried_after_the_measured_repair_time_not_10_ms() -> 
         pair.offer(bytes(500) + i.to_bytes(4, "little"))  # 3264, 4352, 5440
     pair.run_until(lambda: len(pair.received.get(0x1EE7, [])) == 12, max_time=1.0)
     first, retry = _nak_times(pair, 4352)
-    assert retry - first == pytest.approx(0.001, abs=1e-4)
+    assert retry - first == pytest.approx(0.0005, abs=1e-4)
 
 
 def test_what_is_left_of_a_gap_under_repair_is_not_naked_again_at_once() -> None:
@@ -143,8 +143,8 @@ def test_what_is_left_of_a_gap_under_repair_is_not_naked_again_at_once() -> None
     retry = _nak_times(pair, 2176)
     assert len(retry) == 1
     # Before repair-time samples exist (the resent middle was lost, the others gave samples
-    # of ~0 on the scripted clock): the retry comes after the 1 ms floor, not at 100 µs.
-    assert retry[0] - first_nak[0] >= 0.001 - 1e-9
+    # of ~0 on the scripted clock): the retry comes after the 0.5 ms floor, not at 100 µs.
+    assert retry[0] - first_nak[0] >= 0.0005 - 1e-9
 
 
 def test_a_probe_at_the_edge_of_the_previous_window_gets_an_sm_at_once() -> None:

@@ -263,15 +263,15 @@ def test_nak_gets_an_immediate_retransmit_and_overlapping_naks_linger() -> None:
     assert resent[0].data == bytes(publication.log.terms[0][0:1088])
     assert pair.sender_counters.retransmits_sent == 1
     # A NAK overlapping the range within the linger is a duplicate: ignored. (Unicast lingers
-    # 0.5 ms, not Aeron's 10 ms: a receiver NAKs a gap again only after its repair time, at
-    # least 1 ms, so a later NAK means the resend was lost.)
-    pair.now = t0 + 0.0004
+    # 0.25 ms, not Aeron's 10 ms: a receiver NAKs a gap again only after its repair time, at
+    # least 0.5 ms, so a later NAK means the resend was lost.)
+    pair.now = t0 + 0.0002
     pair.inject_to_sender(nak(544, 1088))
     publication.poll(pair.now, lambda d: pair.sender_send(d, RECEIVER_ADDRESS))
     assert len(pair.sent("data")) == count + 1
     assert pair.sender_counters.retransmits_sent == 1
     # After the linger the same range is resent again, even before a poll has pruned it.
-    pair.now = t0 + 0.0006
+    pair.now = t0 + 0.0003
     pair.inject_to_sender(nak(0, 1088))
     publication.poll(pair.now, lambda d: pair.sender_send(d, RECEIVER_ADDRESS))
     assert len(pair.sent("data")) == count + 2
@@ -764,7 +764,7 @@ def test_with_many_retransmits_only_overlapping_naks_are_ignored_while_lingering
 
     nak(0, 1088)
     assert len(pair.sent("data")) == count + 1
-    pair.now += 0.0003  # within the unicast linger (0.5 ms)
+    pair.now += 0.0002  # within the unicast linger (0.25 ms)
     nak(544, 1088)  # overlaps [0, 1088): a duplicate, ignored
     nak(1088, 544)  # starts where the first ends: served
     nak(3264, 1088)  # elsewhere: served
