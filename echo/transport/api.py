@@ -224,30 +224,33 @@ class Publication:
         raises ValueError. `flush=False` leaves the message for the driver's next pass, so
         that several offers made together go out in as few datagrams as fit.
         """
-        result = self._state.offer(data, trio.current_time())
+        driver = self._transport._driver
+        now = driver.now()
+        result = self._state.offer(data, now)
         if result > 0:
             if flush:
-                self._transport._driver.flush(self._sep, self._state)
+                driver.flush(self._sep, self._state, now)
             else:
                 # The caller has more to offer right away: let them share datagrams.
-                self._transport._driver.wake(self._sep)
+                driver.wake(self._sep)
         return result
 
     async def send(self, data: bytes | bytearray | memoryview, timeout: float = 0.5) -> int:
         """Offer until accepted or `timeout` passes; raises SendError(code) on give-up."""
+        result = self.offer(data)
+        if result > 0:
+            return result
         deadline = trio.current_time() + timeout
-        while True:
+        while result <= 0:
+            if result != ADMIN_ACTION:  # a term rotated: offer again at once
+                if result in (CLOSED, MAX_POSITION_EXCEEDED):
+                    raise SendError(result)
+                if trio.current_time() >= deadline:
+                    raise SendError(result)
+                with trio.move_on_at(deadline):
+                    await self._waiters.wait()
             result = self.offer(data)
-            if result > 0:
-                return result
-            if result == ADMIN_ACTION:
-                continue
-            if result in (CLOSED, MAX_POSITION_EXCEEDED):
-                raise SendError(result)
-            if trio.current_time() >= deadline:
-                raise SendError(result)
-            with trio.move_on_at(deadline):
-                await self._waiters.wait()
+        return result
 
     async def wait_connected(self, timeout: float | None = None) -> None:
         """Wait until a receiver has answered (and flow control has its group)."""
@@ -435,7 +438,8 @@ class Subscription:
     async def wait_activity(self) -> None:
         """Wait until a message may be ready or an image came or went (then `poll`)."""
         await self._wait()
-        self._transport._driver.stop_waiting(self._sep)
+        if self._sep.activity_waiters:
+            self._transport._driver.stop_waiting(self._sep)
 
     async def _wait(self) -> None:
         """Wait until the endpoint has been serviced: on its socket, in this task, if the driver
@@ -452,15 +456,14 @@ class Subscription:
     async def receive(self) -> Message:
         """Wait for the next message from any image."""
         queue = self._queue
-        while True:
-            if queue:
-                return queue.popleft()
+        while not queue:
             if not self.poll(queue.append, fragment_limit=64):
                 if self._closed or self._sep.closed:
                     raise trio.EndOfChannel("subscription is closed")
                 await self._wait()
-                if queue or self.poll(queue.append, fragment_limit=64):
-                    self._transport._driver.stop_waiting(self._sep)
+        if self._sep.activity_waiters:
+            self._transport._driver.stop_waiting(self._sep)
+        return queue.popleft()
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()

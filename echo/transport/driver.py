@@ -265,6 +265,9 @@ class Driver:
         self._buffer = bytearray(_RECV_BUFFER)
         self._view = memoryview(self._buffer)
         self._seq = itertools.count()
+        #: self.now() without its two lookups: read on every datagram and offer.
+        #: (The run's clock: a MockClock under tests, so virtual time works the same.)
+        self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
         self._dirty: set[SocketEndpoint] = set()
         self._wakeup = trio.lowlevel.ParkingLot()
         self._woken = False
@@ -375,7 +378,7 @@ class Driver:
             self._woken = True
             self._wakeup.unpark_all()
 
-    def flush(self, sep: SocketEndpoint, publication: PublicationState) -> None:
+    def flush(self, sep: SocketEndpoint, publication: PublicationState, now: float) -> None:
         """Send what an offer just appended: at once, unless this is a burst.
 
         An offer that answers something (a driver task ran since this endpoint last sent at
@@ -388,7 +391,6 @@ class Driver:
         if sep.blocked or sep.closed:
             self.wake(sep)
             return
-        now = trio.current_time()
         tick = self.tick
         if tick == sep.flush_tick and now - sep.last_flush < _BURST_GAP:
             self.wake(sep)
@@ -446,7 +448,7 @@ class Driver:
         heap = self._heap
         checks = self._lend_checks
         while not self._closed:
-            now = trio.current_time()
+            now = self.now()
             if checks and checks[0][0] <= now:
                 self._check_lent(now)
             due: list[SocketEndpoint] = []
@@ -462,9 +464,11 @@ class Driver:
             for sep in due:
                 if sep.closed or sep.blocked:
                     continue
-                # A lent socket nobody waits on may hold datagrams: the timers must act on
-                # what has arrived, so read it first.
-                if not (sep.lent and not sep.borrowed and self._drain(sep)):
+                if sep.lent and not sep.borrowed:
+                    # A lent socket nobody waits on may hold datagrams: the timers must act
+                    # on what has arrived, so read it first.
+                    self._drain(sep, timers_due=True)
+                else:
                     self.service(sep, now)
             if self._dirty:
                 # Something is due again at once (more data than one poll sends): let other
@@ -501,11 +505,11 @@ class Driver:
         sep.blocked = False
         self.wake(sep)
 
-    def _drain(self, sep: SocketEndpoint) -> int:
+    def _drain(self, sep: SocketEndpoint, timers_due: bool = False) -> int:
         """Handle every datagram waiting on the socket (up to a budget), then service the
         endpoint; returns how many were handled. Never blocks."""
         self.tick += 1
-        now = trio.current_time()
+        now = self.now()
         endpoint = sep.endpoint
         counters = self.counters
         buffer = self._buffer
@@ -555,7 +559,18 @@ class Driver:
                 continue
             self._handle(endpoint, view[:size], source, now)
             received += 1
-        if received:
+        if timers_due or (
+            received
+            and not (
+                sep.lent
+                and not sep.activity_waiters
+                and isinstance(endpoint, ReceiveEndpoint)
+                and endpoint.quiet()
+            )
+        ):
+            # (Skipped when an application task reads a lent socket and the datagrams were
+            # data in order: no SM or NAK is due, no image came or went, nobody else to
+            # wake. The messages are there for its next poll; timers run as scheduled.)
             self.service(sep, now)
         return received
 
@@ -603,7 +618,7 @@ class Driver:
 
     def _lend(self, sep: SocketEndpoint) -> None:
         sep.lent = True
-        sep.returned_at = trio.current_time()
+        sep.returned_at = self.now()
         sep.lend_check_interval = _LEND_IDLE
         self._queue_lend_check(sep, sep.returned_at + _LEND_IDLE)
 
@@ -623,7 +638,7 @@ class Driver:
             pass
         finally:
             sep.borrowed = False
-            sep.returned_at = trio.current_time()
+            sep.returned_at = self.now()
         if not sep.closed:
             self._drain(sep)
         return True
@@ -650,7 +665,7 @@ class Driver:
     def drain_if_stale(self, sep: SocketEndpoint) -> None:
         """Read a lent socket that nobody has waited on for a while (`Subscription.poll`)."""
         if sep.lent and not sep.borrowed:
-            if trio.current_time() - sep.returned_at >= _LEND_IDLE:
+            if self.now() - sep.returned_at >= _LEND_IDLE:
                 self._drain(sep)
 
     def _queue_lend_check(self, sep: SocketEndpoint, when: float) -> None:

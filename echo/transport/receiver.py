@@ -194,11 +194,12 @@ class Image:
         packet: bytes | memoryview,
         now: float,
         whole_data: bool = False,
-    ) -> None:
+    ) -> bool:
         """A DATA/PAD datagram of this session (already validated by the frame parser).
 
         `whole_data`: the packet is known to be complete DATA frames only (a coalesced run),
-        so the rebuild position can move past it without walking its frames.
+        so the rebuild position can move past it without walking its frames. Returns whether
+        `poll` has anything to look at now: not after data that simply arrived in order.
         """
         self._last_packet = now
         # compute_position, inlined: this runs for every datagram.
@@ -223,21 +224,21 @@ class Image:
                 self._sm_deadline = min(
                     self._sm_deadline, max(now, self._last_window_update + 0.001)
                 )
-            return
+            return True
         length = len(packet)
         if position < self.last_sm_position:
             self.counters.flow_control_underruns += 1
-            return
+            return True
         if position + length > window_end:
             self.counters.flow_control_overruns += 1
-            return
+            return True
         if term_offset + length > self.term_length:
             self.counters.invalid("beyond_term")
-            return
+            return True
         term = self.terms[(position >> self.bits) % PARTITION_COUNT]
         if not insert_packet(term, term_offset, packet):
             self.counters.duplicate_data += 1
-            return
+            return True
         if self._nak_times:
             nak_time = self._nak_times.pop(position, None)
             if nak_time is not None:
@@ -253,6 +254,12 @@ class Image:
             if self.rebuild_position < self.hwm or not whole_data:
                 self._advance_rebuild()
         self._loss_dirty = True
+        return (
+            self.rebuild_position < self.hwm
+            or bool(self._gaps)
+            or now >= self._sm_deadline
+            or self.eos_position is not None
+        )
 
     def on_setup(self, now: float) -> None:
         # A repeated SETUP means our SM was lost: answer soon.
@@ -699,9 +706,10 @@ class ReceiveEndpoint:
             image = self.images.get(key)
             if image is not None:
                 image.budget += len(data)
+                starved = image.starved
                 image.starved = False
-                image.on_data(heartbeat, flags, term_offset, term_id, data, now)
-                self._touched.add(key)
+                if image.on_data(heartbeat, flags, term_offset, term_id, data, now) or starved:
+                    self._touched.add(key)
                 return
             finished = self._finished.get(key)
             if finished is not None:
@@ -746,9 +754,10 @@ class ReceiveEndpoint:
         if image is None:
             return 0
         image.budget += len(data)
+        starved = image.starved
         image.starved = False
-        image.on_data(False, flags, term_offset, term_id, data, now, whole_data=True)
-        self._touched.add(key)
+        if image.on_data(False, flags, term_offset, term_id, data, now, whole_data=True) or starved:
+            self._touched.add(key)
         return -(-len(data) // segment)
 
     def _wanted(self, session_id: int, stream_id: int) -> StreamInterest | None:
@@ -920,6 +929,13 @@ class ReceiveEndpoint:
                 self._finished = {k: i for k, i in self._finished.items() if k in self._cooldown}
             horizon = now - self.timers.setup_elicit_interval
             self._elicited = {k: t for k, t in self._elicited.items() if t > horizon}
+
+    def quiet(self) -> bool:
+        """Did the datagrams since the last poll leave nothing to do before the next timer?
+
+        (In-order data for an image: nothing to send, no image came or went.)
+        """
+        return not (self._touched or self._pending or self._goodbyes or self.events)
 
     def touch(self, session_id: int, stream_id: int) -> None:
         """The application consumed from this image: look at it on the next poll."""

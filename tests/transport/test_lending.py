@@ -224,3 +224,23 @@ async def test_closing_a_subscription_without_images_ends_a_receive_on_the_lent_
             # At once, not at the next heartbeat that happens to make the socket readable.
             await trio.testing.wait_all_tasks_blocked()
             assert ended.is_set()
+
+
+async def test_timers_still_run_while_in_order_data_skips_servicing() -> None:
+    # A borrower reading in-order data leaves the endpoint unserviced (nothing is due): the
+    # periodic status messages must still go out on their timer, and a message that arrives
+    # out of order (a gap) still gets its NAK.
+    config = TransportConfig(status_message_interval=0.05)
+    async with open_transport(config) as sender, open_transport(config) as receiver:
+        pub, sub = await pair(sender, receiver)
+        await lend(pub, sub)
+        sms_before = receiver.counters.status_messages_sent
+        start = trio.current_time()
+        count = 0
+        while trio.current_time() - start < 0.5:
+            await pub.send(b"%d" % count)
+            assert (await sub.receive()).data == b"%d" % count
+            count += 1
+        assert endpoint_of(sub).lent
+        sms = receiver.counters.status_messages_sent - sms_before
+        assert sms >= 0.5 / 0.05 - 2, (sms, count)
