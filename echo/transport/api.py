@@ -408,11 +408,10 @@ class Subscription:
         if not count:
             return 0
         fragments = 0
+        due: list[Image] = []
         start = self._round_robin % count
         self._round_robin += 1
         for i in range(count):
-            if fragments >= fragment_limit:
-                break
             image = images[(start + i) % count]
             state = image._state
             if state.rebuild_position <= state.subscriber_position:
@@ -422,17 +421,20 @@ class Subscription:
                 handler(_new_message(Message, (data, *origin)))
 
             fragments += state.poll_messages(deliver, fragment_limit - fragments)
-        if fragments:
-            due = [image for image in images if image._state.status_message_due()]
-            if due:
-                # Consumption crossed the window/4 threshold (or freed a sender waiting at the
-                # window's edge): send the SM now, not after a pass of the timer loop; the
-                # sender may be idle until it comes.
-                endpoint = self._sep.endpoint
-                assert isinstance(endpoint, ReceiveEndpoint)
-                for image in due:
-                    endpoint.touch(image.session_id, image.stream_id)
-                self._transport._driver.service(self._sep, trio.current_time())
+            if state.status_message_due():
+                due.append(image)
+            if fragments >= fragment_limit:
+                break
+        if due:
+            # Consumption crossed the window/4 threshold (or freed a sender waiting at the
+            # window's edge): send the SM now, not after a pass of the timer loop; the sender
+            # may be idle until it comes.
+            endpoint = sep.endpoint
+            assert isinstance(endpoint, ReceiveEndpoint)
+            for image in due:
+                endpoint.touch(image.session_id, image.stream_id)
+            driver = self._transport._driver
+            driver.service(sep, driver.now())
         return fragments
 
     async def wait_activity(self) -> None:
