@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import socket
 from typing import Any
 
+import pytest
 import trio
 
 from echo.client.client import ClientConfig, EchoClient
@@ -19,7 +21,7 @@ from echo.protocol import (
 )
 from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
-from echo.transport import Transport, open_transport
+from echo.transport import Subscription, Transport, open_transport
 
 
 def free_base(span: int) -> int:
@@ -259,3 +261,39 @@ async def test_shutdown_tells_connected_clients() -> None:
         failure = client.machine.failure
         assert failure is not None and failure.kind is FailureKind.PROTOCOL
         assert "server shutting down" in failure.message
+
+
+async def test_a_duologue_polls_its_subscription_once_per_echo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With 1,000 duologues every poll that finds nothing is paid 1,000 times over: after a
+    # poll that returned less than a batch, and work that did not yield, the duologue waits
+    # for its socket at once (it used to poll again first, finding nothing, once per echo).
+    polls: collections.Counter[int] = collections.Counter()
+    real_poll = Subscription.poll
+
+    def counting_poll(self: Subscription, handler: Any, fragment_limit: int = 10) -> int:
+        polls[id(self)] += 1
+        return real_poll(self, handler, fragment_limit)
+
+    monkeypatch.setattr(Subscription, "poll", counting_poll)
+    base = free_base(6)
+    config = server_config(base)
+    async with trio.open_nursery() as nursery:
+        server: EchoServer = await nursery.start(EchoServer(config).run)
+        client = EchoClient(
+            ClientConfig(port=config.port, control_port=config.control_port, count=50, interval=0)
+        )
+        nursery.start_soon(client.run)
+        with trio.fail_after(5):
+            while not server.duologues:  # noqa: ASYNC110 (no event for it)
+                await trio.sleep(0.001)
+        (duologue,) = server.duologues.values()
+        with trio.fail_after(10):
+            while client.machine.received < 50:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        await server.stop()
+    assert duologue.messages == 50
+    # One poll per echo, plus a few for the wake-ups without a message (the client's probe
+    # heartbeat, its status messages); two per echo before (102 here).
+    assert polls[id(duologue.subscription)] <= 1.3 * 50, polls
