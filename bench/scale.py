@@ -18,8 +18,8 @@ client echoes once a second. The issue asks for two things, measured in two part
    queued up together in one batch, so the clients of a batch join their duologues together
    and, each echoing a second after its last reply, keep echoing together (bursts of a few
    hundred echoes within 100 ms at 1,000 clients).
-2. steady: the storm's clients leave; N new clients start at random moments over `--ramp`
-   seconds, so that each echoes once a second at a moment of its own, as independent clients
+2. steady: the storm's clients leave; once the server has closed their duologues, N new
+   clients start at random moments over `--ramp` seconds, so that each echoes once a second at a moment of its own, as independent clients
    do. Once every one has connected (or failed), they echo for `--seconds`; the server's CPU (%
    of one core, from /proc) and the clients' round trips (as `EchoClient` reports them) are
    taken from `min(5, seconds / 4)` seconds into that phase to its end, the server's RSS at
@@ -75,6 +75,8 @@ PROCESSES = 4
 #: Every wait of a client (connect, CONNECT reply, echo) is bounded by this; at 1,000 clients
 #: starting at once the handshakes may take tens of seconds.
 CLIENT_TIMEOUT = 60.0
+#: Bound on the wait for the server to close the storm's duologues before the steady part.
+STORM_CLOSE_TIMEOUT = 15.0
 #: Echoes of the storm's clients in their first seconds are still part of the storm.
 AFTER_STORM_SKIP = 2.0
 #: A collector pause at least this long is reported with its time (shorter ones only counted).
@@ -382,6 +384,22 @@ def _gc_pauses(done: dict[int, Any], t0: float, t1: float) -> dict[str, Any]:
     }
 
 
+def _storm_duologues(storm: dict[int, Any]) -> int:
+    """Duologues the storm's clients joined (each sent a HELLO that was answered)."""
+    return sum(1 for r in storm.values() for p in r["phases"] if "connect" in p)
+
+
+def _wait_closed(server: Any, duologues: int, timeout: float) -> int:
+    """Until the server has logged `duologues` duologue_closed events (or the timeout); how
+    many it had logged."""
+    deadline = time.monotonic() + timeout
+    while True:
+        closed = len(server.records("duologue_closed"))
+        if closed >= duologues or time.monotonic() >= deadline:
+            return closed
+        time.sleep(0.2)
+
+
 def run(
     clients: int,
     seconds: float,
@@ -416,7 +434,10 @@ def run(
             storm_end = time.time()
             workers.signal("storm_stop")
             storm = workers.expect("storm_report", 60)
-            # 2. steady
+            # 2. steady, once the server has closed the storm's duologues: the steady clients
+            # are to start one by one, not to queue up behind that and be answered in batches
+            # (then they would echo in step, as the storm's do).
+            storm_closed = _wait_closed(server, _storm_duologues(storm), STORM_CLOSE_TIMEOUT)
             workers.signal("steady_go")
             steady_settled = workers.expect(
                 "steady_settled", ramp + CLIENT_TIMEOUT + 30, partial_ok=True
@@ -475,6 +496,7 @@ def run(
         "echo_after_storm_p50_ms": percentile(storm_rtts, 50) if storm_rtts else nan,
         "echo_after_storm_p99_ms": percentile(storm_rtts, 99) if storm_rtts else nan,
         # the steady state
+        "storm_duologues_closed_before_steady": storm_closed,
         "ramp_s": ramp,
         "steady_connected": steady_connected,
         "steady_failures": len(steady_failures),

@@ -23,7 +23,9 @@ def test_a_few_clients_storm_in_then_echo_once_a_second() -> None:
         assert 0 < phases[phase]["p50"] <= phases[phase]["max"], phases
     assert phases["total"]["max"] <= 1000 * row["handshake_s"]
     assert 0 < row["echo_after_storm_p50_ms"] <= row["echo_after_storm_p99_ms"]
-    # The steady state: a second population, started over the ramp, echoing once a second.
+    # The steady state: a second population, started over the ramp once the server had
+    # closed the storm's duologues, echoing once a second.
+    assert row["storm_duologues_closed_before_steady"] >= CLIENTS
     assert row["steady_all_settled"] and row["steady_failures"] == 0
     assert row["steady_connected"] == CLIENTS
     assert 0.4 * CLIENTS <= row["echoes_per_s"] <= 1.6 * CLIENTS
