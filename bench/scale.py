@@ -19,11 +19,12 @@ client echoes once a second. The issue asks for two things, measured in two part
    and, each echoing a second after its last reply, keep echoing together (bursts of a few
    hundred echoes within 100 ms at 1,000 clients).
 2. steady: the storm's clients leave; once the server has closed their duologues, N new
-   clients start at random moments over `--ramp` seconds, so that each echoes once a second at a moment of its own, as independent clients
-   do. Once every one has connected (or failed), they echo for `--seconds`; the server's CPU (%
-   of one core, from /proc) and the clients' round trips (as `EchoClient` reports them) are
-   taken from `min(5, seconds / 4)` seconds into that phase to its end, the server's RSS at
-   its end. The issue's targets apply to these figures and to the storm's handshakes/s.
+   clients start at random moments over `--ramp` seconds, so that each echoes once a second
+   at a moment of its own, as independent clients do. Once every one has connected (or
+   failed), they echo for `--seconds`; the server's CPU (% of one core, from /proc) and the
+   clients' round trips (as `EchoClient` reports them) are taken from `min(5, seconds / 4)`
+   seconds into that phase to its end, the server's RSS at its end. The issue's targets apply
+   to these figures and to the storm's handshakes/s.
 
 The server holds up to 2 N duologues, so the storm's may still be closing while the steady
 clients arrive. With `--pin A,B,...` the server runs on CPU A and the client processes on the
@@ -503,6 +504,8 @@ def run(
         "steady_failure_examples": steady_failures[:3],
         "steady_all_settled": len(steady_settled) == len(workers.processes),
         "steady_s": round(t1 - t0, 3),
+        # seconds from the start of the storm, for reading the clients' reports against
+        "steady_window": [round(t0 - start_at, 3), round(t1 - start_at, 3)],
         "server_cpu_percent": 100.0 * (cpu1 - cpu0) / (t1 - t0),
         "server_rss_mib": rss,
         "server_peak_rss_mib": peak_rss,
