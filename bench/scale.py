@@ -1,27 +1,45 @@
 """B4: N concurrent Echo 2.0 clients against one echo-server process.
 
     python -m bench.scale [--clients 100,500,1000] [--seconds 30] [--processes 4] [--pin 0,1]
+                          [--after-storm 10] [--ramp S]
     python -m bench.run --only scale [--quick]
 
 The server is `python -m echo.server.cli` in its own process. The clients share a few
 processes, as a library user would run them (many `EchoClient`s in one trio program); each
-client echoes once a second. Per N:
+client echoes once a second. The issue asks for two things, measured in two parts per N:
 
-1. handshake: all N clients start within the same second (each at a random moment of it);
-   handshakes/s = clients connected / time from the start until the last one's first echo;
-2. steady state: once every client has connected (or failed), the clients echo for
-   `--seconds`; the server's CPU (% of one core, from /proc) and the clients' echo round trips
-   are taken from `min(5, seconds / 4)` seconds into that phase to its end, the server's RSS
-   at its end.
+1. storm: all N clients start within the same second (each at a random moment of it).
+   handshakes/s = clients connected / time from the start until the last one's first echo
+   (the client processes are started and have imported everything before that clock starts).
+   Also each phase of a handshake, as the clients saw it: the all-clients channel connecting
+   (start -> HELLO sent), the CONNECT (HELLO -> CONNECT), the duologue (CONNECT -> first echo
+   back). The storm's clients then echo for `--after-storm` seconds: `echo p99 after storm`,
+   without a target, because these clients echo in step: the server answers the HELLOs that
+   queued up together in one batch, so the clients of a batch join their duologues together
+   and, each echoing a second after its last reply, keep echoing together (bursts of a few
+   hundred echoes within 100 ms at 1,000 clients).
+2. steady: the storm's clients leave; once the server has closed their duologues, N new
+   clients start at random moments over `--ramp` seconds, so that each echoes once a second
+   at a moment of its own, as independent clients do. Once every one has connected (or
+   failed), they echo for `--seconds`; the server's CPU (% of one core, from /proc) and the
+   clients' round trips (as `EchoClient` reports them) are taken from `min(5, seconds / 4)`
+   seconds into that phase to its end, the server's RSS at its end. The issue's targets apply
+   to these figures and to the storm's handshakes/s.
 
-With `--pin A,B,...` the server runs on CPU A and the client processes on the others: the
-server's figures are then its own, not shared with the clients it serves. Raises
-RLIMIT_NOFILE (every client holds a few UDP sockets) for itself and its children.
+The server holds up to 2 N duologues, so the storm's may still be closing while the steady
+clients arrive. With `--pin A,B,...` the server runs on CPU A and the client processes on the
+others: the server's figures are then its own, not shared with the clients it serves. Each
+row also has the client processes' CPU and their longest garbage-collector pauses, so a reader
+can tell when the clients, not the server, set the latency; once a population is in, each
+client process freezes it out of its collector's passes (a load generator's 250 clients in
+one process are not what a game runs). Raises RLIMIT_NOFILE (every client holds a few UDP
+sockets) for itself and its children.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -48,13 +66,24 @@ from bench.harness import (
 
 DEFAULT_CLIENTS = (100, 500, 1000)
 DEFAULT_SECONDS = 30.0
+#: Seconds the storm's clients echo after the last one is in (`echo p99 after storm`).
+DEFAULT_AFTER_STORM = 10.0
+#: The steady part's clients start over N / RAMP_RATE seconds (at least one).
+RAMP_RATE = 200.0
 #: `bench.run --quick`: one small N, a few seconds, so the smoke run stays short.
 QUICK_CLIENTS = (20,)
 QUICK_SECONDS = 3.0
+QUICK_AFTER_STORM = 1.0
 PROCESSES = 4
 #: Every wait of a client (connect, CONNECT reply, echo) is bounded by this; at 1,000 clients
 #: starting at once the handshakes may take tens of seconds.
 CLIENT_TIMEOUT = 60.0
+#: Bound on the wait for the server to close the storm's duologues before the steady part.
+STORM_CLOSE_TIMEOUT = 15.0
+#: Echoes of the storm's clients in their first seconds are still part of the storm.
+AFTER_STORM_SKIP = 2.0
+#: A collector pause at least this long is reported with its time (shorter ones only counted).
+GC_PAUSE_REPORTED = 0.001
 #: The issue's goals, at 1,000 clients.
 TARGET_CLIENTS = 1000
 TARGETS: dict[str, Target] = {
@@ -76,97 +105,211 @@ def raise_fd_limit() -> int:
     return target
 
 
+def ramp_seconds(clients: int) -> float:
+    return max(1.0, clients / RAMP_RATE)
+
+
 # ------------------------------------------------------------------ client processes
 
 
+class _GcPauses:
+    """Every collection of this process: how many, and when the longer ones were (wall s)."""
+
+    def __init__(self) -> None:
+        self.long: list[tuple[float, int, float]] = []  # (time.time(), generation, seconds)
+        self.counts = [0, 0, 0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._started
+        generation = info["generation"]
+        self.counts[generation] += 1
+        if pause >= GC_PAUSE_REPORTED:
+            self.long.append((time.time(), generation, pause))
+
+
 def client_process(
-    index: int, port: int, control_port: int, count: int, out: Any, go: Any, stop: Any
+    index: int,
+    port: int,
+    control_port: int,
+    count: int,
+    ramp: float,
+    out: Any,
+    events: dict[str, Any],
 ) -> None:
     try:
         raise_fd_limit()
         # Imported before "ready": the handshake clock starts after every process is loaded.
         import echo.client.client  # noqa: F401
 
+        pauses = _GcPauses()
+        gc.callbacks.append(pauses)
         out.put(("ready", index, None))
-        go.wait()
-        summary = trio.run(_clients, index, port, control_port, count, out, stop)
-        out.put(("done", index, summary))
+        events["go"].wait()
+        trio.run(_clients, index, port, control_port, count, ramp, out, events)
+        out.put(("done", index, {"gc_long": pauses.long, "gc_counts": pauses.counts}))
     except BaseException:
         out.put(("error", index, traceback.format_exc()))
 
 
-async def _clients(
-    index: int, port: int, control_port: int, count: int, out: Any, stop: Any
-) -> dict[str, Any]:
-    from echo.client.client import ClientConfig, EchoClient
-    from echo.client.machine import EchoReceived
-    from echo.log import configure_logging
+class _Population:
+    """`count` EchoClients started at random moments of `spread` seconds, and what they saw."""
 
-    configure_logging("console", "warning")
-    jitter = random.Random(index)
-    connected: list[float] = []
-    rtts: list[tuple[float, float]] = []
-    failures: list[str] = []
-    settled = 0
+    def __init__(self, port: int, control_port: int, count: int, spread: float, seed: int):
+        self.port = port
+        self.control_port = control_port
+        self.count = count
+        self.spread = spread
+        self.rng = random.Random(seed)
+        self.clients: list[Any] = []
+        # Per client (wall clock): started, HELLO sent, CONNECT received, first echo back.
+        self.phases: list[dict[str, float]] = []
+        self.rtts: list[tuple[float, float]] = []  # (time.time() of the reply, rtt s)
+        self.failures: list[str] = []
+        self.settled = 0
+        self.all_settled = trio.Event()
+        self.stopped = False
 
-    def settle() -> None:
-        # Connected or failed: the parent starts the steady state when every client is one.
-        nonlocal settled
-        settled += 1
-        if settled == count:
-            out.put(("settled", index, time.time()))
+    def _settle(self) -> None:
+        # Connected or failed: the parent moves on when every client is one.
+        self.settled += 1
+        if self.settled == self.count:
+            self.all_settled.set()
 
-    async def one() -> None:
-        # Clients start within the same second, not the same microsecond: a thousand echoes
-        # fired in lock-step every second measure the queue, not the server.
-        await trio.sleep(jitter.uniform(0.0, 1.0))
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(self.count):
+                nursery.start_soon(self._one, self.rng.uniform(0.0, self.spread))
+
+    def stop(self) -> None:
+        self.stopped = True
+        for client in self.clients:
+            client.stop()
+
+    async def _one(self, delay: float) -> None:
+        from echo.client.client import ClientConfig, EchoClient
+        from echo.client.machine import EchoReceived
+
+        await trio.sleep(delay)
+        if self.stopped:
+            return
+        phases = {"start": time.time()}
+        self.phases.append(phases)
         first = True
+
+        def on_state(name: str, fields: dict[str, Any]) -> None:
+            if name == "hello_sent":
+                phases["hello"] = time.time()
+            elif name == "joining_duologue":
+                phases["connect"] = time.time()
 
         def on_echo(echo: EchoReceived) -> None:
             nonlocal first
             now = time.time()
             if first:
                 first = False
-                connected.append(now)
-                settle()
-            rtts.append((now, echo.rtt))
+                phases["first_echo"] = now
+                self._settle()
+            self.rtts.append((now, echo.rtt))
 
         client = EchoClient(
             ClientConfig(
-                port=port, control_port=control_port, interval=1.0, timeout=CLIENT_TIMEOUT
+                port=self.port,
+                control_port=self.control_port,
+                interval=1.0,
+                timeout=CLIENT_TIMEOUT,
             ),
             on_echo=on_echo,
+            on_state=on_state,
         )
+        self.clients.append(client)
         machine = await client.run()
         if machine.failure is not None:
-            failures.append(machine.failure.message)
+            self.failures.append(machine.failure.message)
             if first:
-                settle()
+                self._settle()
 
-    async with trio.open_nursery() as nursery:
-        for _ in range(count):
-            nursery.start_soon(one)
-        # The parent ends the run (the clients echo until then).
-        await trio.to_thread.run_sync(stop.wait, abandon_on_cancel=True)
-        nursery.cancel_scope.cancel()
-    return {"connected": connected, "rtts": rtts, "failures": failures}
+    def report(self) -> dict[str, Any]:
+        return {"phases": self.phases, "rtts": self.rtts, "failures": self.failures}
+
+
+async def _wait_for(event: Any) -> None:
+    await trio.to_thread.run_sync(event.wait, abandon_on_cancel=True)
+
+
+async def _clients(
+    index: int,
+    port: int,
+    control_port: int,
+    count: int,
+    ramp: float,
+    out: Any,
+    events: dict[str, Any],
+) -> None:
+    from echo.log import configure_logging
+
+    configure_logging("console", "warning")
+    parts = (
+        ("storm", 1.0, "storm_settled", "storm_stop", index),
+        ("steady", ramp, "steady_settled", "stop", 1000 + index),
+    )
+    for part, spread, settled, ended, seed in parts:
+        if part == "steady":
+            await _wait_for(events["steady_go"])
+        population = _Population(port, control_port, count, spread, seed)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(population.run)
+            waiting = trio.CancelScope()
+            nursery.start_soon(_say_settled, population, out, settled, index, waiting)
+            # The parent ends each part; the clients echo until then, then leave as a user's
+            # Ctrl-C makes them (closing their duologues, which the server sees at once).
+            await _wait_for(events[ended])
+            waiting.cancel()
+            gc.unfreeze()
+            population.stop()
+            # A client stuck in a wait is cut off (its wait is bounded by CLIENT_TIMEOUT).
+            nursery.cancel_scope.deadline = trio.current_time() + 10
+        out.put((f"{part}_report", index, population.report()))
+
+
+async def _say_settled(
+    population: _Population, out: Any, kind: str, index: int, scope: trio.CancelScope
+) -> None:
+    with scope:
+        await population.all_settled.wait()
+        # A load generator's own pauses: a full pass of the cyclic collector over this
+        # process's 250 clients (~130,000 objects) takes 70-100 ms of CPU, and several times
+        # that of wall time on the core the client processes share; one that fell into the
+        # measured window made p99 142 ms. A game runs one client per process. Now that the
+        # clients are in, freeze them out of later passes (collected first, so no garbage is
+        # frozen); they are unfrozen when the part ends, before they leave.
+        gc.collect()
+        gc.freeze()
+        out.put((kind, index, {"at": time.time(), "frozen": gc.get_freeze_count()}))
 
 
 class _Workers:
     """The client processes and the queue they report on."""
 
-    def __init__(self, clients: int, processes: int, port: int, control_port: int) -> None:
+    EVENTS = ("go", "storm_stop", "steady_go", "stop")
+
+    def __init__(
+        self, clients: int, processes: int, port: int, control_port: int, ramp: float
+    ) -> None:
         ctx = mp.get_context("spawn")
         self.out: Any = ctx.Queue()
-        self.go = ctx.Event()
-        self.stop = ctx.Event()
+        self.events = {name: ctx.Event() for name in self.EVENTS}
+        self._early: list[tuple[str, int, Any]] = []
         per = [
             clients // processes + (1 if i < clients % processes else 0) for i in range(processes)
         ]
         self.processes = [
             ctx.Process(
                 target=client_process,
-                args=(i, port, control_port, n, self.out, self.go, self.stop),
+                args=(i, port, control_port, n, ramp, self.out, self.events),
                 name=f"scale clients {i}",
                 daemon=True,
             )
@@ -180,13 +323,20 @@ class _Workers:
             if cpus:
                 os.sched_setaffinity(process.pid, cpus)  # type: ignore[arg-type]
 
+    def signal(self, name: str) -> None:
+        self.events[name].set()
+
     def expect(self, kind: str, timeout: float, *, partial_ok: bool = False) -> dict[int, Any]:
         """One `kind` message from every process: {index: payload}.
 
         BenchError if a process failed or died, or on the timeout unless `partial_ok` (then
-        what came in time is returned).
+        what came in time is returned). Messages of other kinds that come meanwhile are kept
+        for their own `expect` (a process may say "done" before another one's last report).
         """
         got: dict[int, Any] = {}
+        for message, index, payload in [m for m in self._early if m[0] == kind]:
+            self._early.remove((message, index, payload))
+            got[index] = payload
         deadline = time.monotonic() + timeout
         while len(got) < len(self.processes):
             remaining = deadline - time.monotonic()
@@ -205,6 +355,8 @@ class _Workers:
                 raise BenchError(f"scale: client process {index} failed:\n{payload}")
             if message == kind:
                 got[index] = payload
+            else:
+                self._early.append((message, index, payload))
         return got
 
     def cpu_seconds(self) -> float:
@@ -217,25 +369,93 @@ class _Workers:
             process.join(5)
 
 
+def _phase_ms(phases: list[dict[str, float]], start: str, end: str) -> dict[str, float]:
+    spans = sorted(1000 * (p[end] - p[start]) for p in phases if start in p and end in p)
+    if not spans:
+        return {}
+    return {
+        "p50": round(percentile(spans, 50), 1),
+        "p90": round(percentile(spans, 90), 1),
+        "max": round(spans[-1], 1),
+    }
+
+
+def _rtts_ms(reports: dict[int, Any], t0: float, t1: float) -> list[float]:
+    return sorted(
+        rtt * 1000 for r in reports.values() for when, rtt in r["rtts"] if t0 <= when <= t1
+    )
+
+
+def _gc_pauses(done: dict[int, Any], t0: float, t1: float) -> dict[str, Any]:
+    """The client processes' collector pauses between t0 and t1 (wall clock)."""
+    pauses = [(g, s) for d in done.values() for when, g, s in d["gc_long"] if t0 <= when <= t1]
+    return {
+        "max_ms": round(1000 * max((s for _, s in pauses), default=0.0), 1),
+        "over_5ms": sum(1 for _, s in pauses if s >= 0.005),
+        "full_collections": sum(1 for g, _ in pauses if g == 2),
+    }
+
+
+def _storm_duologues(storm: dict[int, Any]) -> int:
+    """Duologues the storm's clients joined (each sent a HELLO that was answered)."""
+    return sum(1 for r in storm.values() for p in r["phases"] if "connect" in p)
+
+
+def _wait_closed(server: Any, duologues: int, timeout: float) -> int:
+    """Until the server has logged `duologues` duologue_closed events (or the timeout); how
+    many it had logged."""
+    deadline = time.monotonic() + timeout
+    while True:
+        closed = len(server.records("duologue_closed"))
+        if closed >= duologues or time.monotonic() >= deadline:
+            return closed
+        time.sleep(0.2)
+
+
 def run(
-    clients: int, seconds: float, processes: int = PROCESSES, cpus: Sequence[int] = ()
+    clients: int,
+    seconds: float,
+    processes: int = PROCESSES,
+    cpus: Sequence[int] = (),
+    *,
+    after_storm: float = DEFAULT_AFTER_STORM,
+    ramp: float | None = None,
 ) -> dict[str, Any]:
-    """One N: handshakes/s, then server CPU / RSS and echo latency at steady state."""
+    """One N: the storm (handshakes/s), then the steady state (CPU, RSS, echo latency)."""
     raise_fd_limit()
+    ramp = ramp_seconds(clients) if ramp is None else ramp
     server_cpu = cpus[0] if cpus else None
     client_cpus = set(cpus[1:]) if len(cpus) > 1 else None
-    with start_server(clients, cpu=server_cpu) as server:
-        workers = _Workers(clients, processes, server.port, server.control_port)
+    nan = float("nan")
+    # Room for the storm's duologues while they close and the steady clients' at once.
+    with start_server(2 * clients, cpu=server_cpu) as server:
+        workers = _Workers(clients, processes, server.port, server.control_port, ramp)
         try:
             workers.start(client_cpus)
             workers.expect("ready", 60)
+            # 1. storm
             start_at = time.time()
-            workers.go.set()
+            storm_cpu0, storm_clients_cpu0 = server.cpu_seconds(), workers.cpu_seconds()
+            workers.signal("go")
             # Every client connected or failed (each wait of a client is bounded); if some
             # are still stuck the run goes on and says so (all_settled).
-            settled = workers.expect("settled", CLIENT_TIMEOUT + 30, partial_ok=True)
-            # Steady state: every client echoes once a second; skip the first moments after
-            # the last handshake (its duologue's first status messages, the server's log).
+            storm_settled = workers.expect("storm_settled", CLIENT_TIMEOUT + 30, partial_ok=True)
+            settled_at = time.time()
+            storm_cpu1, storm_clients_cpu1 = server.cpu_seconds(), workers.cpu_seconds()
+            time.sleep(after_storm)
+            storm_end = time.time()
+            workers.signal("storm_stop")
+            storm = workers.expect("storm_report", 60)
+            # 2. steady, once the server has closed the storm's duologues: the steady clients
+            # are to start one by one, not to queue up behind that and be answered in batches
+            # (then they would echo in step, as the storm's do).
+            storm_closed = _wait_closed(server, _storm_duologues(storm), STORM_CLOSE_TIMEOUT)
+            workers.signal("steady_go")
+            steady_settled = workers.expect(
+                "steady_settled", ramp + CLIENT_TIMEOUT + 30, partial_ok=True
+            )
+            # Skip the first moments after the last handshake (its duologue's first status
+            # messages, the server's log).
             margin = min(5.0, seconds / 4)
             time.sleep(margin)
             t0, cpu0, clients_cpu0 = time.time(), server.cpu_seconds(), workers.cpu_seconds()
@@ -244,36 +464,67 @@ def run(
             rss = server.rss_mib()
             peak_rss = server.peak_rss_mib()
         finally:
-            workers.stop.set()
+            for name in _Workers.EVENTS:
+                workers.signal(name)
         try:
-            reports = workers.expect("done", 60)
+            steady = workers.expect("steady_report", 60)
+            done = workers.expect("done", 60)
         finally:
             workers.kill()
         server.stop()
         counters = server.records("transport_counters")
-    connected = sorted(t for r in reports.values() for t in r["connected"])
-    failures = [f for r in reports.values() for f in r["failures"]]
-    rtts = sorted(
-        rtt * 1000 for r in reports.values() for when, rtt in r["rtts"] if t0 <= when <= t1
-    )
+    phases = [p for r in storm.values() for p in r["phases"]]
+    connected = sorted(p["first_echo"] for p in phases if "first_echo" in p)
+    failures = [f for r in storm.values() for f in r["failures"]]
+    steady_connected = sum(1 for r in steady.values() for p in r["phases"] if "first_echo" in p)
+    steady_failures = [f for r in steady.values() for f in r["failures"]]
+    rtts = _rtts_ms(steady, t0, t1)
+    storm_rtts = _rtts_ms(storm, settled_at + min(AFTER_STORM_SKIP, after_storm / 2), storm_end)
     # Clients start spread over the first second; the rate counts from the start.
     span = connected[-1] - start_at if connected else 0.0
-    nan = float("nan")
+    storm_s = max(settled_at - start_at, 1e-9)
     return {
         "clients": clients,
         "seconds": seconds,
         "processes": len(workers.processes),
+        # the storm
         "connected": len(connected),
         "failures": len(failures),
         "failure_examples": failures[:3],
-        "all_settled": len(settled) == len(workers.processes),
+        "all_settled": len(storm_settled) == len(workers.processes),
         "handshake_s": round(span, 3),
         "handshakes_per_s": len(connected) / span if span > 0 else 0.0,
+        "handshake_phases_ms": {
+            "all_clients_channel": _phase_ms(phases, "start", "hello"),
+            "connect_reply": _phase_ms(phases, "hello", "connect"),
+            "duologue_first_echo": _phase_ms(phases, "connect", "first_echo"),
+            "total": _phase_ms(phases, "start", "first_echo"),
+        },
+        "storm_server_cpu_percent": round(100.0 * (storm_cpu1 - storm_cpu0) / storm_s, 1),
+        "storm_clients_cpu_percent": round(
+            100.0 * (storm_clients_cpu1 - storm_clients_cpu0) / storm_s, 1
+        ),
+        "after_storm_s": after_storm,
+        "echo_after_storm_p50_ms": percentile(storm_rtts, 50) if storm_rtts else nan,
+        "echo_after_storm_p99_ms": percentile(storm_rtts, 99) if storm_rtts else nan,
+        # the steady state
+        "storm_duologues_closed_before_steady": storm_closed,
+        "ramp_s": ramp,
+        "steady_connected": steady_connected,
+        "steady_failures": len(steady_failures),
+        "steady_failure_examples": steady_failures[:3],
+        "steady_all_settled": len(steady_settled) == len(workers.processes),
         "steady_s": round(t1 - t0, 3),
+        # seconds from the start of the storm, for reading the clients' reports against
+        "steady_window": [round(t0 - start_at, 3), round(t1 - start_at, 3)],
         "server_cpu_percent": 100.0 * (cpu1 - cpu0) / (t1 - t0),
         "server_rss_mib": rss,
         "server_peak_rss_mib": peak_rss,
         "clients_cpu_percent": round(100.0 * (clients_cpu1 - clients_cpu0) / (t1 - t0), 1),
+        "clients_gc": {
+            **_gc_pauses(done, t0, t1),
+            "frozen": sum(settled["frozen"] for settled in steady_settled.values()),
+        },
         "echo_p50_ms": percentile(rtts, 50) if rtts else nan,
         "echo_p99_ms": percentile(rtts, 99) if rtts else nan,
         "echo_max_ms": rtts[-1] if rtts else nan,
@@ -300,8 +551,10 @@ def results(row: dict[str, Any]) -> list[Result]:
         ("server RSS", row["server_rss_mib"], "MiB", {}),
         ("echo p50", row["echo_p50_ms"], "ms", {}),
         ("echo p99", row["echo_p99_ms"], "ms", {}),
+        ("echo p99 after storm", row["echo_after_storm_p99_ms"], "ms", {}),
+        ("clients CPU", row["clients_cpu_percent"], "%", {}),
         ("connected", row["connected"], "clients", {}),
-        ("failures", row["failures"], "clients", {}),
+        ("failures", row["failures"] + row["steady_failures"], "clients", {}),
     ]
     return [
         Result(
@@ -321,9 +574,10 @@ def scale(settings: Settings) -> list[Result]:
     """B4 for bench.run: N = 100, 500, 1000 for 30 s each; --quick: 20 clients, 3 s."""
     plan = QUICK_CLIENTS if settings.quick else DEFAULT_CLIENTS
     seconds = QUICK_SECONDS if settings.quick else DEFAULT_SECONDS
+    after_storm = QUICK_AFTER_STORM if settings.quick else DEFAULT_AFTER_STORM
     found: list[Result] = []
     for n in plan:
-        row = run(n, seconds, PROCESSES, settings.pin)
+        row = run(n, seconds, PROCESSES, settings.pin, after_storm=after_storm)
         if not row["connected"]:
             raise BenchError(f"scale: none of {n} clients connected: {row['failure_examples']}")
         found += results(row)
@@ -338,6 +592,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS)
     parser.add_argument("--processes", type=int, default=PROCESSES)
     parser.add_argument(
+        "--after-storm",
+        type=float,
+        default=DEFAULT_AFTER_STORM,
+        help="seconds the storm's clients echo after the last is in (echo p99 after storm)",
+    )
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=None,
+        help=f"seconds over which the steady part's clients start (default N / {RAMP_RATE:.0f})",
+    )
+    parser.add_argument(
         "--pin",
         default=None,
         help="CPUs: the server on the first, the client processes on the others "
@@ -347,11 +613,21 @@ def main() -> None:
     from bench.run import pin_cpus
 
     cpus = pin_cpus(args.pin)
-    rows = [run(int(n), args.seconds, args.processes, cpus) for n in args.clients.split(",")]
+    rows = [
+        run(
+            int(n),
+            args.seconds,
+            args.processes,
+            cpus,
+            after_storm=args.after_storm,
+            ramp=args.ramp,
+        )
+        for n in args.clients.split(",")
+    ]
     print(json.dumps(rows, indent=2))
     for row in rows:
         for result in results(row):
-            print(f"{result.name:11} {result.metric:13} {format_figure(result.value, result.unit)}")
+            print(f"{result.name:11} {result.metric:20} {format_figure(result.value, result.unit)}")
 
 
 if __name__ == "__main__":

@@ -349,10 +349,15 @@ class ClientMachine:
         self._require_started("on_all_clients_message")
         if self._state is not ClientState.AWAITING_CONNECT:
             return []  # replies to others, or late ones after we left the channel
+        prefix = self._session_prefix
+        if data[: len(prefix)] != prefix:
+            # Not addressed to us: a reply to another client (ours starts "<our session> ",
+            # and the grammar allows one spelling of a number), or unreadable and then another
+            # client's problem. Checked before parsing: while N clients say HELLO at once,
+            # each of them sees all N replies.
+            return []
         reply = parse_all_clients_reply_untrusted(data)
         if isinstance(reply, BadMessage):
-            if bytes(data[: len(self._session_prefix)]) != self._session_prefix:
-                return []  # unreadable, and not addressed to us: another client's problem
             return self._fail(
                 FailureKind.PROTOCOL,
                 f"bad reply from the server ({reply.reason}): {_preview(data)}",

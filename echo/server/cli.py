@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -171,12 +172,29 @@ def main(
         events.close()
 
 
+def freeze_start_up_objects() -> int:
+    """Move everything alive after start-up out of the cyclic collector's sight; how many.
+
+    A full pass of the collector visits every tracked object, and it stops the whole server
+    while it does (a full pass with 1,000 duologues open took 60-120 ms in B4, and echoes and
+    HELLOs queued up behind it). About 30,000 of those objects are the modules, classes and
+    functions loaded at start-up, and the server's own channels: they live as long as the
+    process, so every pass would visit them for nothing. Frozen objects are still freed by
+    reference counting; only a cycle among them would never be collected, and the collect()
+    first leaves none.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 async def _serve(config: ServerConfig, events: object, transport: TransportConfig) -> None:
     log = structlog.get_logger("echo.server")
     server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)
+            frozen = freeze_start_up_objects()
             log.info(
                 "listening",
                 address=config.address,
@@ -185,6 +203,7 @@ async def _serve(config: ServerConfig, events: object, transport: TransportConfi
                 duologue_ports=f"{config.clients_base_port}-"
                 f"{config.clients_base_port + 2 * config.max_clients - 1}",
                 pid=os.getpid(),
+                gc_frozen=frozen,
             )
             async for signum in signals:
                 log.info("shutting_down", signal=signal.Signals(signum).name)

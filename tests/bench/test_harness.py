@@ -212,6 +212,9 @@ def _scale_row(clients: int) -> dict[str, object]:
         "server_rss_mib": 100.0,
         "echo_p50_ms": 1.0,
         "echo_p99_ms": 19.0,
+        "echo_after_storm_p99_ms": 40.0,
+        "clients_cpu_percent": 50.0,
+        "steady_failures": 1,
         "server_counters": {"datagrams_sent": 1},
     }
 
@@ -226,9 +229,13 @@ def test_scale_figures_have_targets_at_1000_clients_only() -> None:
         "server RSS": True,
         "echo p50": None,
         "echo p99": True,
+        # The storm's clients echo in step: reported, but the target is the steady state's.
+        "echo p99 after storm": None,
+        "clients CPU": None,
         "connected": None,
         "failures": None,
     }
-    assert at_1000["connected"].value == 998 and at_1000["failures"].value == 2
+    # Failures of the storm and of the steady population together.
+    assert at_1000["connected"].value == 998 and at_1000["failures"].value == 3
     assert all(r.baseline is None and not r.raw for r in at_1000.values())
     assert all(r.target is None for r in scale.results(_scale_row(500)))

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from echo.client import machine as machine_module
 from echo.client.machine import (
     Action,
     ClientMachine,
@@ -24,11 +27,13 @@ from echo.client.machine import (
 )
 from echo.protocol import (
     AllClientsError,
+    BadMessage,
     Connect,
     DuologueError,
     Echo,
     encrypt_session,
     format_message,
+    parse_all_clients_reply_untrusted,
 )
 
 # The guide's trace (seed §4.7): pad 611786D9, client session -555798973, duologue 1938340545.
@@ -198,6 +203,75 @@ def test_ignores_other_sessions_connect_and_error() -> None:
         assert m.on_all_clients_message(data, 1.0) == []
         assert state_of(m) is ClientState.AWAITING_CONNECT
     assert m.on_all_clients_message(GUIDE_CONNECT, 2.0)[1] == OpenDuologue(9014, 9011, DUOLOGUE)
+
+
+def test_replies_to_others_are_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # While N clients say HELLO at once each sees all N replies: only its own is parsed.
+    parsed: list[bytes] = []
+    real_parse = machine_module.parse_all_clients_reply_untrusted
+
+    def counting_parse(data: bytes) -> object:
+        parsed.append(bytes(data))
+        return real_parse(data)
+
+    monkeypatch.setattr(machine_module, "parse_all_clients_reply_untrusted", counting_parse)
+    m = make()
+    to_awaiting(m)
+    for session in range(1000):
+        m.on_all_clients_message(format_message(Connect(session, 9000, 9001, 5)), 1.0)
+    assert parsed == []
+    assert m.on_all_clients_message(GUIDE_CONNECT, 2.0)[1] == OpenDuologue(9014, 9011, DUOLOGUE)
+    assert parsed == [GUIDE_CONNECT]
+
+
+def _reference_on_all_clients_message(m: ClientMachine, data: bytes) -> str:
+    """What a reply on the all-clients channel means to the client (seed §4.4), by parsing
+    every one: the outcome the machine must reach however it gets there."""
+    reply = parse_all_clients_reply_untrusted(data)
+    if isinstance(reply, BadMessage):
+        return "fail" if data.startswith(f"{CLIENT} ".encode()) else "ignore"
+    if reply.client_session != CLIENT:
+        return "ignore"
+    return "fail" if isinstance(reply, AllClientsError) else "join"
+
+
+_SESSIONS = st.sampled_from([CLIENT, -CLIENT, CLIENT // 10, 0, 1, -1]) | st.integers(
+    -(2**31), 2**31 - 1
+)
+_REPLIES = st.one_of(
+    st.builds(
+        lambda s, d, c, k: format_message(Connect(s, d, c, k)),
+        _SESSIONS,
+        st.integers(1, 65535),
+        st.integers(1, 65535),
+        st.integers(0, 2**32 - 1),
+    ),
+    st.builds(lambda s, t: format_message(AllClientsError(s, t)), _SESSIONS, st.text("ab c")),
+    # Near misses: our digits with more of them, a sign or zeros in front, a bad tail.
+    st.builds(
+        lambda head, s, tail: head + str(s).encode() + tail,
+        st.sampled_from([b"", b"+", b"0", b"-", b" ", b"00"]),
+        st.sampled_from([CLIENT, CLIENT * 10, -CLIENT, CLIENT // 10]) | _SESSIONS,
+        st.sampled_from([b" CONNECT 1 2 AB", b" ERROR x", b"0 ERROR x", b" CONNECT 1 2", b""])
+        | st.binary(max_size=40),
+    ),
+    st.binary(max_size=60),
+)
+
+
+@given(data=_REPLIES)
+@settings(max_examples=500, deadline=None)
+def test_any_reply_means_what_parsing_it_says(data: bytes) -> None:
+    m = make()
+    to_awaiting(m)
+    actions = m.on_all_clients_message(data, 1.0)
+    expected = _reference_on_all_clients_message(m, data)
+    if expected == "ignore":
+        assert actions == [] and state_of(m) is ClientState.AWAITING_CONNECT
+    elif expected == "fail":
+        assert actions == [CloseAllClients(), Stop()] and state_of(m) is ClientState.FAILED
+    else:  # our CONNECT: we join, or fail if its session is outside the reserved range
+        assert actions[0] == CloseAllClients() and state_of(m) is not ClientState.AWAITING_CONNECT
 
 
 def test_decrypts_with_the_pad() -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import collections
+import gc
 import socket
+import weakref
 from typing import Any
 
+import pytest
 import trio
 
 from echo.client.client import ClientConfig, EchoClient
@@ -19,7 +23,7 @@ from echo.protocol import (
 )
 from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
-from echo.transport import Transport, open_transport
+from echo.transport import Subscription, Transport, open_transport
 
 
 def free_base(span: int) -> int:
@@ -259,3 +263,73 @@ async def test_shutdown_tells_connected_clients() -> None:
         failure = client.machine.failure
         assert failure is not None and failure.kind is FailureKind.PROTOCOL
         assert "server shutting down" in failure.message
+
+
+async def test_a_duologue_polls_its_subscription_once_per_echo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With 1,000 duologues every poll that finds nothing is paid 1,000 times over: after a
+    # poll that returned less than a batch, and work that did not yield, the duologue waits
+    # for its socket at once (it used to poll again first, finding nothing, once per echo).
+    polls: collections.Counter[int] = collections.Counter()
+    real_poll = Subscription.poll
+
+    def counting_poll(self: Subscription, handler: Any, fragment_limit: int = 10) -> int:
+        polls[id(self)] += 1
+        return real_poll(self, handler, fragment_limit)
+
+    monkeypatch.setattr(Subscription, "poll", counting_poll)
+    base = free_base(6)
+    config = server_config(base)
+    async with trio.open_nursery() as nursery:
+        server: EchoServer = await nursery.start(EchoServer(config).run)
+        client = EchoClient(
+            ClientConfig(port=config.port, control_port=config.control_port, count=50, interval=0)
+        )
+        nursery.start_soon(client.run)
+        with trio.fail_after(5):
+            while not server.duologues:  # noqa: ASYNC110 (no event for it)
+                await trio.sleep(0.001)
+        (duologue,) = server.duologues.values()
+        subscription = duologue.subscription
+        with trio.fail_after(10):
+            while client.machine.received < 50:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        await server.stop()
+    assert duologue.messages == 50
+    # One poll per echo, plus a few for the wake-ups without a message (the client's probe
+    # heartbeat, its status messages); two per echo before (102 here).
+    assert 50 <= polls[id(subscription)] <= 1.3 * 50, polls
+
+
+async def test_a_closed_duologue_is_freed_at_once_not_by_the_cyclic_collector() -> None:
+    # Left to the cyclic collector, every closed duologue waited (with its sockets and term
+    # buffers) for a full pass, which takes 100-200 ms when 1,000 duologues are open and
+    # stalls every one of them: what clients leaving en masse cost the ones that stay.
+    base = free_base(6)
+    config = server_config(base)
+    gc.collect()
+    gc.disable()
+    try:
+        async with trio.open_nursery() as nursery:
+            server: EchoServer = await nursery.start(EchoServer(config).run)
+            client = EchoClient(
+                ClientConfig(
+                    port=config.port, control_port=config.control_port, count=3, interval=0
+                )
+            )
+            nursery.start_soon(client.run)
+            with trio.fail_after(5):
+                while not server.duologues:  # noqa: ASYNC110 (no event for it)
+                    await trio.sleep(0.001)
+            (duologue,) = server.duologues.values()
+            freed = weakref.ref(duologue)
+            del duologue
+            with trio.fail_after(5):
+                while server.duologues or client.machine.state is not ClientState.CLOSED:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            await trio.sleep(0.1)  # the duologue's task returns
+            assert freed() is None
+            nursery.cancel_scope.cancel()
+    finally:
+        gc.enable()
