@@ -854,22 +854,25 @@ class ReceiveEndpoint:
     def poll(self, now: float, send: Send) -> None:
         counters = self.counters
         if self.control is not None and self.interests and now >= self._next_registration:
+            self._next_registration = now + self.timers.mdc_registration_interval
             # Register (and stay registered) as a destination of the MDC publisher: session 0,
             # stream 0, SETUP flag, window 0 (reference §3). It goes from this data socket, so
-            # the publisher learns the NAT mapping that leads back here.
-            registration = StatusMessage(
-                session_id=0,
-                stream_id=0,
-                consumption_term_id=self._cookie[0],
-                consumption_term_offset=self._cookie[1],
-                receiver_window=0,
-                receiver_id=self.receiver_id,
-                group_tag=self.group_tag,
-                flags=SM_SETUP_FLAG,
-            ).encode()
-            if send(registration, self.control):
-                counters.setup_elicitations_sent += 1
-            self._next_registration = now + self.timers.mdc_registration_interval
+            # the publisher learns the NAT mapping that leads back here. Not once every stream
+            # has its image: the images' own SMs, from this socket and receiver id, keep us a
+            # destination, and a registration would be one more datagram a second for nothing.
+            if not self._has_every_image():
+                registration = StatusMessage(
+                    session_id=0,
+                    stream_id=0,
+                    consumption_term_id=self._cookie[0],
+                    consumption_term_offset=self._cookie[1],
+                    receiver_window=0,
+                    receiver_id=self.receiver_id,
+                    group_tag=self.group_tag,
+                    flags=SM_SETUP_FLAG,
+                ).encode()
+                if send(registration, self.control):
+                    counters.setup_elicitations_sent += 1
         pending = self._pending
         if pending:
             for (session_id, stream_id), source in pending:
@@ -929,6 +932,13 @@ class ReceiveEndpoint:
                 self._finished = {k: i for k, i in self._finished.items() if k in self._cooldown}
             horizon = now - self.timers.setup_elicit_interval
             self._elicited = {k: t for k, t in self._elicited.items() if t > horizon}
+
+    def _has_every_image(self) -> bool:
+        """Does every stream subscribed to here have an image (a publication it hears)?"""
+        if len(self.images) < len(self.interests):
+            return False
+        streams = {stream for _, stream in self.images}
+        return all(stream in streams for stream in self.interests)
 
     def quiet(self) -> bool:
         """Did the datagrams since the last poll leave nothing to do before the next timer?

@@ -408,7 +408,7 @@ class Publication:
 
     # ---------------------------------------------------------------- output
 
-    def _setup_frame(self) -> bytes:
+    def setup_frame(self) -> bytes:
         offset = self.sender_position & self.mask
         term_id = i32(self.initial_term_id + (self.sender_position >> self.bits))
         return Setup(
@@ -509,7 +509,7 @@ class Publication:
             counters.rttm_replies_sent += 1
 
         if self._setup_pending and now >= self._last_setup + self.timers.setup_interval:
-            if emit(self._setup_frame()):
+            if emit(self.setup_frame()):
                 self._last_setup = now
                 counters.setups_sent += 1
 
@@ -714,7 +714,9 @@ class SendEndpoint:
         #: set: dynamic destinations must echo a cookie before they are added (validation.py)
         self.cookies = cookies
         self.limiter = limiter or RateLimiter()
-        self._challenges: list[tuple[bytes, Address]] = []
+        # Replies to one address (cookie challenges, SETUPs for a new MDC destination), sent on
+        # the next poll: (datagram, address, the counter it counts in).
+        self._replies: list[tuple[bytes, Address, str]] = []
         self.counters = counters
         self.remote = remote
         self.publications: dict[tuple[int, int], Publication] = {}
@@ -747,6 +749,11 @@ class SendEndpoint:
                 self._emit = functools.partial(self.emit_to_all, send=send)
             self._emit_send = send
         return self._emit
+
+    def forget_send(self) -> None:
+        """Drop the cached emitter (the socket is closed; it only kept the endpoint alive)."""
+        self._emit_send = None
+        self._emit = self._no_emit
 
     def flush(self, publication: Publication, now: float, send: Send) -> None:
         """Send what `publication` has just been offered (see `Publication.send_pending`)."""
@@ -792,15 +799,30 @@ class SendEndpoint:
                 outcome = self.dynamic.on_status_message(frame.receiver_id, source, now)
                 if outcome == "added":
                     counters.destinations_added += 1
-                    # A new destination needs a SETUP before it can build an image.
-                    for each in self.publications.values():
-                        each.trigger_setup()
                 elif outcome == "refused":
                     counters.destinations_refused += 1
                     return
                 if frame.is_end_of_stream:
                     if self.dynamic.remove_receiver(frame.receiver_id, source):
                         counters.destinations_removed += 1
+                if frame.is_setup_eliciting:
+                    # A destination asks for a SETUP (it has just registered, or has no image
+                    # yet): answer that address at once, and it alone. Aeron marks every
+                    # publication for a SETUP to every destination at the next 100 ms tick:
+                    # a new receiver waited for it, and with a thousand destinations each
+                    # newcomer cost a thousand SETUPs.
+                    if frame.session_id == 0 and frame.stream_id == 0:
+                        wanted = list(self.publications.values())
+                    else:
+                        found = self.publications.get((frame.session_id, frame.stream_id))
+                        wanted = [found] if found is not None else []
+                    if self.limiter.allow(str(source[0]), now):
+                        for each in wanted:
+                            if not each.is_done:
+                                self._replies.append((each.setup_frame(), source, "setups_sent"))
+                    else:
+                        counters.rate_limited += 1
+                    return
             if frame.session_id == 0 and frame.stream_id == 0:
                 if frame.is_setup_eliciting:
                     for each in self.publications.values():
@@ -869,17 +891,18 @@ class SendEndpoint:
                 receiver_id=sm.receiver_id,
                 flags=SM_COOKIE_FLAG,
             ).encode()
-            self._challenges.append((challenge, source))
+            self._replies.append((challenge, source, "cookie_challenges_sent"))
         elif registration:
             self.counters.rate_limited += 1
         return False
 
     def poll(self, now: float, send: Send) -> None:
-        if self._challenges:
-            for challenge, address in self._challenges:
-                if send(challenge, address):
-                    self.counters.cookie_challenges_sent += 1
-            self._challenges.clear()
+        if self._replies:
+            counters = self.counters
+            for datagram, address, counter in self._replies:
+                if send(datagram, address):
+                    setattr(counters, counter, getattr(counters, counter) + 1)
+            self._replies.clear()
         if self.dynamic is not None:
             removed = self.dynamic.expire(now)
             if removed:
@@ -903,7 +926,7 @@ class SendEndpoint:
             publication.run_segments = run_segments
 
     def next_deadline(self, now: float) -> float:
-        if self._challenges:
+        if self._replies:
             return now
         deadline = math.inf
         for publication in self.publications.values():

@@ -302,3 +302,32 @@ async def test_two_publications_give_two_images_with_distinct_sessions() -> None
             sources = {image.session_id: image.source_port for image in sub.images}
             assert sources[first.session_id] == sources[second.session_id]
             assert sources[third.session_id] != sources[first.session_id]
+
+
+async def test_closed_streams_are_freed_without_the_cyclic_collector() -> None:
+    # A server closes thousands of duologues: each closed endpoint's socket and term buffers
+    # must go when the last reference does, not at a full collection 100-200 ms long.
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        port = free_port()
+        async with open_transport() as transport:
+            sub = await transport.add_subscription(channel(port), STREAM)
+            pub = await transport.add_publication(channel(port), STREAM)
+            await pub.wait_connected(timeout=5)
+            await pub.send(b"x")
+            assert (await sub.receive()).data == b"x"
+            endpoints = [weakref.ref(sub._sep), weakref.ref(pub._sep)]
+            state = weakref.ref(pub._state)  # it holds the term buffers
+            await pub.close(timeout=1)
+            await sub.close()
+            del sub, pub
+            # The reader tasks end at their next scheduling: let them.
+            await trio.testing.wait_all_tasks_blocked()
+            assert [ref() for ref in endpoints] == [None, None]
+            assert state() is None
+    finally:
+        gc.enable()

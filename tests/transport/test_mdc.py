@@ -358,3 +358,51 @@ async def test_without_validation_a_strangers_nak_is_honoured() -> None:
     # The same forged NAK is acted on when validation is off: what the check above prevents.
     retransmits, _ = await _retransmits_after_forged_nak(validate=False)
     assert retransmits == 1
+
+
+async def test_a_new_destination_gets_its_setup_at_once_and_alone() -> None:
+    # Aeron marks every publication for a SETUP to every destination at the next 100 ms tick;
+    # here the newcomer's registration is answered to its address alone, at once.
+    port = free_port()
+    async with open_transport() as server, open_transport() as first, open_transport() as late:
+        pub = await server.add_publication(mdc_pub(port), STREAM)
+        sub_a = await first.add_subscription(mdc_sub(port), STREAM)
+        await pub.wait_connected(timeout=5)
+        with trio.fail_after(5):
+            while not sub_a.images:
+                await sub_a.wait_activity()
+        setups_at_a = first.counters.setups_received
+        started = trio.current_time()
+        sub_b = await late.add_subscription(mdc_sub(port), STREAM)
+        with trio.fail_after(5):
+            while not sub_b.images:
+                await sub_b.wait_activity()
+        joined = trio.current_time() - started
+        await pub.send(b"both")
+        with trio.fail_after(5):
+            assert (await sub_a.receive()).data == b"both"
+            assert (await sub_b.receive()).data == b"both"
+        assert first.counters.setups_received == setups_at_a  # none of B's SETUPs went to A
+        # Registration, cookie challenge, registration with the cookie, SETUP, SM: round trips
+        # on loopback, well inside the 100 ms SETUP interval the newcomer used to wait for.
+        assert joined < 0.09, joined
+
+
+async def test_an_mdc_subscriber_stops_registering_once_it_has_its_image() -> None:
+    port = free_port()
+    config = TransportConfig(mdc_registration_interval=0.02)
+    async with open_transport(config) as server, open_transport(config) as client:
+        pub = await server.add_publication(mdc_pub(port), STREAM)
+        sub = await client.add_subscription(mdc_sub(port), STREAM)
+        await pub.wait_connected(timeout=5)
+        with trio.fail_after(5):
+            while not sub.images:
+                await sub.wait_activity()
+        registrations = client.counters.setup_elicitations_sent
+        await trio.sleep(0.3)  # fifteen registration intervals
+        assert client.counters.setup_elicitations_sent == registrations
+        # ...and its image's SMs keep it a destination: the stream still flows.
+        await pub.send(b"still here")
+        with trio.fail_after(5):
+            assert (await sub.receive()).data == b"still here"
+        assert pub.destinations
