@@ -205,11 +205,24 @@ class EchoServer:
         publication = duologue.publication
         if publication is None or not duologue.ever_connected:
             return
+        # Whatever was offered to this client (the echoes in flight, then the goodbye) is
+        # delivered or reported here as not delivered, never dropped in silence.
+        problem: str | None = None
         try:
             await publication.send(format_message(DuologueError(ERROR_SHUTTING_DOWN)), timeout=0.5)
-            await publication.close(timeout=1.0)
-        except (SendError, trio.ClosedResourceError):
-            pass
+            if not await publication.close(timeout=1.0):
+                problem = "not acknowledged by the client"
+        except SendError as error:
+            problem = f"could not send: {error.name}"
+        except trio.ClosedResourceError:
+            problem = "stream already closed"
+        if problem is not None:
+            log.warning(
+                "goodbye_undelivered",
+                duologue_id=duologue.duologue_id,
+                source_ip=duologue.owner_ip,
+                problem=problem,
+            )
 
     # ---------------------------------------------------------------- all-clients channel
 

@@ -9,6 +9,8 @@ import weakref
 from typing import Any
 
 import pytest
+import structlog
+import structlog.testing
 import trio
 
 from echo.client.client import ClientConfig, EchoClient
@@ -259,10 +261,39 @@ async def test_shutdown_tells_connected_clients() -> None:
             clients.start_soon(client.run)
             with trio.fail_after(5):
                 await third_echo.wait()
-            await server.stop()
+            with structlog.testing.capture_logs() as logs:
+                await server.stop()
         failure = client.machine.failure
         assert failure is not None and failure.kind is FailureKind.PROTOCOL
         assert "server shutting down" in failure.message
+        # The client acknowledged everything, goodbye included: nothing to report.
+        assert not [entry for entry in logs if entry["event"] == "goodbye_undelivered"]
+
+
+async def test_shutdown_reports_a_goodbye_a_vanished_client_did_not_get() -> None:
+    # Nothing offered before the stop is dropped in silence: a client that is gone (its
+    # cable pulled) cannot acknowledge the goodbye, and the server's log says so.
+    base = free_base(6)
+    config = server_config(base)
+    async with trio.open_nursery() as nursery:
+        server: EchoServer = await nursery.start(EchoServer(config).run)
+        echoed = trio.Event()
+        client = EchoClient(
+            ClientConfig(port=config.port, control_port=config.control_port, interval=0.05),
+            on_echo=lambda echo: echoed.set(),
+        )
+        async with trio.open_nursery() as clients:
+            clients.start_soon(client.run)
+            with trio.fail_after(5):
+                await echoed.wait()
+            assert client._transport is not None
+            client._transport._driver.close()  # gone, without an end-of-stream
+            with structlog.testing.capture_logs() as logs:
+                await server.stop()
+            clients.cancel_scope.cancel()
+    undelivered = [entry for entry in logs if entry["event"] == "goodbye_undelivered"]
+    assert len(undelivered) == 1, logs
+    assert undelivered[0]["problem"] == "not acknowledged by the client"
 
 
 async def test_a_duologue_polls_its_subscription_once_per_echo(
