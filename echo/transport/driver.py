@@ -68,7 +68,7 @@ class TransportConfig:
 
     mtu: int = 1408
     term_length: int = 16 * 1024 * 1024
-    rcv_wnd: int = 128 * 1024
+    rcv_wnd: int = 1024 * 1024
     setup_interval: float = 0.1
     heartbeat_interval: float = 0.1
     status_message_interval: float = 0.2
@@ -87,7 +87,7 @@ class TransportConfig:
     probe_after_data: bool = False
     #: retransmits in flight per publication (Aeron: 1 unicast, 16 group; 16 keeps heavy loss
     #: from costing a linger period per gap)
-    max_retransmits: int = 16
+    max_retransmits: int = 64
     destination_timeout: float = 5.0
     max_destinations: int = 1024
     #: images (publishers) one subscription endpoint accepts at once; more SETUPs are refused

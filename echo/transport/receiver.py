@@ -59,6 +59,9 @@ Deliver = Callable[[bytes], None]
 
 DEFAULT_RECEIVER_WINDOW = 128 * 1024
 _MAX_GAPS = 64
+# Heartbeats from one position closer together than this are a blocked sender's probes
+# (sender.py backs them off from 2 ms; idle heartbeats come every 100 ms or more).
+_PROBE_REPEAT = 0.05
 _HEADER_FIELDS = DATA_HEADER_STRUCT.unpack_from
 
 
@@ -152,6 +155,10 @@ class Image:
         # What the SM before the last one let the sender send up to: a sender that probes at
         # that edge never got our last SM (see on_data).
         self._previous_grant = join + self.window
+        # The last heartbeat: where and when (two from one position in quick succession are a
+        # blocked sender's probes).
+        self._heartbeat_position = -1
+        self._heartbeat_time = -math.inf
         #: the window edge a blocked sender waits at until it hears of our latest SM
         self._unconfirmed_edge: int | None = None
         self._confirm_delay = 0.0
@@ -217,10 +224,22 @@ class Image:
                 if flags == BEGIN_END_AND_EOS_FLAGS:
                     self.eos_position = position
             edge = position + self.mtu
-            if edge >= self.last_sm_position + self.window or edge >= self._previous_grant:
+            probing = (
+                position == self._heartbeat_position
+                and now - self._heartbeat_time < _PROBE_REPEAT
+            )
+            self._heartbeat_position = position
+            self._heartbeat_time = now
+            if (
+                edge >= self.last_sm_position + self.window
+                or edge >= self._previous_grant
+                or probing
+            ):
                 # The sender idles at the edge of the window we gave it, or of the one before
-                # (then our last SM, which moved it, was lost): it waits for an SM. Answer now
-                # (at most once a millisecond), not at the next periodic SM.
+                # (then our last SM, which moved it, was lost), or it probes again and again
+                # from one position (a blocked sender backs its probes off from 2 ms; an idle
+                # one beats every 100 ms or more): it waits for an SM, perhaps after several
+                # were lost. Answer now (at most once a millisecond), not at the periodic SM.
                 self._sm_deadline = min(
                     self._sm_deadline, max(now, self._last_window_update + 0.001)
                 )

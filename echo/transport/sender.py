@@ -564,14 +564,16 @@ class Publication:
         self._last_send = now
         self.counters.data_frames_sent += 1
         timers = self.timers
-        if (
-            timers.probe_after_data
-            or now - self._last_nak < 1.0
-            or self._flow_blocked()
-        ):
-            # A probe heartbeat soon after data: if the last datagrams were lost, or the SM
-            # that would open the window was (we are blocked at the limit), the receiver learns
-            # of it in milliseconds rather than at the idle heartbeat.
+        if self._flow_blocked():
+            # Blocked at the window's edge: a heartbeat right behind the data tells the
+            # receiver where we stopped, so a lost tail is NAKed at once instead of after a
+            # probe delay (under loss that is once a window); repeated, backing off, while the
+            # window stays shut, in case the SM that would open it was lost.
+            self._probe_delay = timers.tail_probe_delay
+            self._probe_at = now
+        elif timers.probe_after_data or now - self._last_nak < 1.0:
+            # A probe heartbeat soon after data: if the last datagrams were lost, the receiver
+            # learns of it in milliseconds rather than at the idle heartbeat.
             self._probe_delay = timers.tail_probe_delay
             self._probe_at = now + self._probe_delay
         return True

@@ -173,3 +173,52 @@ def test_a_probe_at_the_edge_of_the_previous_window_gets_an_sm_at_once() -> None
     pair.inject_to_receiver(heartbeat)
     pair.poll_receiver()
     assert pair.receiver_counters.status_messages_sent == sms_before + 1
+
+
+def test_repeated_probes_from_one_position_get_an_sm_even_after_several_were_lost() -> None:
+    # Two window updates lost in a row: the sender waits at an edge older than the one the
+    # image remembers as "previous". Its probes, from one position a few ms apart (an idle
+    # sender beats every 100 ms or more), make the image answer at once all the same.
+    pair = PairLink(term_length=1 << 20)
+    pair.connect()
+    image = pair.image
+    pair.now += 0.3  # past any recent window update
+    pair.pump()
+
+    def probe(at: float) -> int:
+        pair.now = at
+        heartbeat = DataHeader(
+            frame_length=0,
+            flags=0xC0,
+            term_offset=64 * 1024,  # far from any edge the image knows of
+            session_id=image.session_id,
+            stream_id=image.stream_id,
+            term_id=0,
+        ).encode()
+        before = pair.receiver_counters.status_messages_sent
+        pair.inject_to_receiver(heartbeat)
+        pair.poll_receiver()
+        return pair.receiver_counters.status_messages_sent - before
+
+    start = pair.now
+    assert probe(start) == 0  # one heartbeat: an idle sender, nothing to answer
+    assert probe(start + 0.004) == 1  # again from there 4 ms later: a blocked sender's probe
+    assert probe(start + 0.07) == 0  # 66 ms later: an idle heartbeat again, not a probe
+
+
+def test_a_sender_that_fills_the_window_sends_a_heartbeat_right_behind_its_data() -> None:
+    # A lost tail (the last datagrams before the window shut) is only found when something
+    # from beyond it arrives: the blocked sender tells the receiver where it stopped at once.
+    pair = PairLink(term_length=1 << 20)
+    pair.connect()
+    pair.consuming = False
+    for _ in range(200):
+        assert pair.offer(bytes(1024)) > 0
+    pair.pump()
+    sent = pair.data_headers()
+    last = max(i for i, (_, header) in enumerate(sent) if header.frame_length)
+    assert pair.publication.sender_position < pair.publication.position  # blocked
+    # Next on the wire, at the same moment: a heartbeat at the position where the data ended.
+    (time, header), (then, heartbeat) = sent[last], sent[last + 1]
+    assert heartbeat.frame_length == 0 and then == time
+    assert heartbeat.term_offset == header.term_offset + 1056
