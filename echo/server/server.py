@@ -470,7 +470,9 @@ class EchoServer:
                 request = parse_duologue_request_untrusted(message.data)
                 try:
                     if isinstance(request, Echo):
-                        reply = format_message(request)
+                        # A valid ECHO is, byte for byte, its own reply (`ECHO <text>` both
+                        # ways, strict UTF-8): send it back rather than format it anew.
+                        reply = message.data
                         if publication.offer(reply) <= 0:
                             # Back pressure or a term rotation: retry (and so yield) a while.
                             await publication.send(reply, timeout=0.5)
