@@ -155,8 +155,8 @@ try:
             return bool(
                 fcntl.ioctl(sock.fileno(), termios.FIONREAD, _NOTHING_QUEUED) != _NOTHING_QUEUED
             )
-        except OSError:
-            return True  # cannot tell: read until EAGAIN
+        except (OSError, ValueError):
+            return True  # cannot tell (or closed meanwhile): the read that follows says
 
 except ImportError:  # pragma: no cover - Windows
 
@@ -722,7 +722,7 @@ class Driver:
 
     def drain_if_stale(self, sep: SocketEndpoint) -> None:
         """Read a lent socket that nobody has waited on for a while (`Subscription.poll`)."""
-        if sep.lent and not sep.borrowed:
+        if sep.lent and not sep.borrowed and not sep.closed:
             if self.now() - sep.returned_at >= _LEND_IDLE:
                 self._drain(sep)
 

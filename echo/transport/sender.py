@@ -818,7 +818,10 @@ class SendEndpoint:
                     else:
                         found = self.publications.get((frame.session_id, frame.stream_id))
                         wanted = [found] if found is not None else []
-                    if self.limiter.allow(str(source[0]), now):
+                    # A validated destination has shown it receives at `source`: no limit.
+                    # Without validation the source may be forged: at most the per-host rate
+                    # of replies to strangers.
+                    if self.cookies is not None or self.limiter.allow(str(source[0]), now):
                         for each in wanted:
                             if not each.is_done:
                                 self._replies.append((each.setup_frame(), source, "setups_sent"))

@@ -112,6 +112,19 @@ async def test_poll_reads_a_lent_socket_nobody_waits_on() -> None:
         assert got == [b"%d" % i for i in range(5)]
 
 
+async def test_poll_after_the_driver_closed_a_lent_socket_does_not_touch_it() -> None:
+    # A client that polls while its transport shuts down: the socket was lent, then closed
+    # under it. Polling must not ask the closed socket anything (its descriptor is -1).
+    async with open_transport() as sender, open_transport() as receiver:
+        pub, sub = await pair(sender, receiver)
+        await lend(pub, sub)
+        sep = endpoint_of(sub)
+        receiver._driver.close()
+        assert sep.closed and sep.sock.fileno() == -1
+        time.sleep(2 * _LEND_IDLE)  # noqa: ASYNC251 - past the idle time that makes poll read
+        assert sub.poll(lambda message: None) == 0
+
+
 async def test_an_image_that_times_out_wakes_the_task_waiting_on_the_lent_socket() -> None:
     config = TransportConfig(image_liveness_timeout=0.5)
     async with open_transport(config) as receiver:
