@@ -69,7 +69,7 @@ class TransportConfig:
 
     mtu: int = 1408
     term_length: int = 16 * 1024 * 1024
-    rcv_wnd: int = 1024 * 1024
+    rcv_wnd: int = 2 * 1024 * 1024
     setup_interval: float = 0.1
     heartbeat_interval: float = 0.1
     status_message_interval: float = 0.2
@@ -86,8 +86,8 @@ class TransportConfig:
     nak_retry_min: float = 0.0005
     #: send one heartbeat a couple of milliseconds after each burst of data (see README)
     probe_after_data: bool = False
-    #: retransmits in flight per publication (Aeron: 1 unicast, 16 group; 16 keeps heavy loss
-    #: from costing a linger period per gap)
+    #: retransmits in flight per publication (Aeron: 1 unicast, 16 group; more keep heavy loss
+    #: from costing a linger period per gap: one per gap a receiver NAKs, see receiver._MAX_GAPS)
     max_retransmits: int = 64
     destination_timeout: float = 5.0
     max_destinations: int = 1024
