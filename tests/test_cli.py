@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -116,6 +117,59 @@ def test_bad_options_are_usage_errors() -> None:
     )
     assert server.returncode == 2
     assert "--control-port" in server.stderr
+
+
+def test_a_port_in_use_is_one_line_and_exit_1_not_a_traceback() -> None:
+    base = free_base(2)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
+        squatter.bind(("127.0.0.1", base + 1))  # somebody already has the control port
+        result = subprocess.run(
+            [sys.executable, "-m", "echo.server.cli", *ports(base), "--clients-base-port", "40000"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"echo-server: cannot bind UDP 127.0.0.1:{base + 1}: Address already in use" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_an_address_not_on_this_host_is_one_line_and_exit_1() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "echo.server.cli", "--address", "192.0.2.1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "cannot bind UDP 192.0.2.1:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_server_name_that_does_not_resolve_is_a_usage_error() -> None:
+    for name in ("no-such-host.invalid", "203.0.113.300"):
+        result = run_client("--server", name, "--count", "1", "--timeout", "1")
+        assert result.returncode == 64, result.stderr
+        assert f"--server: cannot resolve {name!r}" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_a_message_the_protocol_cannot_carry_is_refused_before_connecting() -> None:
+    # Each used to pass the CLI's checks and end in a traceback: the line separator when the
+    # first ECHO was formatted, after the handshake; a lone surrogate (an undecodable byte in
+    # the shell's argument) at once.
+    for text, problem in (
+        ("a\u2028b", "line terminator"),
+        ("caf\udce9", "not encodable as UTF-8"),
+        ("x" * 2000, "the limit is 1024"),
+    ):
+        result = run_client("--message", text, "--count", "1", "--timeout", "1")
+        assert result.returncode == 64, result.stderr
+        assert problem in result.stderr
+        assert "connecting" not in result.stdout
+        assert "Traceback" not in result.stderr
 
 
 def test_rejected_client_exits_2_with_the_server_message() -> None:

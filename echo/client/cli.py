@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import sys
 from typing import Any
 
 import click
 import trio
 
+from echo._cli import sole_error
 from echo.client.client import ClientConfig, EchoClient
 from echo.client.machine import ClientState, EchoReceived
+from echo.protocol import Echo, format_message
 from echo.timers import echo_timers
+from echo.transport import UriError
 
 EPILOG = """\b
 Exit codes:
@@ -141,12 +145,18 @@ def main(
     from echo.log import configure_logging
 
     configure_logging(log_format, log_level)  # type: ignore[arg-type]
-    if message is not None and ("\n" in message or "\r" in message):
-        raise click.BadParameter("must be one line", param_hint="--message")
-    if message is not None and len(("ECHO " + message).encode()) > 1024:
-        raise click.BadParameter(
-            "too long (ECHO + text must fit in 1024 bytes)", param_hint="--message"
-        )
+    if message is not None:
+        try:
+            format_message(Echo(message))
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--message") from None
+    try:
+        # Before anything starts: a typo or an unknown name is a bad command line.
+        socket.getaddrinfo(server, port, type=socket.SOCK_DGRAM)
+    except (OSError, UnicodeError) as error:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        problem = f"cannot resolve {server!r}: {why}"
+        raise click.BadParameter(problem, param_hint="--server") from None
     config = ClientConfig(
         server=server,
         port=port,
@@ -178,8 +188,13 @@ def main(
     )
     try:
         trio.run(_run, client)
-    except OSError as error:
-        click.echo(f"echo-client: {error}", err=True)
+    except BaseException as error:
+        # A socket error (no route, no local port), or a name that stopped resolving.
+        found = sole_error(error, (OSError, UriError))
+        if found is None:
+            raise
+        why = found.strerror if isinstance(found, OSError) and found.strerror else str(found)
+        click.echo(f"echo-client: {why}", err=True)
         sys.exit(4)
     result = summary(client)
     machine = client.machine

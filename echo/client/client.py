@@ -35,7 +35,13 @@ from echo.client.machine import (
     SendHello,
     Stop,
 )
-from echo.protocol import ECHO_STREAM_ID, RESERVED_SESSION_HIGH, RESERVED_SESSION_LOW
+from echo.protocol import (
+    ECHO_STREAM_ID,
+    RESERVED_SESSION_HIGH,
+    RESERVED_SESSION_LOW,
+    Echo,
+    format_message,
+)
 from echo.timers import echo_timers
 from echo.transport import (
     Image,
@@ -60,6 +66,12 @@ _READ_BATCH = 256
 CONNECTION_CHECK_INTERVAL = 1.0
 
 
+def _check_message(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    # Refused here rather than when the first ECHO is due, after the whole handshake.
+    if value is not None:
+        format_message(Echo(value))  # ValueError: a line break, not UTF-8, too long
+
+
 @attrs.frozen
 class ClientConfig:
     server: str = "127.0.0.1"
@@ -67,7 +79,7 @@ class ClientConfig:
     control_port: int = 9001
     count: int | None = None
     interval: float = 1.0
-    message: str | None = None
+    message: str | None = attrs.field(default=None, validator=_check_message)
     timeout: float = 10.0
     stream_id: int = ECHO_STREAM_ID
 

@@ -12,16 +12,18 @@ import click
 import structlog
 import trio
 
+from echo._cli import sole_error
 from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
 from echo.timers import echo_timers
-from echo.transport import TransportConfig
+from echo.transport import TransportConfig, UriError
 
 EPILOG = """\b
 Clients connect with:  echo-client --server ADDRESS --port PORT --control-port CONTROL_PORT
 Each client gets two ports from [clients-base-port, clients-base-port + 2 * max-clients):
 open them in your firewall, along with --port and --control-port (all UDP).
 SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit 0.
+Exit status 1: a port in use or an address not on this host; 2: a bad command line.
 """
 
 
@@ -164,9 +166,14 @@ def main(
     try:
         transport = echo_timers(validate_addresses=not no_validation)
         trio.run(_serve, config, events, transport)
-    except OSError as error:
-        structlog.get_logger("echo.server").error("server_failed", error=str(error))
-        click.echo(f"echo-server: {error}", err=True)
+    except BaseException as error:
+        # A port in use, an address not on this host: one clear line and exit 1.
+        found = sole_error(error, (OSError, UriError))
+        if found is None:
+            raise
+        why = found.strerror if isinstance(found, OSError) and found.strerror else str(found)
+        structlog.get_logger("echo.server").error("server_failed", error=why)
+        click.echo(f"echo-server: {why}", err=True)
         sys.exit(1)
     finally:
         events.close()

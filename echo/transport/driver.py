@@ -372,9 +372,11 @@ class Driver:
                 except OSError:
                     pass
             sock.bind(bind)
-        except OSError:
+        except OSError as error:
             sock.close()
-            raise
+            host, port = bind[0], bind[1]
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise OSError(error.errno, f"cannot bind UDP {where}: {error.strerror}") from None
         return sock
 
     def register(self, sep: SocketEndpoint) -> None:

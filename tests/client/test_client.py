@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 
+import pytest
 import trio
 import trio.testing
 
@@ -108,3 +109,11 @@ async def test_the_duologue_opens_while_the_all_clients_publication_says_goodbye
         "publications": [f"aeron:udp?endpoint=127.0.0.1:{config.port}"],  # still saying goodbye
         "subscriptions": 0,  # gone already
     }
+
+
+def test_a_message_the_protocol_cannot_carry_is_refused_in_the_config() -> None:
+    # A library user hears of it when building the config, not after the handshake.
+    for text in ("two\nlines", "a\u2028b", "x" * 2000):
+        with pytest.raises(ValueError):
+            ClientConfig(message=text)
+    assert ClientConfig(message="fine").message == "fine"
