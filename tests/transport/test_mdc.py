@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from echo.transport import TransportConfig, UriError, open_transport
+from echo.transport import Subscription, TransportConfig, UriError, open_transport
 from echo.transport.destinations import DynamicDestinations
 from echo.transport.frames import StatusMessage
 
@@ -35,6 +35,13 @@ async def wait_for(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-
     with trio.fail_after(timeout):
         while not predicate():  # noqa: ASYNC110
             await trio.sleep(0.005)
+
+
+async def wait_for_image(subscription: Subscription, timeout: float = 5.0) -> None:
+    """Until `subscription` has an image (the publication's SETUP reached it)."""
+    with trio.fail_after(timeout):
+        while not subscription.images:
+            await subscription.wait_activity()
 
 
 def test_removal_keeps_the_live_destination_between_idle_ones() -> None:
@@ -368,15 +375,11 @@ async def test_a_new_destination_gets_its_setup_at_once_and_alone() -> None:
         pub = await server.add_publication(mdc_pub(port), STREAM)
         sub_a = await first.add_subscription(mdc_sub(port), STREAM)
         await pub.wait_connected(timeout=5)
-        with trio.fail_after(5):
-            while not sub_a.images:
-                await sub_a.wait_activity()
+        await wait_for_image(sub_a)
         setups_at_a = first.counters.setups_received
         started = trio.current_time()
         sub_b = await late.add_subscription(mdc_sub(port), STREAM)
-        with trio.fail_after(5):
-            while not sub_b.images:
-                await sub_b.wait_activity()
+        await wait_for_image(sub_b)
         joined = trio.current_time() - started
         await pub.send(b"both")
         with trio.fail_after(5):
@@ -395,9 +398,7 @@ async def test_an_mdc_subscriber_stops_registering_once_it_has_its_image() -> No
         pub = await server.add_publication(mdc_pub(port), STREAM)
         sub = await client.add_subscription(mdc_sub(port), STREAM)
         await pub.wait_connected(timeout=5)
-        with trio.fail_after(5):
-            while not sub.images:
-                await sub.wait_activity()
+        await wait_for_image(sub)
         registrations = client.counters.setup_elicitations_sent
         await trio.sleep(0.3)  # fifteen registration intervals
         assert client.counters.setup_elicitations_sent == registrations
