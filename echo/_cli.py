@@ -15,3 +15,10 @@ def sole_error(
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error if isinstance(error, kinds) else None
+
+
+def one_line(error: BaseException) -> str:
+    """What went wrong, for a person: an OSError's own words without its `[Errno N]`."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)

@@ -11,7 +11,7 @@ from typing import Any
 import click
 import trio
 
-from echo._cli import sole_error
+from echo._cli import one_line, sole_error
 from echo.client.client import ClientConfig, EchoClient
 from echo.client.machine import ClientState, EchoReceived
 from echo.protocol import Echo, format_message
@@ -154,8 +154,7 @@ def main(
         # Before anything starts: a typo or an unknown name is a bad command line.
         socket.getaddrinfo(server, port, type=socket.SOCK_DGRAM)
     except (OSError, UnicodeError) as error:
-        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        problem = f"cannot resolve {server!r}: {why}"
+        problem = f"cannot resolve {server!r}: {one_line(error)}"
         raise click.BadParameter(problem, param_hint="--server") from None
     config = ClientConfig(
         server=server,
@@ -193,8 +192,7 @@ def main(
         found = sole_error(error, (OSError, UriError))
         if found is None:
             raise
-        why = found.strerror if isinstance(found, OSError) and found.strerror else str(found)
-        click.echo(f"echo-client: {why}", err=True)
+        click.echo(f"echo-client: {one_line(found)}", err=True)
         sys.exit(4)
     result = summary(client)
     machine = client.machine

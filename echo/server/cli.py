@@ -12,7 +12,7 @@ import click
 import structlog
 import trio
 
-from echo._cli import sole_error
+from echo._cli import one_line, sole_error
 from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
 from echo.timers import echo_timers
@@ -171,7 +171,7 @@ def main(
         found = sole_error(error, (OSError, UriError))
         if found is None:
             raise
-        why = found.strerror if isinstance(found, OSError) and found.strerror else str(found)
+        why = one_line(found)
         structlog.get_logger("echo.server").error("server_failed", error=why)
         click.echo(f"echo-server: {why}", err=True)
         sys.exit(1)
