@@ -26,8 +26,8 @@ from bench.harness import (
     Child,
     Control,
     Result,
+    RoundTrips,
     Settings,
-    latency_summary,
     round_trip_results,
     set_buffers,
     usage_extra,
@@ -47,11 +47,6 @@ def _bound_socket() -> socket.socket:
     sock.bind(("127.0.0.1", 0))
     sock.setblocking(False)
     return sock
-
-
-def warmup_seconds(duration: float) -> float:
-    # Long enough for caches and the scheduler to settle, short enough for a quick run.
-    return min(0.5, duration * 0.1)
 
 
 # ------------------------------------------------------------------ echo round trips
@@ -108,42 +103,23 @@ async def _echo_client(
     recv_into = sock.recv_into
     pack_into = _SEQUENCE.pack_into
     unpack_from = _SEQUENCE.unpack_from
-    clock = time.perf_counter_ns
-    samples: list[int] = []
-    sequence = 0
+    rounds = RoundTrips(ctl, duration)
     # Nothing on loopback loses a lone datagram in practice; if one is, fail rather than hang.
     with trio.fail_after(duration + 30), sock:
-        for phase_duration, keep in ((warmup_seconds(duration), False), (duration, True)):
-            end = clock() + int(phase_duration * 1e9)
-            if keep:
-                ctl.begin()
-            started_phase = clock()
-            count = 0
+        for sequence in rounds:
+            pack_into(payload, 0, sequence)
+            send(payload)
             while True:
-                start = clock()
-                if start >= end:
+                try:
+                    received = recv_into(buffer)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(sock)
+                    continue
+                if received == size and unpack_from(buffer)[0] == sequence:
                     break
-                pack_into(payload, 0, sequence)
-                send(payload)
-                while True:
-                    try:
-                        received = recv_into(buffer)
-                    except BlockingIOError:
-                        await trio.lowlevel.wait_readable(sock)
-                        continue
-                    if received == size and unpack_from(buffer)[0] == sequence:
-                        break
-                if keep:
-                    samples.append(clock() - start)
-                sequence += 1
-                count += 1
-            elapsed = (clock() - started_phase) / 1e9
         ctl.end()
         send(b"")
-    summary: dict[str, Any] = latency_summary(samples)
-    summary["round_trips_per_s"] = count / elapsed
-    summary["round_trips"] = count
-    return summary
+    return rounds.summary()
 
 
 def raw_echo(settings: Settings, size: int = ECHO_SIZE) -> list[Result]:

@@ -37,10 +37,10 @@ from bench.harness import (
     CliProcess,
     Control,
     Result,
+    RoundTrips,
     Settings,
     cpu_seconds_of,
     free_udp_port,
-    latency_summary,
     round_trip_results,
     usage_extra,
 )
@@ -204,9 +204,13 @@ async def _duologue_client(
     from echo.protocol import Echo, format_message, parse_duologue_reply_untrusted
     from echo.transport import open_transport
 
-    clock = time.perf_counter_ns
-    samples: list[int] = []
-    sequence = 0
+    server_cpu_before = 0.0
+
+    def sample_server_cpu() -> None:
+        nonlocal server_cpu_before
+        server_cpu_before = cpu_seconds_of(server_pid)
+
+    rounds = RoundTrips(ctl, duration, on_begin=sample_server_cpu)
     async with open_transport(client_transport_config()) as transport:
         with trio.fail_after(HANDSHAKE_TIMEOUT):
             pub, sub = await join_duologue(transport, port, control_port)
@@ -214,37 +218,20 @@ async def _duologue_client(
         send = pub.send
         receive = sub.receive
         with trio.fail_after(duration + 30):
-            for phase, keep in ((min(0.5, duration * 0.1), False), (duration, True)):
-                if keep:
-                    ctl.begin()
-                    server_cpu_before = cpu_seconds_of(server_pid)
-                started = clock()
-                end = started + int(phase * 1e9)
-                count = 0
-                while True:
-                    start = clock()
-                    if start >= end:
-                        break
-                    text = echo_text(sequence)
-                    await send(format_message(Echo(text)), timeout=10)
-                    reply = await receive()
-                    if parse_duologue_reply_untrusted(reply.data) != Echo(text):
-                        raise BenchError(f"duologue echo: {reply.data!r} in reply to {text!r}")
-                    if keep:
-                        samples.append(clock() - start)
-                    sequence += 1
-                    count += 1
-                elapsed = (clock() - started) / 1e9
+            for sequence in rounds:
+                text = echo_text(sequence)
+                await send(format_message(Echo(text)), timeout=10)
+                reply = await receive()
+                if parse_duologue_reply_untrusted(reply.data) != Echo(text):
+                    raise BenchError(f"duologue echo: {reply.data!r} in reply to {text!r}")
             server_cpu = cpu_seconds_of(server_pid) - server_cpu_before
             ctl.end()
         # End of stream: the server sees its client go and closes the duologue.
         await pub.close(timeout=2)
         await sub.close()
-    summary: dict[str, Any] = latency_summary(samples)
-    summary["round_trips_per_s"] = count / elapsed
-    summary["round_trips"] = count
-    summary["echoes"] = sequence
-    summary["server_cpu_pct"] = round(100 * server_cpu / elapsed, 1)
+    summary: dict[str, Any] = rounds.summary()
+    summary["echoes"] = rounds.total
+    summary["server_cpu_pct"] = round(100 * server_cpu / rounds.elapsed, 1)
     return summary
 
 

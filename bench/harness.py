@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -157,6 +157,65 @@ def latency_summary(samples_ns: list[int]) -> dict[str, float]:
         "max_us": ordered[-1] / 1000,
         "samples": float(len(ordered)),
     }
+
+
+def warmup_seconds(duration: float) -> float:
+    # Long enough for caches and the scheduler to settle, short enough for a quick run.
+    return min(0.5, duration * 0.1)
+
+
+class RoundTrips:
+    """The timed loop of every echo benchmark: a warm-up, then `duration` seconds measured.
+
+        rounds = RoundTrips(ctl, duration)
+        for sequence in rounds:
+            ...  # one round trip, its reply checked
+        summary = rounds.summary()
+
+    Each step is one round trip, timed from when the loop hands out its sequence number (0, 1,
+    ... across both phases) until the body is done and asks for the next. `ctl.begin()` (and
+    `on_begin`, e.g. to sample a server's CPU) marks where the measured part starts.
+    """
+
+    def __init__(
+        self, ctl: Control, duration: float, on_begin: Callable[[], None] | None = None
+    ) -> None:
+        self.ctl = ctl
+        self.duration = duration
+        self.on_begin = on_begin
+        self.samples: list[int] = []
+        self.count = 0  # round trips in the measured part
+        self.elapsed = 0.0  # its length in seconds
+        self.total = 0  # round trips in all, warm-up included
+
+    def __iter__(self) -> Iterator[int]:
+        clock = time.perf_counter_ns
+        samples = self.samples
+        sequence = 0
+        for phase, keep in ((warmup_seconds(self.duration), False), (self.duration, True)):
+            if keep:
+                self.ctl.begin()
+                if self.on_begin is not None:
+                    self.on_begin()
+            started = clock()
+            end = started + int(phase * 1e9)
+            count = 0
+            while (start := clock()) < end:
+                yield sequence
+                if keep:
+                    samples.append(clock() - start)
+                sequence += 1
+                count += 1
+            self.total = sequence
+            self.count = count
+            self.elapsed = (clock() - started) / 1e9
+
+    def summary(self) -> dict[str, Any]:
+        """Latency percentiles, round trips/s and round trips of the measured part."""
+        summary: dict[str, Any] = latency_summary(self.samples)
+        summary["round_trips_per_s"] = self.count / self.elapsed
+        summary["round_trips"] = self.count
+        return summary
 
 
 def round_trip_results(

@@ -25,8 +25,8 @@ from bench.harness import (
     Child,
     Control,
     Result,
+    RoundTrips,
     Settings,
-    latency_summary,
     round_trip_results,
     set_buffers,
     usage_extra,
@@ -42,10 +42,6 @@ def _require(module: str, pip_name: str) -> None:
         from bench.harness import Skip
 
         raise Skip(f"{pip_name} is not installed (pip install -e '.[bench]')")
-
-
-def _warmup(duration: float) -> float:
-    return min(0.5, duration * 0.1)
 
 
 def _grow_buffers(fileno: int) -> None:
@@ -202,32 +198,15 @@ async def _quic_echo(
     ctl: Control, client: Any, stream_id: int, duration: float, loop: asyncio.AbstractEventLoop
 ) -> dict[str, Any]:
     payload = bytearray(ECHO_SIZE)
-    clock = time.perf_counter_ns
-    samples: list[int] = []
     quic = client._quic
-    for phase, keep in ((_warmup(duration), False), (duration, True)):
-        if keep:
-            ctl.begin()
-        started = clock()
-        end = started + int(phase * 1e9)
-        count = 0
-        while True:
-            start = clock()
-            if start >= end:
-                break
-            client.want = client.received + ECHO_SIZE
-            client.waiter = loop.create_future()
-            quic.send_stream_data(stream_id, bytes(payload))
-            client.transmit()
-            await asyncio.wait_for(client.waiter, 10)
-            if keep:
-                samples.append(clock() - start)
-            count += 1
-        elapsed = (clock() - started) / 1e9
-    summary: dict[str, Any] = latency_summary(samples)
-    summary["round_trips_per_s"] = count / elapsed
-    summary["round_trips"] = count
-    return summary
+    rounds = RoundTrips(ctl, duration)
+    for _ in rounds:
+        client.want = client.received + ECHO_SIZE
+        client.waiter = loop.create_future()
+        quic.send_stream_data(stream_id, bytes(payload))
+        client.transmit()
+        await asyncio.wait_for(client.waiter, 10)
+    return rounds.summary()
 
 
 #: Unacknowledged stream bytes the one-way writer lets aioquic buffer. aioquic's
@@ -394,37 +373,20 @@ def _enet_echo(ctl: Control, host: Any, peer: Any, duration: float) -> dict[str,
     reliable = enet.PACKET_FLAG_RELIABLE
     receive = enet.EVENT_TYPE_RECEIVE
     clock = time.perf_counter_ns
-    samples: list[int] = []
-    sequence = 0
-    for phase, keep in ((_warmup(duration), False), (duration, True)):
-        if keep:
-            ctl.begin()
-        started = clock()
-        end = started + int(phase * 1e9)
-        count = 0
+    rounds = RoundTrips(ctl, duration)
+    for sequence in rounds:
+        _SEQUENCE.pack_into(payload, 0, sequence)
+        peer.send(0, enet.Packet(bytes(payload), reliable))
+        start = clock()
         while True:
-            start = clock()
-            if start >= end:
+            event = host.service(1000)
+            if event.type == receive:
+                if _SEQUENCE.unpack_from(event.packet.data)[0] != sequence:
+                    raise BenchError("enet echo: reply out of order")
                 break
-            _SEQUENCE.pack_into(payload, 0, sequence)
-            peer.send(0, enet.Packet(bytes(payload), reliable))
-            while True:
-                event = host.service(1000)
-                if event.type == receive:
-                    if _SEQUENCE.unpack_from(event.packet.data)[0] != sequence:
-                        raise BenchError("enet echo: reply out of order")
-                    break
-                if clock() - start > 10_000_000_000:
-                    raise BenchError("enet echo: no reply within 10 s")
-            if keep:
-                samples.append(clock() - start)
-            sequence += 1
-            count += 1
-        elapsed = (clock() - started) / 1e9
-    summary: dict[str, Any] = latency_summary(samples)
-    summary["round_trips_per_s"] = count / elapsed
-    summary["round_trips"] = count
-    return summary
+            if clock() - start > 10_000_000_000:
+                raise BenchError("enet echo: no reply within 10 s")
+    return rounds.summary()
 
 
 def _enet_blast(host: Any, peer: Any, duration: float) -> dict[str, Any]:

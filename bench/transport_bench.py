@@ -27,11 +27,11 @@ from bench.harness import (
     Child,
     Control,
     Result,
+    RoundTrips,
     Settings,
     Skip,
     Target,
     free_udp_port,
-    latency_summary,
     round_trip_results,
     usage_extra,
 )
@@ -71,10 +71,6 @@ ONEWAY_TARGETS: dict[tuple[int, str], Target] = {
 
 def _channel(port: int, mtu: int | None = None) -> str:
     return f"aeron:udp?endpoint=127.0.0.1:{port}" + (f"|mtu={mtu}" if mtu else "")
-
-
-def _warmup(duration: float) -> float:
-    return min(0.5, duration * 0.1)
 
 
 # ------------------------------------------------------------------ one-way
@@ -300,12 +296,10 @@ async def _echo_initiator(
 ) -> dict[str, Any]:
     from echo.transport import TransportConfig, open_transport
 
-    clock = time.perf_counter_ns
     payload = bytearray(ECHO_SIZE)
     pack_into = _SEQUENCE.pack_into
     unpack_from = _SEQUENCE.unpack_from
-    samples: list[int] = []
-    sequence = 0
+    rounds = RoundTrips(ctl, duration)
     async with open_transport(TransportConfig()) as transport:
         sub = await transport.add_subscription(_channel(in_port), stream_id=REPLY_STREAM_ID)
         pub = await transport.add_publication(_channel(out_port), stream_id=STREAM_ID)
@@ -316,36 +310,19 @@ async def _echo_initiator(
                 await sub.wait_activity()
         ctl.ready()
         with trio.fail_after(duration + 30):
-            for phase, keep in ((_warmup(duration), False), (duration, True)):
-                if keep:
-                    ctl.begin()
-                started = clock()
-                end = started + int(phase * 1e9)
-                count = 0
-                while True:
-                    start = clock()
-                    if start >= end:
-                        break
-                    pack_into(payload, 0, sequence)
-                    if pub.offer(payload) < 0:
-                        await pub.send(payload, timeout=10)
-                    reply = await sub.receive()
-                    if len(reply.data) != ECHO_SIZE or unpack_from(reply.data)[0] != sequence:
-                        raise BenchError(f"transport echo: wrong reply to {sequence}")
-                    if keep:
-                        samples.append(clock() - start)
-                    sequence += 1
-                    count += 1
-                elapsed = (clock() - started) / 1e9
+            for sequence in rounds:
+                pack_into(payload, 0, sequence)
+                if pub.offer(payload) < 0:
+                    await pub.send(payload, timeout=10)
+                reply = await sub.receive()
+                if len(reply.data) != ECHO_SIZE or unpack_from(reply.data)[0] != sequence:
+                    raise BenchError(f"transport echo: wrong reply to {sequence}")
             ctl.end()
             await pub.send(BYE, timeout=10)
             while (await sub.receive()).data != BYE:
                 pass
         await pub.close(timeout=3)
-    summary: dict[str, Any] = latency_summary(samples)
-    summary["round_trips_per_s"] = count / elapsed
-    summary["round_trips"] = count
-    return summary
+    return rounds.summary()
 
 
 def transport_echo(settings: Settings) -> list[Result]:

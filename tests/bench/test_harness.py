@@ -9,7 +9,9 @@ import pytest
 
 from bench import scale
 from bench.harness import (
+    Control,
     Result,
+    RoundTrips,
     Settings,
     Target,
     busy_warning,
@@ -239,3 +241,20 @@ def test_scale_figures_have_targets_at_1000_clients_only() -> None:
     assert at_1000["connected"].value == 998 and at_1000["failures"].value == 3
     assert all(r.baseline is None and not r.raw for r in at_1000.values())
     assert all(r.target is None for r in scale.results(_scale_row(500)))
+
+
+def test_round_trips_time_each_step_of_the_measured_phase_only() -> None:
+    ctl = Control(channel=None)
+    begun: list[int] = []
+    rounds = RoundTrips(ctl, 0.05, on_begin=lambda: begun.append(len(rounds.samples)))
+    sequences = list(rounds)
+    # One sequence across warm-up and measurement, the measured part begun once, before its
+    # first sample; one sample per measured round trip.
+    assert sequences == list(range(len(sequences)))
+    assert rounds.total == len(sequences) > rounds.count > 0
+    assert begun == [0] and ctl.began is not None
+    assert len(rounds.samples) == rounds.count
+    summary = rounds.summary()
+    assert summary["round_trips"] == rounds.count
+    assert summary["round_trips_per_s"] == pytest.approx(rounds.count / rounds.elapsed)
+    assert 0.05 <= rounds.elapsed < 1.0
