@@ -3,7 +3,13 @@
 Knows nothing of Echo 2.0: `echo.server` and `echo.client` build on it, never the reverse.
 """
 
-from echo.transport.api import (
+# Before anything imports a compiled module: an extension built from an older source must
+# fail loudly here, not shadow the edited source (see echo.transport.compiled).
+from echo.transport.compiled import check_not_stale as _check_not_stale
+
+_check_not_stale()
+
+from echo.transport.api import (  # noqa: E402
     ADMIN_ACTION,
     BACK_PRESSURED,
     CLOSED,
@@ -17,8 +23,8 @@ from echo.transport.api import (
     Transport,
     open_transport,
 )
-from echo.transport.driver import TransportConfig
-from echo.transport.uri import UriError
+from echo.transport.driver import TransportConfig  # noqa: E402
+from echo.transport.uri import UriError  # noqa: E402
 
 __all__ = [
     "ADMIN_ACTION",
