@@ -5,11 +5,17 @@ Knows nothing of Echo 2.0: `echo.server` and `echo.client` build on it, never th
 
 # Before anything imports a compiled module: an extension built from an older source must
 # fail loudly here, not shadow the edited source (see echo.transport.compiled).
+import os as _os
+
 from echo.transport.compiled import check_not_stale as _check_not_stale
+from echo.transport.compiled import prefer_sources as _prefer_sources
 
-_check_not_stale()
+if _os.environ.get("ECHO_INTERPRETED") == "1":
+    _prefer_sources()
+else:
+    _check_not_stale()
 
-from echo.transport.api import (  # noqa: E402
+from echo.transport.api import (
     ADMIN_ACTION,
     BACK_PRESSURED,
     CLOSED,
@@ -23,8 +29,8 @@ from echo.transport.api import (  # noqa: E402
     Transport,
     open_transport,
 )
-from echo.transport.driver import TransportConfig  # noqa: E402
-from echo.transport.uri import UriError  # noqa: E402
+from echo.transport.driver import TransportConfig
+from echo.transport.uri import UriError
 
 __all__ = [
     "ADMIN_ACTION",

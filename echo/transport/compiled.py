@@ -10,16 +10,23 @@ next to `frames.py`); Python's import system prefers it. So that an edited sourc
 shadowed silently by an old build, the build records a hash of every source it compiled
 (`BUILD_MANIFEST`) and importing `echo.transport` refuses to go on when a source has changed
 since. This file imports only the standard library: setup.py reads it before anything is built.
+
+`ECHO_INTERPRETED=1` in the environment makes a process import the sources even where a build
+exists (`prefer_sources`): benchmarks compare both from one tree, in one run.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.abc
 import importlib.machinery
+import importlib.util
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Final
 
 COMPILED_MODULES: Final = (
@@ -99,3 +106,20 @@ def loaded_compiled() -> dict[str, bool]:
         for name in COMPILED_MODULES
         if name in sys.modules
     }
+
+
+class _SourcesFirst(importlib.abc.MetaPathFinder):
+    """Finds the compiled modules' .py files before the path finder sees their extensions."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in COMPILED_MODULES:
+            return None
+        return importlib.util.spec_from_file_location(fullname, source_path(fullname))
+
+
+def prefer_sources() -> None:
+    """From now on import COMPILED_MODULES from their sources (before any of them is imported)."""
+    if not any(isinstance(finder, _SourcesFirst) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _SourcesFirst())

@@ -12,6 +12,8 @@ import importlib.machinery
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,19 @@ def test_an_extension_without_a_manifest_refuses_to_import(tmp_path: Path) -> No
 
 def test_the_checkout_itself_is_not_stale() -> None:
     check_not_stale()
+
+
+def test_echo_interpreted_imports_the_sources_even_beside_a_build() -> None:
+    # The benchmarks compare both builds from one tree: ECHO_INTERPRETED=1 must really mean
+    # the sources, whether or not extension files are there (in the compiled run they are).
+    code = (
+        "import importlib, json\n"
+        "from echo.transport import compiled\n"
+        "for m in compiled.COMPILED_MODULES: importlib.import_module(m)\n"
+        "print(json.dumps(compiled.loaded_compiled()))\n"
+    )
+    env = {**os.environ, "ECHO_INTERPRETED": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout) == dict.fromkeys(COMPILED_MODULES, False)

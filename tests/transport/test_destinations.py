@@ -23,6 +23,8 @@ def test_defaults() -> None:
     assert table.max_destinations == DEFAULT_MAX_DESTINATIONS == 1024
     assert len(table) == 0
     assert table.addresses == []
+    assert not table.has_address(A)
+    assert not table.contains(1, A)
     assert table.next_expiry() is None
     assert table.expire(now=1e9) == 0
 

@@ -141,6 +141,28 @@ def test_a_vanished_receiver_is_dropped_after_the_timeout() -> None:
     assert set(fc.receivers) == {2}
 
 
+def test_expiry_keeps_a_receiver_heard_exactly_one_timeout_ago() -> None:
+    fc = MinMulticastFlowControl(receiver_timeout=2.0)
+    fc.on_status_message(sm(1), 100, sender_limit=0, now=0.0)
+    fc.on_status_message(sm(2), 200, sender_limit=0, now=1.0)
+    # At 3.0 receiver 1 is past the timeout and receiver 2 exactly at it: only 1 goes.
+    assert fc.on_idle(now=3.0, sender_limit=0) == 200 + WINDOW
+    assert set(fc.receivers) == {2}
+
+
+def test_receivers_are_tracked_by_their_id() -> None:
+    fc = MinMulticastFlowControl()
+    fc.on_status_message(sm(0x1234), 100, sender_limit=0, now=0.0)
+    receiver = fc.receivers[0x1234]
+    assert (receiver.receiver_id, receiver.position_plus_window, receiver.last_sm) == (
+        0x1234,
+        100 + WINDOW,
+        0.0,
+    )
+    fc.on_status_message(sm(0x1234), 50, sender_limit=0, now=0.5)
+    assert (receiver.position_plus_window, receiver.last_sm) == (100 + WINDOW, 0.5)
+
+
 def test_idle_expiry_keeps_a_live_receiver_between_two_vanished_ones() -> None:
     # Aeron's in-place removal once dropped the live receiver in [idle, live, idle] (PR #2144).
     fc = MinMulticastFlowControl(receiver_timeout=1.0)
@@ -222,5 +244,20 @@ def test_tagged_takes_its_tag_and_needs_one() -> None:
     )
     assert isinstance(fc, MinMulticastFlowControl)
     assert (fc.group_tag, fc.group_min_size, fc.receiver_timeout) == (1001, 2, 1.0)
-    with pytest.raises(ValueError, match="fc=tagged needs a group tag"):
+    with pytest.raises(ValueError) as raised:
         make_flow_control(FlowControlSpec("tagged"), multi_destination=True)
+    assert str(raised.value) == "fc=tagged needs a group tag, e.g. fc=tagged,g:1001"
+
+
+def test_an_unknown_strategy_is_refused_not_defaulted() -> None:
+    # FlowControlSpec itself refuses unknown names; this is the second line of defence for a
+    # spec built some other way (a stand-in with the same fields).
+    class Spec:
+        strategy = "fastest"
+        group_tag = None
+        group_min_size = 0
+        receiver_timeout = None
+
+    with pytest.raises(ValueError) as raised:
+        make_flow_control(Spec(), multi_destination=True)  # type: ignore[arg-type]
+    assert str(raised.value) == "unknown flow control strategy: fc=fastest"

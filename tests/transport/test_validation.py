@@ -109,6 +109,33 @@ def test_a_hash_of_zeros_is_not_sent_as_the_no_cookie_value(
     assert jar().check(ALICE, RECEIVER, (0, 1), now=0.0)
 
 
+def test_a_hash_with_one_zero_half_is_sent_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only both halves zero mean "no cookie"; a zero in one half is an ordinary cookie.
+    class HalfZero:
+        def __init__(self, *_: object, **__: object) -> None:
+            pass
+
+        def digest(self) -> bytes:
+            return bytes(4) + struct.pack("<i", 5)
+
+    monkeypatch.setattr(validation.hashlib, "blake2b", HalfZero)
+    assert jar().make(ALICE, RECEIVER, now=0.0) == (0, 5)
+
+
+def test_a_transport_draws_a_32_byte_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    drawn: list[int] = []
+
+    def urandom(size: int) -> bytes:
+        drawn.append(size)
+        return bytes(size)
+
+    monkeypatch.setattr(validation.os, "urandom", urandom)
+    CookieJar()
+    assert drawn == [32]
+    CookieJar(SECRET)  # a given secret is used as it is
+    assert drawn == [32]
+
+
 def test_cookies_depend_on_the_secret() -> None:
     assert jar().make(ALICE, RECEIVER, 0.0) != CookieJar(bytes(32)).make(ALICE, RECEIVER, 0.0)
     # Without a secret each jar draws its own: another transport's cookie is worthless here.
@@ -196,3 +223,14 @@ def test_the_table_is_not_reset_before_it_is_full() -> None:
     assert limiter.allow("b", now=0.0)
     assert limiter.allow("c", now=0.0)
     assert not limiter.allow("a", now=0.0)
+
+
+def test_the_default_table_holds_8192_sources() -> None:
+    limiter = RateLimiter()
+    while limiter.allow("first", now=0.0):
+        pass
+    for i in range(8191):
+        assert limiter.allow(f"10.0.{i // 256}.{i % 256}", now=0.0)
+    assert not limiter.allow("first", now=0.0)  # 8192 sources: full, but nobody new yet
+    assert limiter.allow("newcomer", now=0.0)  # the 8193rd resets the table
+    assert limiter.allow("first", now=0.0)
