@@ -9,6 +9,11 @@ to the sources, the tests and shared/ (the codec tests read the reference captur
 repo), so its copy of the tree never lands in the checkout. Results are kept there between
 runs: mutmut re-checks only mutants of functions that changed.
 
+`--recheck` runs only the mutants that were not killed last time (after new tests were
+written, say): a killed mutant stays killed when tests are added, so its earlier verdict is
+carried over, provided its module's source has not changed since (mutmut names mutants by
+function and number; an edited module gets a full run instead).
+
 Prints, per module, the mutants killed out of those checked and the rate, then every survivor
 with its diff. A timeout counts as killed (the mutant hung the tests); "no tests" (no selected
 test runs that function) counts as survived. Exit status 0 unless mutmut itself failed, or
@@ -18,6 +23,8 @@ test runs that function) counts as survived. Exit status 0 unless mutmut itself 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -74,6 +81,26 @@ def mutmut(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _source_hashes(modules: list[str]) -> dict[str, str]:
+    return {
+        m: hashlib.sha256((ROOT / (m.replace(".", "/") + ".py")).read_bytes()).hexdigest()
+        for m in modules
+    }
+
+
+def _previous_hashes() -> dict[str, str]:
+    try:
+        saved: dict[str, str] = json.loads((WORK / "sources.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved
+
+
+def _save_hashes(sources: dict[str, str]) -> None:
+    # Written once a run is through: the sources that the results in mutants/ were made from.
+    (WORK / "sources.json").write_text(json.dumps({**_previous_hashes(), **sources}))
+
+
 def results() -> dict[str, str]:
     done = mutmut("results", "--all", "true")
     if done.returncode:
@@ -92,18 +119,38 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATE_JOBS", "1")))
     parser.add_argument("--min-rate", type=float, default=None, help="per cent")
     parser.add_argument("--quiet", action="store_true", help="no survivor diffs")
+    parser.add_argument("--recheck", action="store_true", help="only last run's survivors")
     args = parser.parse_args()
     known = configured_modules()
     modules = [module_name(m, known) for m in args.modules] or known
     prepare()
+    before = results() if args.recheck and (WORK / "mutants").exists() else {}
+    sources = _source_hashes(modules)
+    previous = _previous_hashes()
     failed = False
     for module in modules:
-        print(f"==> mutmut: {module}", file=sys.stderr, flush=True)
-        done = mutmut("run", "--max-children", str(args.jobs), f"{module}.*")
+        targets = [f"{module}.*"]
+        if before and previous.get(module) == sources[module]:
+            targets = [
+                name
+                for name, status in before.items()
+                if name.startswith(module + ".") and status not in KILLED
+            ]
+            if not targets:
+                continue
+        print(f"==> mutmut: {module} ({len(targets)} targets)", file=sys.stderr, flush=True)
+        done = mutmut("run", "--max-children", str(args.jobs), *targets)
         if done.returncode:
             print(done.stdout[-4000:] + done.stderr[-4000:], file=sys.stderr)
             failed = True
+    _save_hashes(sources)
     statuses = results()
+    for name, status in before.items():
+        module = name.split(".x")[0]
+        if status in KILLED and statuses.get(name) == "not checked" and (
+            previous.get(module) == sources.get(module)
+        ):
+            statuses[name] = status  # carried over: killed by the earlier, smaller test set
     below = False
     print(f"\n{'module':<34} {'killed':>7} {'checked':>8} {'rate':>7}  other")
     for module in modules:
