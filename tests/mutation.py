@@ -70,6 +70,8 @@ def prepare() -> None:
             link.unlink()
         link.symlink_to(target)
     # A compiled module would be imported instead of its mutated source: none may be copied.
+    if list((ROOT / "echo").rglob("*.so")):
+        raise SystemExit("compiled extensions in echo/: run ./dev clean first")
     for stale in (WORK / "mutants").rglob("*.so") if (WORK / "mutants").exists() else ():
         stale.unlink()
 
@@ -140,6 +142,9 @@ def main() -> int:
                 continue
         print(f"==> mutmut: {module} ({len(targets)} targets)", file=sys.stderr, flush=True)
         done = mutmut("run", "--max-children", str(args.jobs), *targets)
+        if list((WORK / "mutants").rglob("*.so")):
+            # Built while mutmut copied the tree: the mutants may have run compiled code.
+            raise SystemExit(f"{module}: extension files reached .mutation/mutants; run again")
         if done.returncode:
             print(done.stdout[-4000:] + done.stderr[-4000:], file=sys.stderr)
             failed = True
