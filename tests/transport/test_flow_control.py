@@ -55,9 +55,10 @@ def test_unicast_idle_keeps_the_limit_and_needs_no_receivers() -> None:
 
 def test_retransmit_window_multiples() -> None:
     # Aeron: unicast and min/tagged allow retransmits over 16 windows, max over 4.
-    assert UnicastFlowControl.retransmit_window_multiple == 16
-    assert MaxMulticastFlowControl.retransmit_window_multiple == 4
-    assert MinMulticastFlowControl.retransmit_window_multiple == 16
+    # Read from instances: compiled (mypyc) classes keep these as per-instance defaults.
+    assert UnicastFlowControl().retransmit_window_multiple == 16
+    assert MaxMulticastFlowControl().retransmit_window_multiple == 4
+    assert MinMulticastFlowControl().retransmit_window_multiple == 16
 
 
 def test_max_follows_the_fastest_receiver() -> None:
