@@ -25,9 +25,10 @@ from typing import NamedTuple
 import attrs
 import trio
 
+from echo.transport.config import TransportConfig
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
-from echo.transport.driver import Driver, SocketEndpoint, TransportConfig
+from echo.transport.driver import Driver, SocketEndpoint
 from echo.transport.flow_control import make_flow_control
 from echo.transport.logbuffer import check_term_length
 from echo.transport.receiver import (

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import attrs
 
+from echo.transport.config import DEFAULT_RECEIVER_WINDOW, DEFAULTS, ReceiverTimers
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
 from echo.transport.frames import (
@@ -57,28 +58,11 @@ from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
 Send = Callable[[bytes | memoryview, Address], bool]
 Deliver = Callable[[bytes], None]
 
-DEFAULT_RECEIVER_WINDOW = 128 * 1024
 _MAX_GAPS = 64
 # Heartbeats from one position closer together than this are a blocked sender's probes
 # (sender.py backs them off from 2 ms; idle heartbeats come every 100 ms or more).
 _PROBE_REPEAT = 0.05
 _HEADER_FIELDS = DATA_HEADER_STRUCT.unpack_from
-
-
-@attrs.frozen
-class ReceiverTimers:
-    status_message_interval: float = 0.2
-    liveness_timeout: float = 10.0
-    nak_delay: float = 0.0001  # unicast: 100 µs, then retry every nak_delay * 100 (10 ms)
-    nak_retry_ratio: int = 100
-    #: unicast NAK retries follow the measured repair time (see Image._retry_delay), but never
-    #: sooner than this after the last NAK of a gap (a few loopback repair times: 0.1-0.3 ms)
-    nak_retry_min: float = 0.0005
-    group_nak_max_backoff: float = 0.01
-    group_size: int = 10
-    setup_elicit_interval: float = 0.2
-    mdc_registration_interval: float = 1.0
-    cooldown: float = 10.0
 
 
 def group_nak_delay(rng: random.Random, max_backoff: float, group_size: int) -> float:
@@ -650,7 +634,7 @@ class ReceiveEndpoint:
         timers: ReceiverTimers | None = None,
         rng: random.Random | None = None,
         limit_amplification: bool = True,
-        max_images: int = 1024,
+        max_images: int = DEFAULTS.max_images,
         limiter: RateLimiter | None = None,
     ) -> None:
         self.counters = counters

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import attrs
 
+from echo.transport.config import DEFAULTS, SenderTimers
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address, DynamicDestinations, ManualDestinations
 from echo.transport.flow_control import FlowControl
@@ -79,25 +80,6 @@ _MAX_DATAGRAMS_PER_POLL = 512
 # A run of datagrams handed over at once (UDP GSO) stays within one UDP payload.
 _MAX_RUN_BYTES = 65000
 _FRAME_LENGTH_AND_TYPE = struct.Struct("<i2xH")
-
-
-@attrs.frozen
-class SenderTimers:
-    setup_interval: float = 0.1
-    heartbeat_interval: float = 0.1
-    connection_timeout: float = 5.0
-    linger: float = 5.0
-    retransmit_linger: float = 0.01
-    #: unicast: a NAK is normally a receiver's retry, which waits for its measured repair time
-    #: and at least 0.5 ms (ReceiverTimers.nak_retry_min), so duplicates are ignored only briefly
-    unicast_retransmit_linger: float = 0.00025
-    #: after data, while NAKs have been seen in the last second, send a heartbeat this soon
-    #: so that a lost tail (the last datagrams before the sender stops) is NAKed quickly
-    #: instead of after the 100 ms idle heartbeat
-    tail_probe_delay: float = 0.002
-    #: also probe after every burst of data (one heartbeat when the stream goes quiet): with a
-    #: long idle heartbeat this keeps a lost last message from waiting a whole interval
-    probe_after_data: bool = False
 
 
 class PublicationState(enum.Enum):
@@ -704,8 +686,8 @@ class SendEndpoint:
         mode: SendMode,
         counters: Counters,
         remote: Address | None = None,
-        destination_timeout: float = 5.0,
-        max_destinations: int = 1024,
+        destination_timeout: float = DEFAULTS.destination_timeout,
+        max_destinations: int = DEFAULTS.max_destinations,
         cookies: CookieJar | None = None,
         limiter: RateLimiter | None = None,
         run_segments: int = 0,
