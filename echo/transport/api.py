@@ -32,11 +32,9 @@ from echo.transport.driver import Driver, SocketEndpoint
 from echo.transport.flow_control import make_flow_control
 from echo.transport.logbuffer import check_term_length
 from echo.transport.receiver import (
-    Image as ImageState_,
-)
-from echo.transport.receiver import (
     ImageAvailable,
     ImageUnavailable,
+    PublicationImage,
     ReceiveEndpoint,
     StreamInterest,
 )
@@ -47,14 +45,11 @@ from echo.transport.sender import (
     MAX_POSITION_EXCEEDED,
     NOT_CONNECTED,
     OFFER_RESULT_NAMES,
+    NetworkPublication,
     SendEndpoint,
     SendMode,
 )
-from echo.transport.sender import (
-    Publication as PublicationState_,
-)
-from echo.transport.uri import Address as UriAddress
-from echo.transport.uri import ControlMode, UriError, parse_channel_uri
+from echo.transport.uri import ControlMode, UriAddress, UriError, parse_channel_uri
 
 __all__ = [
     "ADMIN_ACTION",
@@ -81,6 +76,11 @@ class SendError(Exception):
         self.name = OFFER_RESULT_NAMES.get(code, str(code))
         super().__init__(message or f"could not send message: {self.name}")
 
+
+#: `close` waits this long past the linger for the last status messages before it gives up
+_CLOSE_GRACE = 1.0
+#: fragments one `receive` polls into its queue at once (the rest wait for the next call)
+_RECEIVE_BATCH = 64
 
 # session id, stream id, source, source ip, source port: what follows `data` in a Message
 _Origin = tuple[int, int, str, str, int]
@@ -112,7 +112,7 @@ class Message(NamedTuple):
 class Image:
     """A publication as seen by a subscription (one session)."""
 
-    def __init__(self, state: ImageState_, subscription: Subscription) -> None:
+    def __init__(self, state: PublicationImage, subscription: Subscription) -> None:
         self._state = state
         self.subscription = subscription
         self.session_id = state.session_id
@@ -191,7 +191,7 @@ class _Waiters:
 
 class Publication:
     def __init__(
-        self, transport: Transport, state: PublicationState_, sep: SocketEndpoint, channel: str
+        self, transport: Transport, state: NetworkPublication, sep: SocketEndpoint, channel: str
     ) -> None:
         self._transport = transport
         self._state = state
@@ -310,7 +310,7 @@ class Publication:
         state = self._state
         state.close(trio.current_time())
         self._transport._driver.wake(self._sep)
-        limit = state.timers.linger + 1.0 if timeout is None else timeout
+        limit = state.timers.linger + _CLOSE_GRACE if timeout is None else timeout
         delivered = False
         with trio.move_on_after(limit):
             while not state.is_done:
@@ -460,7 +460,7 @@ class Subscription:
         """Wait for the next message from any image."""
         queue = self._queue
         while not queue:
-            if not self.poll(queue.append, fragment_limit=64):
+            if not self.poll(queue.append, fragment_limit=_RECEIVE_BATCH):
                 if self._closed or self._sep.closed:
                     raise trio.EndOfChannel("subscription is closed")
                 await self._wait()
@@ -576,7 +576,7 @@ class Transport:
         initial_term_id = (
             uri.init_term_id if uri.init_term_id is not None else driver.initial_term_id()
         )
-        state = PublicationState_(
+        state = NetworkPublication(
             session_id=session_id,
             stream_id=stream_id,
             initial_term_id=initial_term_id,

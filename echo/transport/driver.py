@@ -30,8 +30,7 @@ from echo.transport.receiver import (
     ImageUnavailable,
     ReceiveEndpoint,
 )
-from echo.transport.sender import Publication as PublicationState
-from echo.transport.sender import Send, SendEndpoint
+from echo.transport.sender import NetworkPublication, Send, SendEndpoint
 from echo.transport.validation import CookieJar, RateLimiter
 
 _log = structlog.get_logger("echo.transport")
@@ -60,6 +59,11 @@ _BURST_GAP = 0.0002
 # while the borrower keeps coming back.
 _LEND_IDLE = 0.001
 _LEND_CHECK_MAX = 1.0
+_LEND_BACKOFF = 2
+#: candidates `next_session_id` tries before it declares the id space full
+_SESSION_ID_TRIES = 1 << 16
+#: receiver ids are positive i64 (Aeron's correlation ids)
+_I64_POSITIVE = 0x7FFFFFFFFFFFFFFF
 
 
 Endpoint = SendEndpoint | ReceiveEndpoint
@@ -255,7 +259,7 @@ class Driver:
         Here a counter that enters the reserved range restarts at a random allowed value.
         """
         low, high = self.config.reserved_session_low, self.config.reserved_session_high
-        for _ in range(1 << 16):
+        for _ in range(_SESSION_ID_TRIES):
             candidate = self._next_session
             self._next_session = ((candidate + 1 + 2**31) % 2**32) - 2**31
             if low <= candidate <= high:
@@ -272,7 +276,7 @@ class Driver:
         return -(2**31) + pick if pick < below else high + 1 + (pick - below)
 
     def next_receiver_id(self) -> int:
-        return (self._receiver_id_base + next(self._receiver_ids)) & 0x7FFFFFFFFFFFFFFF
+        return (self._receiver_id_base + next(self._receiver_ids)) & _I64_POSITIVE
 
     def initial_term_id(self) -> int:
         return self.rng.randrange(-(2**31), 2**31)
@@ -350,7 +354,7 @@ class Driver:
             self._woken = True
             self._wakeup.unpark_all()
 
-    def flush(self, sep: SocketEndpoint, publication: PublicationState, now: float) -> None:
+    def flush(self, sep: SocketEndpoint, publication: NetworkPublication, now: float) -> None:
         """Send what an offer just appended: at once, unless this is a burst.
 
         An offer that answers something (a driver task ran since this endpoint last sent at
@@ -667,7 +671,8 @@ class Driver:
                 continue
             if sep.borrowed:
                 # In use: look again later, less and less often while it stays in use.
-                sep.lend_check_interval = min(2 * sep.lend_check_interval, _LEND_CHECK_MAX)
+                interval = min(_LEND_BACKOFF * sep.lend_check_interval, _LEND_CHECK_MAX)
+                sep.lend_check_interval = interval
                 self._queue_lend_check(sep, now + sep.lend_check_interval)
             elif now - sep.returned_at >= _LEND_IDLE:
                 self._give_back(sep)

@@ -58,11 +58,37 @@ from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
 Send = Callable[[bytes | memoryview, Address], bool]
 Deliver = Callable[[bytes], None]
 
+#: gaps with their own NAK timer per image (Aeron NAKs one at a time; see _scan_gaps): a
+#: bound on the work a forged frame far ahead can cause, and on the NAKs of one scan
 _MAX_GAPS = 64
+#: the window a receiver offers is at most half a term: a sender may run that far past the
+#: consumption position, into the next term but never into the partition being cleaned
+_WINDOW_TERM_DIVISOR = 2
+#: a window update (an SM about consumption to a sender at the window's edge, or in answer to
+#: its probes) goes at most this often, so a slow reader does not send one per message
+_WINDOW_UPDATE_MIN_GAP = 0.001
+#: a status message once consumption has moved this fraction of the window (Aeron's receiver
+#: window threshold, window / 4) as a shift
+_SM_THRESHOLD_SHIFT = 2
+#: an unconfirmed window-opening SM is repeated with this backoff factor
+_CONFIRM_BACKOFF = 2
+#: the repair-time estimator's gains and the deviations a retry waits beyond the mean: TCP's
+#: RTO (RFC 6298 §2: alpha 1/8, beta 1/4, K 4)
+_RTT_ALPHA = 0.125
+_RTT_BETA = 0.25
+_RTO_K = 4
+#: the endpoint forgets cool-downs and elicitation times this often
+_CLEANUP_INTERVAL = 1.0
+#: the deadline heap is rebuilt when stale entries outnumber live ones by 2:1 plus this slack
+_HEAP_SLACK = 64
+# i32 wrap of a term-id difference (compute_position, inlined on the per-datagram path)
+_I32_SIGN = 0x80000000
+_U32 = 0xFFFFFFFF
 # Heartbeats from one position closer together than this are a blocked sender's probes
 # (sender.py backs them off from 2 ms; idle heartbeats come every 100 ms or more).
 _PROBE_REPEAT = 0.05
 _HEADER_FIELDS = DATA_HEADER_STRUCT.unpack_from
+_ALIGN = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
 
 
 def group_nak_delay(rng: random.Random, max_backoff: float, group_size: int) -> float:
@@ -86,7 +112,7 @@ class ImageState(enum.Enum):
     CLOSED = "closed"  # the subscription went away
 
 
-class Image:
+class PublicationImage:
     """One publication (session) as seen by a subscription: Aeron's PublicationImage."""
 
     def __init__(
@@ -126,7 +152,7 @@ class Image:
         self.rng = rng or random.Random()
         self.bits = position_bits_to_shift(term_length)
         self.mask = term_length - 1
-        self.window = min(rcv_wnd, term_length // 2)
+        self.window = min(rcv_wnd, term_length // _WINDOW_TERM_DIVISOR)
         self.log = TermBuffers(term_length)
         self.terms = self.log.terms
 
@@ -195,10 +221,10 @@ class Image:
         self._last_packet = now
         # compute_position, inlined: this runs for every datagram.
         position = (
-            (((term_id - self.initial_term_id + 0x80000000) & 0xFFFFFFFF) - 0x80000000)
+            (((term_id - self.initial_term_id + _I32_SIGN) & _U32) - _I32_SIGN)
             << self.bits
         ) + term_offset
-        window_end = self.last_sm_position + self.term_length // 2
+        window_end = self.last_sm_position + self.term_length // _WINDOW_TERM_DIVISOR
         if heartbeat:
             self.counters.heartbeats_received += 1
             if self.subscriber_position <= position <= window_end:
@@ -225,7 +251,7 @@ class Image:
                 # one beats every 100 ms or more): it waits for an SM, perhaps after several
                 # were lost. Answer now (at most once a millisecond), not at the periodic SM.
                 self._sm_deadline = min(
-                    self._sm_deadline, max(now, self._last_window_update + 0.001)
+                    self._sm_deadline, max(now, self._last_window_update + _WINDOW_UPDATE_MIN_GAP)
                 )
             return True
         length = len(packet)
@@ -302,7 +328,7 @@ class Image:
         fragments = 0
         while offset < end and fragments < fragment_limit:
             frame_length, _, flags, frame_type, *_ = _HEADER_FIELDS(term, offset)
-            aligned = (frame_length + 31) & ~31
+            aligned = (frame_length + _ALIGN) & ~_ALIGN
             if frame_type == FrameType.PAD:
                 offset += aligned
                 continue
@@ -380,15 +406,15 @@ class Image:
         timers = self.timers
         if self._srtt is None:
             return timers.nak_delay * timers.nak_retry_ratio
-        return max(timers.nak_retry_min, self._srtt + 4 * self._rttvar)
+        return max(timers.nak_retry_min, self._srtt + _RTO_K * self._rttvar)
 
     def _repair_sample(self, sample: float) -> None:
         if self._srtt is None:
             self._srtt = sample
             self._rttvar = sample / 2
         else:
-            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - sample)
-            self._srtt = 0.875 * self._srtt + 0.125 * sample
+            self._rttvar = (1 - _RTT_BETA) * self._rttvar + _RTT_BETA * abs(self._srtt - sample)
+            self._srtt = (1 - _RTT_ALPHA) * self._srtt + _RTT_ALPHA * sample
 
     def credit(self, size: int) -> None:
         self.budget += size
@@ -443,7 +469,7 @@ class Image:
                     self._unconfirmed_edge = old_grant
                     self._confirm_delay = self._retry_delay()
                 elif self._unconfirmed_edge is not None:
-                    self._confirm_delay = min(2 * self._confirm_delay, interval)
+                    self._confirm_delay = min(_CONFIRM_BACKOFF * self._confirm_delay, interval)
                 if self._unconfirmed_edge is not None:
                     interval = min(interval, self._confirm_delay)
                 self._sm_deadline = now + interval
@@ -497,7 +523,7 @@ class Image:
     def status_message_due(self) -> bool:
         """Has consumption moved far enough that the sender should hear of it now?"""
         progress = self.subscriber_position - self.last_sm_position
-        return progress >= self.window >> 2 or (
+        return progress >= self.window >> _SM_THRESHOLD_SHIFT or (
             progress > 0 and self.hwm + self.mtu >= self.last_sm_position + self.window
         )
 
@@ -505,13 +531,13 @@ class Image:
         progress = consumption - self.last_sm_position
         if progress <= 0:
             return False
-        if progress >= self.window >> 2:
+        if progress >= self.window >> _SM_THRESHOLD_SHIFT:
             return True
         # The sender has used (nearly) all the window we gave it and is waiting: tell it about
         # what we consumed now rather than at the next periodic SM (TCP's window update).
         # At most one such SM per millisecond, so a slow reader does not send one per message.
         return self.hwm + self.mtu >= self.last_sm_position + self.window and (
-            now >= self._last_window_update + 0.001
+            now >= self._last_window_update + _WINDOW_UPDATE_MIN_GAP
         )
 
     def _detect_loss(self, now: float, send: Send) -> None:
@@ -578,7 +604,7 @@ class Image:
             self.subscriber_position > self.last_sm_position
             and self.hwm + self.mtu >= self.last_sm_position + self.window
         ):
-            deadline = min(deadline, self._last_window_update + 0.001)
+            deadline = min(deadline, self._last_window_update + _WINDOW_UPDATE_MIN_GAP)
         return deadline
 
     def say_goodbye(self, send: Send) -> None:
@@ -608,12 +634,12 @@ class StreamInterest:
 
 @attrs.frozen
 class ImageAvailable:
-    image: Image
+    image: PublicationImage
 
 
 @attrs.frozen
 class ImageUnavailable:
-    image: Image
+    image: PublicationImage
     reason: ImageState
 
 
@@ -647,7 +673,7 @@ class ReceiveEndpoint:
         self.timers = timers or ReceiverTimers()
         self.rng = rng or random.Random()
         self.interests: dict[int, StreamInterest] = {}
-        self.images: dict[tuple[int, int], Image] = {}
+        self.images: dict[tuple[int, int], PublicationImage] = {}
         self.events: list[ImageEvent] = []
         self._cooldown: dict[tuple[int, int], float] = {}
         self._elicited: dict[tuple[int, int], float] = {}
@@ -658,8 +684,8 @@ class ReceiveEndpoint:
         # deadline and the images due are found in O(log images), not by looking at all of them.
         self._deadlines: dict[tuple[int, int], float] = {}
         self._deadline_heap: list[tuple[float, tuple[int, int]]] = []
-        self._finished: dict[tuple[int, int], Image] = {}
-        self._goodbyes: list[Image] = []
+        self._finished: dict[tuple[int, int], PublicationImage] = {}
+        self._goodbyes: list[PublicationImage] = []
         self._touched: set[tuple[int, int]] = set()
         self._next_cleanup = now
         self.max_images = max_images
@@ -809,7 +835,7 @@ class ReceiveEndpoint:
         if problem is not None:
             counters.invalid(problem)
             return
-        image = Image(
+        image = PublicationImage(
             session_id=frame.session_id,
             stream_id=frame.stream_id,
             initial_term_id=frame.initial_term_id,
@@ -837,7 +863,7 @@ class ReceiveEndpoint:
         self.events.append(ImageAvailable(image))
 
     def _drop_image(
-        self, key: tuple[int, int], image: Image, reason: ImageState, now: float | None
+        self, key: tuple[int, int], image: PublicationImage, reason: ImageState, now: float | None
     ) -> None:
         self._deadlines.pop(key, None)
         if self.images.pop(key, None) is None:
@@ -924,12 +950,12 @@ class ReceiveEndpoint:
                 if deadlines.get(key) != deadline:
                     deadlines[key] = deadline
                     heapq.heappush(heap, (deadline, key))
-            if len(heap) > 2 * len(deadlines) + 64:
+            if len(heap) > 2 * len(deadlines) + _HEAP_SLACK:
                 # Mostly stale entries (deadlines that moved): rebuild from the live ones.
                 heap[:] = [(deadline, key) for key, deadline in deadlines.items()]
                 heapq.heapify(heap)
         if now >= self._next_cleanup:
-            self._next_cleanup = now + 1.0
+            self._next_cleanup = now + _CLEANUP_INTERVAL
             if self._cooldown:
                 self._cooldown = {k: t for k, t in self._cooldown.items() if t > now}
                 self._finished = {k: i for k, i in self._finished.items() if k in self._cooldown}

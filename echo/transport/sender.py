@@ -24,6 +24,8 @@ from echo.transport.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
+    FRAME_ALIGNMENT,
+    RTTM_REPLY_FLAG,
     SETUP_GROUP_FLAG,
     SM_LENGTH,
     UNFRAGMENTED_FLAGS,
@@ -80,6 +82,26 @@ _MAX_DATAGRAMS_PER_POLL = 512
 # A run of datagrams handed over at once (UDP GSO) stays within one UDP payload.
 _MAX_RUN_BYTES = 65000
 _FRAME_LENGTH_AND_TYPE = struct.Struct("<i2xH")
+#: rounds a frame length up to the 32-byte frame alignment: (length + _ALIGN) & ~_ALIGN
+_ALIGN = FRAME_ALIGNMENT - 1
+#: retransmits in flight when the caller names none: Aeron's defaults (one for unicast, where
+#: the one receiver retries; sixteen for a group, whose receivers NAK different gaps)
+AERON_MAX_RETRANSMITS_UNICAST = 1
+AERON_MAX_RETRANSMITS_GROUP = 16
+#: a publication may run at most half a term ahead of its slowest receiver (Aeron's term
+#: window): the other half and the term before are what it may still have to resend
+TERM_WINDOW_DIVISOR = 2
+#: receiver and flow-control timeouts are seconds long: checked at most this often, so that
+#: a publication with many receivers does not pay O(receivers) on every poll
+RECEIVER_EXPIRY_CHECK_INTERVAL = 0.1
+#: `next_deadline` asks for a poll at least this often for that housekeeping (a receiver times
+#: out `connection_timeout` after its last SM: a second late at worst is soon enough)
+HOUSEKEEPING_INTERVAL = 1.0
+#: "the receivers are losing data": a NAK within this long makes the sender probe after
+#: every burst (SenderTimers.tail_probe_delay), so a lost tail is NAKed in milliseconds
+RECENT_NAK_WINDOW = 1.0
+#: a blocked sender's probes back off by this factor, up to the heartbeat interval
+PROBE_BACKOFF = 2
 
 
 class PublicationState(enum.Enum):
@@ -103,8 +125,8 @@ class _ReceiverLiveness:
     position: int
 
 
-class Publication:
-    """One publication's sending side: what NetworkPublication does in Aeron's driver."""
+class NetworkPublication:
+    """One publication's sending side (Aeron's NetworkPublication)."""
 
     def __init__(
         self,
@@ -139,8 +161,11 @@ class Publication:
         self.counters = counters
         self.is_group = is_group
         self.timers = timers or SenderTimers()
-        self.max_retransmits = max_retransmits or (16 if is_group else 1)
-        self.term_window = min(term_window or term_length // 2, term_length // 2)
+        self.max_retransmits = max_retransmits or (
+            AERON_MAX_RETRANSMITS_GROUP if is_group else AERON_MAX_RETRANSMITS_UNICAST
+        )
+        most = term_length // TERM_WINDOW_DIVISOR
+        self.term_window = min(term_window or most, most)
         self.ttl = ttl
         self.log = TermBuffers(term_length)
         #: datagrams that may go to `emit` as one run (0 or 1: one at a time); the send
@@ -215,7 +240,7 @@ class Publication:
         position = (self._term_count << self.bits) + term_offset
         max_payload = self.max_payload
         if length <= max_payload:
-            required = (length + DATA_HEADER_LENGTH + 31) & ~31
+            required = (length + DATA_HEADER_LENGTH + _ALIGN) & ~_ALIGN
         else:
             required = compute_fragmented_length(length, max_payload)
         if position + required >= self.max_position:
@@ -350,7 +375,7 @@ class Publication:
         # is still far inside the two terms the sender has not cleaned.
         bottom = (
             self.sender_position
-            - self.term_length // 2
+            - self.term_length // TERM_WINDOW_DIVISOR
             - compute_fragmented_length(self.max_message_length, self.max_payload)
         )
         if position >= self.sender_position or position < max(0, bottom):
@@ -377,7 +402,7 @@ class Publication:
         self._retransmits.append(_Retransmit(position, length))
 
     def on_rttm(self, rttm: Rttm, now: float) -> None:
-        if rttm.flags & 0x80:
+        if rttm.flags & RTTM_REPLY_FLAG:  # a request for a reply (not itself a reply)
             reply = Rttm(
                 session_id=self.session_id,
                 stream_id=self.stream_id,
@@ -466,7 +491,7 @@ class Publication:
             if alone and stop + segment <= limit:
                 # The common case of a big message: a datagram that is one full-size fragment.
                 frame_length, frame_type = unpack_from(term, stop)
-                if frame_type == FrameType.DATA and (frame_length + 31) & ~31 == segment:
+                if frame_type == FrameType.DATA and (frame_length + _ALIGN) & ~_ALIGN == segment:
                     stop += segment
                     count += 1
                     continue
@@ -521,7 +546,9 @@ class Publication:
                 counters.heartbeats_sent += 1
                 if probing and self._flow_blocked():
                     # Still blocked on flow control: probe again, backing off.
-                    self._probe_delay = min(self._probe_delay * 2, self.timers.heartbeat_interval)
+                    self._probe_delay = min(
+                        self._probe_delay * PROBE_BACKOFF, self.timers.heartbeat_interval
+                    )
                     self._probe_at = now + self._probe_delay
 
         if lingering and (now >= self._linger_until or not self._receivers):
@@ -553,7 +580,7 @@ class Publication:
             # window stays shut, in case the SM that would open it was lost.
             self._probe_delay = timers.tail_probe_delay
             self._probe_at = now
-        elif timers.probe_after_data or now - self._last_nak < 1.0:
+        elif timers.probe_after_data or now - self._last_nak < RECENT_NAK_WINDOW:
             # A probe heartbeat soon after data: if the last datagrams were lost, the receiver
             # learns of it in milliseconds rather than at the idle heartbeat.
             self._probe_delay = timers.tail_probe_delay
@@ -602,7 +629,7 @@ class Publication:
         # a publication with many receivers from paying O(receivers) on every poll.
         if now < self._next_expiry_check:
             return
-        self._next_expiry_check = now + 0.1
+        self._next_expiry_check = now + RECEIVER_EXPIRY_CHECK_INTERVAL
         timeout = self.timers.connection_timeout
         receivers = self._receivers
         oldest = min((r.last_sm for r in receivers.values()), default=math.inf)
@@ -632,7 +659,7 @@ class Publication:
         # Housekeeping (receiver and flow-control timeouts): `poll` checks them at most every
         # 0.1 s and a receiver times out `connection_timeout` after its last SM, so a wake-up
         # within a second of either is soon enough.
-        deadline = now + 1.0
+        deadline = now + HOUSEKEEPING_INTERVAL
         if self._setup_pending:
             setup = self._last_setup + timers.setup_interval
             if setup < deadline:
@@ -693,7 +720,7 @@ class SendEndpoint:
         run_segments: int = 0,
     ) -> None:
         self.mode = mode
-        #: what each publication's `run_segments` is (see Publication._send_range)
+        #: what each publication's `run_segments` is (see NetworkPublication._send_range)
         self.run_segments = run_segments
         #: set: dynamic destinations must echo a cookie before they are added (validation.py)
         self.cookies = cookies
@@ -703,7 +730,7 @@ class SendEndpoint:
         self._replies: list[tuple[bytes, Address, str]] = []
         self.counters = counters
         self.remote = remote
-        self.publications: dict[tuple[int, int], Publication] = {}
+        self.publications: dict[tuple[int, int], NetworkPublication] = {}
         self.dynamic = (
             DynamicDestinations(timeout=destination_timeout, max_destinations=max_destinations)
             if mode is SendMode.DYNAMIC
@@ -739,8 +766,8 @@ class SendEndpoint:
         self._emit_send = None
         self._emit = self._no_emit
 
-    def flush(self, publication: Publication, now: float, send: Send) -> None:
-        """Send what `publication` has just been offered (see `Publication.send_pending`)."""
+    def flush(self, publication: NetworkPublication, now: float, send: Send) -> None:
+        """Send what `publication` has just been offered (see `NetworkPublication.send_pending`)."""
         publication.send_pending(now, self.emitter(send))
 
     @property
@@ -751,7 +778,7 @@ class SendEndpoint:
             return self.manual.addresses
         return [self.remote] if self.remote is not None else []
 
-    def add(self, publication: Publication) -> None:
+    def add(self, publication: NetworkPublication) -> None:
         key = (publication.session_id, publication.stream_id)
         if key in self.publications:
             raise ValueError(
@@ -761,7 +788,7 @@ class SendEndpoint:
         self.publications[key] = publication
         publication.run_segments = self.run_segments
 
-    def remove(self, publication: Publication) -> None:
+    def remove(self, publication: NetworkPublication) -> None:
         self.publications.pop((publication.session_id, publication.stream_id), None)
 
     def on_datagram(self, data: bytes | memoryview, source: Address, now: float) -> None:
