@@ -297,6 +297,11 @@ class NetworkPublication:
         self.state = PublicationState.CLOSED
 
     @property
+    def is_active(self) -> bool:
+        """Open for offers (not closed by the application or the transport)."""
+        return self.state is PublicationState.ACTIVE
+
+    @property
     def is_done(self) -> bool:
         return self.state is PublicationState.CLOSED
 
@@ -924,6 +929,10 @@ class SendEndpoint:
         emit = self.emitter(send)
         for publication in list(self.publications.values()):
             publication.poll(now, emit)
+
+    def announce_end(self, publication: NetworkPublication, send: Send) -> None:
+        """Transport shutdown: `publication`'s end-of-stream heartbeat to every destination."""
+        publication.announce_end(functools.partial(self.emit_to_all, send=send))
 
     def emit_to_all(self, datagram: bytes | memoryview, segment: int = 0, *, send: Send) -> bool:
         """Send one datagram (or run) to every destination; False if any send would block."""

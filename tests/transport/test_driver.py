@@ -139,7 +139,7 @@ async def test_term_rotation_and_term_id_wrap_over_sockets() -> None:
                     await pub.send(data, timeout=10)
             # ~1.6 MB through 64 KiB terms: the term id went 2^31-2, 2^31-1, -2^31, ...
             assert pub.position > 20 * 65536
-            assert pub._state.active_term_id < 0
+            assert pub._channel.state.active_term_id < 0
     assert [m.data for m in received] == messages
 
 
@@ -320,8 +320,8 @@ async def test_closed_streams_are_freed_without_the_cyclic_collector() -> None:
             await pub.wait_connected(timeout=5)
             await pub.send(b"x")
             assert (await sub.receive()).data == b"x"
-            endpoints = [weakref.ref(sub._sep), weakref.ref(pub._sep)]
-            state = weakref.ref(pub._state)  # it holds the term buffers
+            endpoints = [weakref.ref(sub._channel.socket), weakref.ref(pub._channel.socket)]
+            state = weakref.ref(pub._channel.state)  # it holds the term buffers
             await pub.close(timeout=1)
             await sub.close()
             del sub, pub

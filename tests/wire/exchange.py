@@ -121,7 +121,8 @@ class ServerEvents:
 
 
 def _publication_record(role: str, publication: Publication) -> dict[str, Any]:
-    state = publication._state  # the transport's own record of the stream (no public getter)
+    # the transport's own record of the stream (no public getter)
+    state = publication._channel.state
     return {
         "role": role,
         "channel": publication.channel,
