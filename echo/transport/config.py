@@ -42,7 +42,7 @@ class TransportConfig:
     #: send one heartbeat a couple of milliseconds after each burst of data (see README)
     probe_after_data: bool = False
     #: retransmits in flight per publication (Aeron: 1 unicast, 16 group; more keep heavy loss
-    #: from costing a linger period per gap: one per gap a receiver NAKs, see receiver._MAX_GAPS)
+    #: from costing a linger period per gap: one per gap a receiver NAKs, see loss.MAX_GAPS)
     max_retransmits: int = 64
     destination_timeout: float = 5.0
     max_destinations: int = 1024

@@ -51,16 +51,13 @@ from echo.transport.logbuffer import (
     insert_packet,
     position_bits_to_shift,
     rebuild_offset,
-    scan_for_gap,
 )
+from echo.transport.loss import LossDetector, RepairTimer
 from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
 
 Send = Callable[[bytes | memoryview, Address], bool]
 Deliver = Callable[[bytes], None]
 
-#: gaps with their own NAK timer per image (Aeron NAKs one at a time; see _scan_gaps): a
-#: bound on the work a forged frame far ahead can cause, and on the NAKs of one scan
-_MAX_GAPS = 64
 #: the window a receiver offers is at most half a term: a sender may run that far past the
 #: consumption position, into the next term but never into the partition being cleaned
 _WINDOW_TERM_DIVISOR = 2
@@ -72,11 +69,6 @@ _WINDOW_UPDATE_MIN_GAP = 0.001
 _SM_THRESHOLD_SHIFT = 2
 #: an unconfirmed window-opening SM is repeated with this backoff factor
 _CONFIRM_BACKOFF = 2
-#: the repair-time estimator's gains and the deviations a retry waits beyond the mean: TCP's
-#: RTO (RFC 6298 §2: alpha 1/8, beta 1/4, K 4)
-_RTT_ALPHA = 0.125
-_RTT_BETA = 0.25
-_RTO_K = 4
 #: the endpoint forgets cool-downs and elicitation times this often
 _CLEANUP_INTERVAL = 1.0
 #: the deadline heap is rebuilt when stale entries outnumber live ones by 2:1 plus this slack
@@ -89,20 +81,6 @@ _U32 = 0xFFFFFFFF
 _PROBE_REPEAT = 0.05
 _HEADER_FIELDS = DATA_HEADER_STRUCT.unpack_from
 _ALIGN = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
-
-
-def group_nak_delay(rng: random.Random, max_backoff: float, group_size: int) -> float:
-    """Aeron's OptimalMulticastDelayGenerator: a random NAK delay in (0, max_backoff].
-
-    Spreading the NAKs of a group over time lets one NAK (and its retransmit, which every
-    receiver sees) suppress the rest (reference §2.5).
-    """
-    lam = math.log(group_size) + 1.0
-    t = max_backoff
-    factor = (math.exp(lam) - 1.0) * (t / lam)
-    x = rng.uniform(0.0, lam / t) + lam / (t * (math.exp(lam) - 1.0))
-    delay = (t / lam) * math.log(x * factor)
-    return min(max(delay, 0.0), t)
 
 
 class ImageState(enum.Enum):
@@ -179,15 +157,9 @@ class PublicationImage:
         self._last_packet = now
         self._sm_deadline = now  # the first SM goes out at once: it is what connects the sender
         # Known gaps (position, length) -> when to NAK them next; rescanned only after new data.
-        self._gaps: dict[tuple[int, int], float] = {}
-        self._loss_dirty = False
-        # Repair time (first NAK of a gap -> its first byte back), smoothed as TCP smooths
-        # RTT (RFC 6298): unicast NAK retries wait for it instead of Aeron's fixed 10 ms.
-        # Gap start -> when its one and only NAK went, or None once it was NAKed again
-        # (Karn: a repair after a retry says nothing about the round trip).
-        self._nak_times: dict[int, float | None] = {}
-        self._srtt: float | None = None
-        self._rttvar = 0.0
+        # Gaps and when to NAK them; the repair time NAK retries wait for (loss.py).
+        self.repair = RepairTimer(self.timers)
+        self.loss = LossDetector(self.timers, self.rng, is_group, self.repair)
         self._last_window_update = -math.inf
         # Anti-amplification: the source of a SETUP is not validated (it may be forged), so
         # the image never sends it more bytes than it has received from it.
@@ -230,7 +202,7 @@ class PublicationImage:
             if self.subscriber_position <= position <= window_end:
                 if position > self.hwm:
                     self.hwm = position
-                    self._loss_dirty = True
+                    self.loss.dirty = True
                 if flags == BEGIN_END_AND_EOS_FLAGS:
                     self.eos_position = position
             edge = position + self.mtu
@@ -268,10 +240,8 @@ class PublicationImage:
         if not insert_packet(term, term_offset, packet):
             self.counters.duplicate_data += 1
             return True
-        if self._nak_times:
-            nak_time = self._nak_times.pop(position, None)
-            if nak_time is not None:
-                self._repair_sample(now - nak_time)
+        if self.repair.naked:
+            self.repair.on_repair(position, now)
         end = position + length
         if end > self.hwm:
             self.hwm = end
@@ -282,10 +252,10 @@ class PublicationImage:
                 self.rebuild_position = end
             if self.rebuild_position < self.hwm or not whole_data:
                 self._advance_rebuild()
-        self._loss_dirty = True
+        self.loss.dirty = True
         return (
             self.rebuild_position < self.hwm
-            or bool(self._gaps)
+            or bool(self.loss.gaps)
             or now >= self._sm_deadline
             or self.eos_position is not None
         )
@@ -385,37 +355,6 @@ class PublicationImage:
             flags=flags,
         ).encode()
 
-    def _gap_delay(self, first: bool) -> float:
-        if self.is_group:
-            return group_nak_delay(
-                self.rng, self.timers.group_nak_max_backoff, self.timers.group_size
-            )
-        if first:
-            return self.timers.nak_delay
-        return self._retry_delay()
-
-    def _retry_delay(self) -> float:
-        """How long a unicast gap waits after a NAK before it is NAKed again.
-
-        Aeron waits a fixed nak_delay x 100 (10 ms): on a LAN or loopback, where a repair comes
-        back in a fraction of a millisecond, a lost NAK or retransmit then idles the stream for
-        10 ms, and at 5 % loss that is most of the time. Here the retry waits for the repair
-        time measured on this image, plus four deviations (TCP's RTO), at least
-        `nak_retry_min`; until a repair has been measured, Aeron's fixed delay.
-        """
-        timers = self.timers
-        if self._srtt is None:
-            return timers.nak_delay * timers.nak_retry_ratio
-        return max(timers.nak_retry_min, self._srtt + _RTO_K * self._rttvar)
-
-    def _repair_sample(self, sample: float) -> None:
-        if self._srtt is None:
-            self._srtt = sample
-            self._rttvar = sample / 2
-        else:
-            self._rttvar = (1 - _RTT_BETA) * self._rttvar + _RTT_BETA * abs(self._srtt - sample)
-            self._srtt = (1 - _RTT_ALPHA) * self._srtt + _RTT_ALPHA * sample
-
     def credit(self, size: int) -> None:
         self.budget += size
         self.starved = False
@@ -447,8 +386,8 @@ class PublicationImage:
 
         if self.rebuild_position < self.hwm:
             self._detect_loss(now, send)
-        elif self._gaps:
-            self._gaps = {}
+        else:
+            self.loss.clear()
 
         consumption = self.subscriber_position
         if not self.starved and (
@@ -467,58 +406,12 @@ class PublicationImage:
                     # sender waits for it: repeat it after a repair time (backing off) until
                     # data from beyond the old edge shows it arrived.
                     self._unconfirmed_edge = old_grant
-                    self._confirm_delay = self._retry_delay()
+                    self._confirm_delay = self.repair.retry_delay()
                 elif self._unconfirmed_edge is not None:
                     self._confirm_delay = min(_CONFIRM_BACKOFF * self._confirm_delay, interval)
                 if self._unconfirmed_edge is not None:
                     interval = min(interval, self._confirm_delay)
                 self._sm_deadline = now + interval
-
-    def _scan_gaps(self, now: float) -> None:
-        """Find up to `_MAX_GAPS` gaps between the rebuild position and the high-water mark.
-
-        Aeron's LossDetector NAKs one gap at a time; under heavy loss that costs a round trip
-        per gap, so every gap in the window gets its own NAK timer here.
-        """
-        gaps: dict[tuple[int, int], float] = {}
-        previous_gaps = self._gaps
-        nak_times = self._nak_times
-        position = self.rebuild_position
-        # A legitimate sender never runs more than our window past what we reported, so gaps
-        # are only looked for that far: a forged frame far ahead cannot make us scan (or NAK)
-        # megabytes of an empty term.
-        hwm = min(self.hwm, self.rebuild_position + self.window)
-        while position < hwm and len(gaps) < _MAX_GAPS:
-            term = self.terms[(position >> self.bits) % PARTITION_COUNT]
-            offset = position & self.mask
-            limit = min(self.term_length, offset + (hwm - position))
-            found = scan_for_gap(term, offset, limit)
-            if found is None:
-                if limit < self.term_length:
-                    break
-                position += self.term_length - offset
-                continue
-            gap_offset, gap_length = found
-            gap = (position - offset + gap_offset, gap_length)
-            deadline = previous_gaps.get(gap)
-            if deadline is None:
-                parent = _enclosing(previous_gaps, gap) if previous_gaps else None
-                if parent is None:
-                    deadline = now + self._gap_delay(first=True)
-                else:
-                    # What is left of a gap being repaired (the resend has partly arrived):
-                    # it keeps the gap's retry time instead of being NAKed again at once.
-                    deadline = previous_gaps[parent]
-                    if parent[0] in nak_times:
-                        nak_times[gap[0]] = None
-            gaps[gap] = deadline
-            position = gap[0] + gap_length
-        self._gaps = gaps
-        self._loss_dirty = False
-        if nak_times:
-            # Forget the NAK times of gaps that are gone (filled, or passed by).
-            for start in [start for start in nak_times if start < self.rebuild_position]:
-                del nak_times[start]
 
     def status_message_due(self) -> bool:
         """Has consumption moved far enough that the sender should hear of it now?"""
@@ -541,11 +434,14 @@ class PublicationImage:
         )
 
     def _detect_loss(self, now: float, send: Send) -> None:
-        if self._loss_dirty:
-            self._scan_gaps(now)
-        for gap, deadline in list(self._gaps.items()):
-            if now < deadline:
-                continue
+        loss = self.loss
+        if loss.dirty:
+            # A legitimate sender never runs more than our window past what we reported, so
+            # gaps are only looked for that far: a forged frame far ahead cannot make us scan
+            # (or NAK) megabytes of an empty term.
+            end = min(self.hwm, self.rebuild_position + self.window)
+            loss.scan(self.terms, self.bits, self.rebuild_position, end, now)
+        for gap in loss.due(now):
             position, length = gap
             term_id = i32(self.initial_term_id + (position >> self.bits))
             gap_offset = position & self.mask
@@ -565,9 +461,8 @@ class PublicationImage:
                     term_id,
                     0,
                 )
-                del self._gaps[gap]
+                loss.filled(gap)
                 self._advance_rebuild()
-                self._loss_dirty = True
                 continue
             nak = Nak(
                 session_id=self.session_id,
@@ -576,11 +471,10 @@ class PublicationImage:
                 term_offset=gap_offset,
                 length=length,
             )
-            if self._send(nak.encode(), send):
+            sent = self._send(nak.encode(), send)
+            if sent:
                 self.counters.naks_sent += 1
-                # The first NAK of a gap times its repair; a second spoils the sample.
-                self._nak_times[position] = now if position not in self._nak_times else None
-            self._gaps[gap] = now + self._gap_delay(first=False)
+            loss.nak_sent(gap, sent, now)
 
     def next_deadline(self, now: float) -> float:
         if self.state is not ImageState.ACTIVE:
@@ -592,11 +486,10 @@ class PublicationImage:
         if self.is_end_of_stream:
             return now
         if self.rebuild_position < self.hwm:
-            if self._loss_dirty:
+            if self.loss.dirty:
                 return now
-            for gap_deadline in self._gaps.values():
-                deadline = min(deadline, gap_deadline)
-        elif self._gaps:
+            deadline = min(deadline, self.loss.next_deadline())
+        elif self.loss.gaps:
             return now
         if self._window_update_due(self.subscriber_position, now):
             return now
@@ -998,17 +891,6 @@ class ReceiveEndpoint:
         for key, image in list(self.images.items()):
             image.close(send)
             self._drop_image(key, image, ImageState.CLOSED, now=None)
-
-
-def _enclosing(
-    gaps: dict[tuple[int, int], float], gap: tuple[int, int]
-) -> tuple[int, int] | None:
-    """The gap of `gaps` that contains all of `gap`, if any (there are at most _MAX_GAPS)."""
-    start, length = gap
-    for key in gaps:
-        if key[0] <= start and start + length <= key[0] + key[1]:
-            return key
-    return None
 
 
 def _check_setup(frame: Setup, interest: StreamInterest) -> str | None:
