@@ -51,6 +51,7 @@ from echo.transport.logbuffer import (
     scan_for_availability,
     write_pad,
 )
+from echo.transport.retransmit import RetransmitHandler
 from echo.transport.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
 
 
@@ -109,14 +110,6 @@ class PublicationState(enum.Enum):
     DRAINING = "draining"  # closed by the application; sending what is left
     LINGERING = "lingering"  # all sent; end-of-stream heartbeats until receivers have it
     CLOSED = "closed"
-
-
-@attrs.define
-class _Retransmit:
-    position: int
-    length: int
-    sent: bool = False
-    linger_until: float = 0.0
 
 
 @attrs.define
@@ -189,7 +182,10 @@ class NetworkPublication:
         #: no receiver times out before this (see _expire_receivers)
         self._receiver_expiry = math.inf
         self._receiver_window = 0
-        self._retransmits: list[_Retransmit] = []
+        self.retransmits = RetransmitHandler(
+            self.max_retransmits,
+            self.timers.retransmit_linger if is_group else self.timers.unicast_retransmit_linger,
+        )
         self._last_nak = -math.inf
         self._acknowledged = 0
         self._next_expiry_check = now
@@ -394,17 +390,7 @@ class NetworkPublication:
             self.sender_position - position,
             window_cap,
         )
-        end = position + length
-        live = [a for a in self._retransmits if not a.sent or now < a.linger_until]
-        for action in live:
-            # While a retransmit lingers, NAKs overlapping it are ignored: they are most likely
-            # duplicates from a receiver (or a group) that has not seen the resend yet.
-            if position < action.position + action.length and action.position < end:
-                return
-        self._retransmits = live
-        if len(live) >= self.max_retransmits:
-            return
-        self._retransmits.append(_Retransmit(position, length))
+        self.retransmits.on_nak(position, length, now)
 
     def on_rttm(self, rttm: Rttm, now: float) -> None:
         if rttm.flags & RTTM_REPLY_FLAG:  # a request for a reply (not itself a reply)
@@ -525,8 +511,11 @@ class NetworkPublication:
                 self._last_setup = now
                 counters.setups_sent += 1
 
-        if self._retransmits:
-            self._service_retransmits(now, emit)
+        if self.retransmits:
+            for position, length in self.retransmits.due(now):
+                reached = self._send_range(position, position + length, emit)
+                counters.retransmits_sent += 1
+                counters.retransmitted_bytes += reached - position
 
         self.send_pending(now, emit)
         self._expire_receivers(now)
@@ -611,24 +600,6 @@ class NetworkPublication:
         available, _ = scan_for_availability(term, position & self.mask, min(self.mtu, room))
         return available > 0
 
-    def _service_retransmits(self, now: float, emit: Emit) -> None:
-        keep: list[_Retransmit] = []
-        for action in self._retransmits:
-            if not action.sent:
-                reached = self._send_range(action.position, action.position + action.length, emit)
-                self.counters.retransmits_sent += 1
-                self.counters.retransmitted_bytes += reached - action.position
-                action.sent = True
-                action.linger_until = now + (
-                    self.timers.retransmit_linger
-                    if self.is_group
-                    else self.timers.unicast_retransmit_linger
-                )
-                keep.append(action)
-            elif now < action.linger_until:
-                keep.append(action)
-        self._retransmits = keep
-
     def _expire_receivers(self, now: float) -> None:
         # Timeouts are seconds long: checking them a few times a second is plenty, and keeps
         # a publication with many receivers from paying O(receivers) on every poll.
@@ -675,11 +646,12 @@ class NetworkPublication:
                 deadline = heartbeat
             if self._probe_at < deadline:
                 deadline = self._probe_at
-        for action in self._retransmits:
-            if not action.sent:
+        if self.retransmits:
+            resend = self.retransmits.next_deadline(now)
+            if resend <= now:
                 return now
-            if action.linger_until < deadline:
-                deadline = action.linger_until
+            if resend < deadline:
+                deadline = resend
         if self.state is PublicationState.LINGERING and self._linger_until < deadline:
             deadline = self._linger_until
         if self._receiver_expiry < deadline:
