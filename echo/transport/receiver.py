@@ -16,15 +16,14 @@ from collections.abc import Callable
 
 import attrs
 
+from echo.transport.assembly import FragmentAssembler
 from echo.transport.config import DEFAULT_RECEIVER_WINDOW, DEFAULTS, ReceiverTimers
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
 from echo.transport.frames import (
     BEGIN_END_AND_EOS_FLAGS,
-    BEGIN_FLAG,
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
-    END_FLAG,
     FRAME_ALIGNMENT,
     MAX_UDP_PAYLOAD_LENGTH,
     SETUP_GROUP_FLAG,
@@ -166,10 +165,7 @@ class PublicationImage:
         self.budgeted = budgeted
         self.budget = 0
         self.starved = False
-        # The fragments of the message being assembled, as views of the term (they stay put
-        # until the term is cleaned, two terms later): joined once, one copy in all.
-        self._builder: list[memoryview] | None = None
-        self._builder_next = 0
+        self.assembler = FragmentAssembler()
         self.created = now
 
     # ---------------------------------------------------------------- network input
@@ -294,33 +290,7 @@ class PublicationImage:
         term = self.terms[(position >> self.bits) % PARTITION_COUNT]
         start = position & self.mask
         end = min(self.term_length, start + available)
-        offset = start
-        fragments = 0
-        while offset < end and fragments < fragment_limit:
-            frame_length, _, flags, frame_type, *_ = _HEADER_FIELDS(term, offset)
-            aligned = (frame_length + _ALIGN) & ~_ALIGN
-            if frame_type == FrameType.PAD:
-                offset += aligned
-                continue
-            payload_start = offset + DATA_HEADER_LENGTH
-            payload_end = offset + frame_length
-            if flags & UNFRAGMENTED_FLAGS == UNFRAGMENTED_FLAGS:
-                deliver(bytes(term[payload_start:payload_end]))
-            elif flags & BEGIN_FLAG:
-                self._builder = [term[payload_start:payload_end]]
-                self._builder_next = offset + aligned
-            elif self._builder is not None and offset == self._builder_next:
-                self._builder.append(term[payload_start:payload_end])
-                self._builder_next = offset + aligned
-                if flags & END_FLAG:
-                    message = b"".join(self._builder)
-                    self._builder = None
-                    deliver(message)
-            else:
-                # A middle or end fragment without its beginning (we joined mid-message).
-                self._builder = None
-            fragments += 1
-            offset += aligned
+        offset, fragments = self.assembler.poll(term, start, end, fragment_limit, deliver)
         self.subscriber_position = position + (offset - start)
         self._clean_behind()
         return fragments
