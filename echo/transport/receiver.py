@@ -52,6 +52,7 @@ from echo.transport.logbuffer import (
     rebuild_offset,
 )
 from echo.transport.loss import LossDetector, RepairTimer
+from echo.transport.status import StatusScheduler
 from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
 
 Send = Callable[[bytes | memoryview, Address], bool]
@@ -60,14 +61,6 @@ Deliver = Callable[[bytes], None]
 #: the window a receiver offers is at most half a term: a sender may run that far past the
 #: consumption position, into the next term but never into the partition being cleaned
 _WINDOW_TERM_DIVISOR = 2
-#: a window update (an SM about consumption to a sender at the window's edge, or in answer to
-#: its probes) goes at most this often, so a slow reader does not send one per message
-_WINDOW_UPDATE_MIN_GAP = 0.001
-#: a status message once consumption has moved this fraction of the window (Aeron's receiver
-#: window threshold, window / 4) as a shift
-_SM_THRESHOLD_SHIFT = 2
-#: an unconfirmed window-opening SM is repeated with this backoff factor
-_CONFIRM_BACKOFF = 2
 #: the endpoint forgets cool-downs and elicitation times this often
 _CLEANUP_INTERVAL = 1.0
 #: the deadline heap is rebuilt when stale entries outnumber live ones by 2:1 plus this slack
@@ -75,11 +68,6 @@ _HEAP_SLACK = 64
 # i32 wrap of a term-id difference (compute_position, inlined on the per-datagram path)
 _I32_SIGN = 0x80000000
 _U32 = 0xFFFFFFFF
-# Heartbeats from one position closer together than this are a blocked sender's probes
-# (sender.py backs them off from 2 ms; idle heartbeats come every 100 ms or more).
-_PROBE_REPEAT = 0.05
-_HEADER_FIELDS = DATA_HEADER_STRUCT.unpack_from
-_ALIGN = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
 
 
 class ImageState(enum.Enum):
@@ -138,28 +126,17 @@ class PublicationImage:
         self.subscriber_position = join
         self.rebuild_position = join
         self.hwm = join
-        self.last_sm_position = join
-        # What the SM before the last one let the sender send up to: a sender that probes at
-        # that edge never got our last SM (see on_data).
-        self._previous_grant = join + self.window
-        # The last heartbeat: where and when (two from one position in quick succession are a
-        # blocked sender's probes).
-        self._heartbeat_position = -1
-        self._heartbeat_time = -math.inf
-        #: the window edge a blocked sender waits at until it hears of our latest SM
-        self._unconfirmed_edge: int | None = None
-        self._confirm_delay = 0.0
+        self.status = StatusScheduler(
+            join, self.window, mtu, self.timers.status_message_interval, now
+        )
         self._join_term = join >> self.bits
         self._subscriber_term = self._join_term
         self.state = ImageState.ACTIVE
         self.eos_position: int | None = None
         self._last_packet = now
-        self._sm_deadline = now  # the first SM goes out at once: it is what connects the sender
-        # Known gaps (position, length) -> when to NAK them next; rescanned only after new data.
         # Gaps and when to NAK them; the repair time NAK retries wait for (loss.py).
         self.repair = RepairTimer(self.timers)
         self.loss = LossDetector(self.timers, self.rng, is_group, self.repair)
-        self._last_window_update = -math.inf
         # Anti-amplification: the source of a SETUP is not validated (it may be forged), so
         # the image never sends it more bytes than it has received from it.
         self.budgeted = budgeted
@@ -192,7 +169,9 @@ class PublicationImage:
             (((term_id - self.initial_term_id + _I32_SIGN) & _U32) - _I32_SIGN)
             << self.bits
         ) + term_offset
-        window_end = self.last_sm_position + self.term_length // _WINDOW_TERM_DIVISOR
+        status = self.status
+        sm_position = status.last_sm_position
+        window_end = sm_position + self.term_length // _WINDOW_TERM_DIVISOR
         if heartbeat:
             self.counters.heartbeats_received += 1
             if self.subscriber_position <= position <= window_end:
@@ -201,29 +180,10 @@ class PublicationImage:
                     self.loss.dirty = True
                 if flags == BEGIN_END_AND_EOS_FLAGS:
                     self.eos_position = position
-            edge = position + self.mtu
-            probing = (
-                position == self._heartbeat_position
-                and now - self._heartbeat_time < _PROBE_REPEAT
-            )
-            self._heartbeat_position = position
-            self._heartbeat_time = now
-            if (
-                edge >= self.last_sm_position + self.window
-                or edge >= self._previous_grant
-                or probing
-            ):
-                # The sender idles at the edge of the window we gave it, or of the one before
-                # (then our last SM, which moved it, was lost), or it probes again and again
-                # from one position (a blocked sender backs its probes off from 2 ms; an idle
-                # one beats every 100 ms or more): it waits for an SM, perhaps after several
-                # were lost. Answer now (at most once a millisecond), not at the periodic SM.
-                self._sm_deadline = min(
-                    self._sm_deadline, max(now, self._last_window_update + _WINDOW_UPDATE_MIN_GAP)
-                )
+            status.on_heartbeat(position, now)
             return True
         length = len(packet)
-        if position < self.last_sm_position:
+        if position < sm_position:
             self.counters.flow_control_underruns += 1
             return True
         if position + length > window_end:
@@ -241,8 +201,7 @@ class PublicationImage:
         end = position + length
         if end > self.hwm:
             self.hwm = end
-            if self._unconfirmed_edge is not None and end > self._unconfirmed_edge:
-                self._unconfirmed_edge = None  # the sender has our SM: it sends beyond
+            status.on_new_data(end)
         if position <= self.rebuild_position:
             if whole_data and end > self.rebuild_position:
                 self.rebuild_position = end
@@ -252,14 +211,14 @@ class PublicationImage:
         return (
             self.rebuild_position < self.hwm
             or bool(self.loss.gaps)
-            or now >= self._sm_deadline
+            or now >= status.deadline
             or self.eos_position is not None
         )
 
     def on_setup(self, now: float) -> None:
         # A repeated SETUP means our SM was lost: answer soon.
         self._last_packet = now
-        self._sm_deadline = min(self._sm_deadline, now)
+        self.status.on_setup(now)
 
     def _advance_rebuild(self) -> None:
         while self.rebuild_position < self.hwm:
@@ -360,48 +319,20 @@ class PublicationImage:
             self.loss.clear()
 
         consumption = self.subscriber_position
-        if not self.starved and (
-            now >= self._sm_deadline or self._window_update_due(consumption, now)
-        ):
+        status = self.status
+        if not self.starved and status.due(consumption, self.hwm, now):
             if self._send(self._status_message(), send):
                 counters.status_messages_sent += 1
-                old_grant = self.last_sm_position + self.window
-                if consumption + self.window > old_grant:
-                    self._previous_grant = old_grant  # (a repeat of the same grant is not news)
-                self.last_sm_position = consumption
-                self._last_window_update = now
-                interval = self.timers.status_message_interval
-                if consumption + self.window > old_grant and self.hwm + self.mtu >= old_grant:
-                    # This SM frees a sender that used up its window. If it is lost, the
-                    # sender waits for it: repeat it after a repair time (backing off) until
-                    # data from beyond the old edge shows it arrived.
-                    self._unconfirmed_edge = old_grant
-                    self._confirm_delay = self.repair.retry_delay()
-                elif self._unconfirmed_edge is not None:
-                    self._confirm_delay = min(_CONFIRM_BACKOFF * self._confirm_delay, interval)
-                if self._unconfirmed_edge is not None:
-                    interval = min(interval, self._confirm_delay)
-                self._sm_deadline = now + interval
+                status.sent(consumption, self.hwm, now, self.repair.retry_delay())
+
+    @property
+    def last_sm_position(self) -> int:
+        """The consumption position our last status message reported."""
+        return self.status.last_sm_position
 
     def status_message_due(self) -> bool:
         """Has consumption moved far enough that the sender should hear of it now?"""
-        progress = self.subscriber_position - self.last_sm_position
-        return progress >= self.window >> _SM_THRESHOLD_SHIFT or (
-            progress > 0 and self.hwm + self.mtu >= self.last_sm_position + self.window
-        )
-
-    def _window_update_due(self, consumption: int, now: float) -> bool:
-        progress = consumption - self.last_sm_position
-        if progress <= 0:
-            return False
-        if progress >= self.window >> _SM_THRESHOLD_SHIFT:
-            return True
-        # The sender has used (nearly) all the window we gave it and is waiting: tell it about
-        # what we consumed now rather than at the next periodic SM (TCP's window update).
-        # At most one such SM per millisecond, so a slow reader does not send one per message.
-        return self.hwm + self.mtu >= self.last_sm_position + self.window and (
-            now >= self._last_window_update + _WINDOW_UPDATE_MIN_GAP
-        )
+        return self.status.threshold_reached(self.subscriber_position, self.hwm)
 
     def _detect_loss(self, now: float, send: Send) -> None:
         loss = self.loss
@@ -452,7 +383,8 @@ class PublicationImage:
         liveness = self._last_packet + self.timers.liveness_timeout
         if self.starved:
             return liveness  # nothing can be sent before the source sends us more
-        deadline = min(self._sm_deadline, liveness)
+        status = self.status
+        deadline = min(status.deadline, liveness)
         if self.is_end_of_stream:
             return now
         if self.rebuild_position < self.hwm:
@@ -461,14 +393,10 @@ class PublicationImage:
             deadline = min(deadline, self.loss.next_deadline())
         elif self.loss.gaps:
             return now
-        if self._window_update_due(self.subscriber_position, now):
+        consumption = self.subscriber_position
+        if status.window_update_due(consumption, self.hwm, now):
             return now
-        if (
-            self.subscriber_position > self.last_sm_position
-            and self.hwm + self.mtu >= self.last_sm_position + self.window
-        ):
-            deadline = min(deadline, self._last_window_update + _WINDOW_UPDATE_MIN_GAP)
-        return deadline
+        return min(deadline, status.window_update_at(consumption, self.hwm))
 
     def say_goodbye(self, send: Send) -> None:
         """Repeat the end-of-stream SM for a lingering publisher (budgeted like any SM)."""
