@@ -137,6 +137,10 @@ class PublicationChannel:
                 delivered = delivered or state.delivered
                 await self._waiters.wait()
         delivered = delivered or state.delivered
+        if state.is_lingering:
+            # Out of time while waiting for the receivers' proof, everything sent: still say
+            # where the stream ends, or the receivers learn it only from their timeouts.
+            self.socket.endpoint.announce_end(state, self.socket.send)
         state.abort()
         self._driver.release_publication(self)
         return delivered

@@ -55,7 +55,9 @@ from echo.transport.loss import LossDetector, RepairTimer
 from echo.transport.status import StatusScheduler
 from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
 
-Send = Callable[[bytes | memoryview, Address], bool]
+#: sends one datagram; returns 1 if it left, 0 if it was lost on the way out (send error),
+#: or -1 (sender.WOULD_BLOCK): socket buffer full, nothing sent, try again later
+Send = Callable[[bytes | memoryview, Address], int]
 Deliver = Callable[[bytes], None]
 
 #: the window a receiver offers is at most half a term: a sender may run that far past the
@@ -180,7 +182,7 @@ class PublicationImage:
                     self.loss.dirty = True
                 if flags == BEGIN_END_AND_EOS_FLAGS:
                     self.eos_position = position
-            status.on_heartbeat(position, now)
+            status.on_heartbeat(position, self.subscriber_position, now)
             return True
         length = len(packet)
         if position < sm_position:
@@ -288,14 +290,14 @@ class PublicationImage:
         self.budget += size
         self.starved = False
 
-    def _send(self, datagram: bytes, send: Send) -> bool:
+    def _send(self, datagram: bytes, send: Send) -> int:
         if self.budgeted:
             if self.budget < len(datagram):
                 # Nothing more may go to this source until it sends us something: stop
                 # asking to be polled (the next datagram from it credits us and polls us).
                 self.counters.amplification_limited += 1
                 self.starved = True
-                return False
+                return -1
             self.budget -= len(datagram)
         return send(datagram, self.control_address)
 
@@ -308,8 +310,9 @@ class PublicationImage:
             return
         if self.is_end_of_stream:
             # Tell the sender we have it all and are going: it can stop lingering.
-            if self._send(self._status_message(SM_EOS_FLAG), send):
-                counters.status_messages_sent += 1
+            sent = self._send(self._status_message(SM_EOS_FLAG), send)
+            if sent > 0:
+                counters.status_messages_sent += sent
             self.state = ImageState.END_OF_STREAM
             return
 
@@ -321,8 +324,9 @@ class PublicationImage:
         consumption = self.subscriber_position
         status = self.status
         if not self.starved and status.due(consumption, self.hwm, now):
-            if self._send(self._status_message(), send):
-                counters.status_messages_sent += 1
+            sent = self._send(self._status_message(), send)
+            if sent >= 0:
+                counters.status_messages_sent += sent
                 status.sent(consumption, self.hwm, now, self.repair.retry_delay())
 
     @property
@@ -373,9 +377,9 @@ class PublicationImage:
                 length=length,
             )
             sent = self._send(nak.encode(), send)
-            if sent:
-                self.counters.naks_sent += 1
-            loss.nak_sent(gap, sent, now)
+            if sent >= 0:
+                self.counters.naks_sent += sent
+            loss.nak_sent(gap, sent >= 0, now)
 
     def next_deadline(self, now: float) -> float:
         if self.state is not ImageState.ACTIVE:
@@ -400,14 +404,16 @@ class PublicationImage:
 
     def say_goodbye(self, send: Send) -> None:
         """Repeat the end-of-stream SM for a lingering publisher (budgeted like any SM)."""
-        if self._send(self._status_message(SM_EOS_FLAG), send):
-            self.counters.status_messages_sent += 1
+        sent = self._send(self._status_message(SM_EOS_FLAG), send)
+        if sent > 0:
+            self.counters.status_messages_sent += sent
 
     def close(self, send: Send) -> None:
         """The subscription is going: tell the sender (an end-of-stream SM) and stop."""
         if self.state is ImageState.ACTIVE:
-            if self._send(self._status_message(SM_EOS_FLAG), send):
-                self.counters.status_messages_sent += 1
+            sent = self._send(self._status_message(SM_EOS_FLAG), send)
+            if sent > 0:
+                self.counters.status_messages_sent += sent
             self.state = ImageState.CLOSED
 
 
@@ -691,8 +697,9 @@ class ReceiveEndpoint:
                     group_tag=self.group_tag,
                     flags=SM_SETUP_FLAG,
                 ).encode()
-                if send(registration, self.control):
-                    counters.setup_elicitations_sent += 1
+                sent = send(registration, self.control)
+                if sent > 0:
+                    counters.setup_elicitations_sent += sent
         pending = self._pending
         if pending:
             for (session_id, stream_id), source in pending:
@@ -706,8 +713,9 @@ class ReceiveEndpoint:
                     group_tag=self.group_tag,
                     flags=SM_SETUP_FLAG,
                 ).encode()
-                if send(elicit, source):
-                    counters.setup_elicitations_sent += 1
+                sent = send(elicit, source)
+                if sent > 0:
+                    counters.setup_elicitations_sent += sent
             pending.clear()
         for finished in self._goodbyes:
             finished.say_goodbye(send)

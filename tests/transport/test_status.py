@@ -53,24 +53,24 @@ def test_a_sender_at_the_window_edge_gets_a_window_update_at_most_once_per_gap()
 def test_a_heartbeat_at_the_edge_pulls_the_sm_in() -> None:
     status = scheduler()
     status.sent(0, 0, 0.0, retry_delay=0.01)
-    status.on_heartbeat(WINDOW - MTU, now=0.05)  # the sender idles at the edge
+    status.on_heartbeat(WINDOW - MTU, 0, now=0.05)  # the sender idles at the edge
     assert status.deadline == pytest.approx(0.05)
 
 
 def test_an_idle_heartbeat_inside_the_window_does_not() -> None:
     status = scheduler()
     status.sent(0, 0, 0.0, retry_delay=0.01)
-    status.on_heartbeat(1000, now=0.05)
+    status.on_heartbeat(1000, 0, now=0.05)
     assert status.deadline == pytest.approx(INTERVAL)
 
 
 def test_repeated_probes_from_one_position_pull_the_sm_in() -> None:
     status = scheduler()
     status.sent(0, 0, 0.0, retry_delay=0.01)
-    status.on_heartbeat(1000, now=0.05)
-    status.on_heartbeat(1000, now=0.05 + PROBE_REPEAT * 2)  # an idle sender's next beat
+    status.on_heartbeat(1000, 0, now=0.05)
+    status.on_heartbeat(1000, 0, now=0.05 + PROBE_REPEAT * 2)  # an idle sender's next beat
     assert status.deadline == pytest.approx(INTERVAL)
-    status.on_heartbeat(1000, now=0.05 + PROBE_REPEAT * 2.5)  # a blocked sender's probe
+    status.on_heartbeat(1000, 0, now=0.05 + PROBE_REPEAT * 2.5)  # a blocked sender's probe
     assert status.deadline == pytest.approx(0.05 + PROBE_REPEAT * 2.5)
 
 
@@ -92,3 +92,15 @@ def test_a_window_opening_sm_is_repeated_until_data_from_beyond_the_old_edge() -
     status.on_new_data(WINDOW + 100)  # data beyond the old edge: the sender has the SM
     status.sent(WINDOW // 2, WINDOW + 100, 1.01, retry_delay=0.003)
     assert status.deadline == pytest.approx(1.01 + INTERVAL)
+
+
+def test_a_heartbeat_where_everything_is_consumed_is_answered_at_once() -> None:
+    # A closing publication waits for an SM that shows its tail consumed (the proof of
+    # delivery close() reports): a heartbeat at our consumed position, beyond what our last SM
+    # said, is answered now, not at the periodic SM.
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.on_heartbeat(1000, 500, now=0.05)  # not consumed yet: wait
+    assert status.deadline == pytest.approx(INTERVAL)
+    status.on_heartbeat(1000, 1000, now=0.06)
+    assert status.deadline == pytest.approx(0.06)
