@@ -44,7 +44,7 @@ def publication(mtu: int, run_segments: int) -> NetworkPublication:
     state.run_segments = run_segments
     # Open the window (as an SM would) without going through the connection handshake.
     state.sender_limit = 1 << 19
-    state._newest_sm = 0.0
+    state.liveness.newest_sm = 0.0
     return state
 
 
