@@ -325,51 +325,59 @@ class ReceiveEndpoint:
     # ---------------------------------------------------------------- output and timers
 
     def poll(self, now: float, send: Send) -> None:
-        counters = self.counters
         if self.control is not None and self.interests and now >= self._next_registration:
-            self._next_registration = now + self.timers.mdc_registration_interval
-            # Register (and stay registered) as a destination of the MDC publisher: session 0,
-            # stream 0, SETUP flag, window 0 (reference §3). It goes from this data socket, so
-            # the publisher learns the NAT mapping that leads back here. Not once every stream
-            # has its image: the images' own SMs, from this socket and receiver id, keep us a
-            # destination, and a registration would be one more datagram a second for nothing.
-            if not self._has_every_image():
-                registration = StatusMessage(
-                    session_id=0,
-                    stream_id=0,
-                    consumption_term_id=self._cookie[0],
-                    consumption_term_offset=self._cookie[1],
-                    receiver_window=0,
-                    receiver_id=self.receiver_id,
-                    group_tag=self.group_tag,
-                    flags=SM_SETUP_FLAG,
-                ).encode()
-                sent = send(registration, self.control)
-                if sent > 0:
-                    counters.setup_elicitations_sent += sent
-        pending = self._pending
-        if pending:
-            for (session_id, stream_id), source in pending:
-                elicit = StatusMessage(
-                    session_id=session_id,
-                    stream_id=stream_id,
-                    consumption_term_id=0,
-                    consumption_term_offset=0,
-                    receiver_window=0,
-                    receiver_id=self.receiver_id,
-                    group_tag=self.group_tag,
-                    flags=SM_SETUP_FLAG,
-                ).encode()
-                sent = send(elicit, source)
-                if sent > 0:
-                    counters.setup_elicitations_sent += sent
-            pending.clear()
+            self._register(now, send)
+        if self._pending:
+            self._elicit_setups(send)
         for finished in self._goodbyes:
             finished.say_goodbye(send)
         self._goodbyes.clear()
-        # Only images that received something or whose timer is due: an endpoint with many
-        # images (the all-clients channel under a flood of forged SETUPs) must not cost
-        # O(images) per datagram.
+        self._poll_images(now, send)
+        if now >= self._next_cleanup:
+            self._clean_up(now)
+
+    def _elicitation(self, session_id: int, stream_id: int, cookie: tuple[int, int]) -> bytes:
+        """A setup-eliciting SM (SETUP flag, window 0); session 0, stream 0 registers with an
+        MDC publisher (reference §3)."""
+        return StatusMessage(
+            session_id=session_id,
+            stream_id=stream_id,
+            consumption_term_id=cookie[0],
+            consumption_term_offset=cookie[1],
+            receiver_window=0,
+            receiver_id=self.receiver_id,
+            group_tag=self.group_tag,
+            flags=SM_SETUP_FLAG,
+        ).encode()
+
+    def _register(self, now: float, send: Send) -> None:
+        """Register (and stay registered) as a destination of the MDC publisher.
+
+        It goes from this data socket, so the publisher learns the NAT mapping that leads back
+        here. Not once every stream has its image: the images' own SMs, from this socket and
+        receiver id, keep us a destination, and a registration would be one more datagram a
+        second for nothing.
+        """
+        assert self.control is not None
+        self._next_registration = now + self.timers.mdc_registration_interval
+        if not self._has_every_image():
+            sent = send(self._elicitation(0, 0, self._cookie), self.control)
+            if sent > 0:
+                self.counters.setup_elicitations_sent += sent
+
+    def _elicit_setups(self, send: Send) -> None:
+        """Ask the sources of data without an image for their SETUP."""
+        counters = self.counters
+        for (session_id, stream_id), source in self._pending:
+            sent = send(self._elicitation(session_id, stream_id, (0, 0)), source)
+            if sent > 0:
+                counters.setup_elicitations_sent += sent
+        self._pending.clear()
+
+    def _poll_images(self, now: float, send: Send) -> None:
+        """Poll the images that received something or whose timer is due: an endpoint with
+        many images (the all-clients channel under a flood of forged SETUPs) must not cost
+        O(images) per datagram."""
         deadlines = self._deadlines
         heap = self._deadline_heap
         due = self._touched
@@ -380,33 +388,35 @@ class ReceiveEndpoint:
                 if deadlines.get(key) == deadline:
                     del deadlines[key]  # its entry is gone: whatever comes next is pushed
                     due.add(key)
-        if due:
-            self._touched = set()
-            for key in due:
-                image = self.images.get(key)
-                if image is None:
-                    deadlines.pop(key, None)
-                    continue
-                image.poll(now, send)
-                if image.state is not ImageState.ACTIVE:
-                    deadlines.pop(key, None)
-                    self._drop_image(key, image, image.state, now)
-                    continue
-                deadline = image.next_deadline(now)
-                if deadlines.get(key) != deadline:
-                    deadlines[key] = deadline
-                    heapq.heappush(heap, (deadline, key))
-            if len(heap) > 2 * len(deadlines) + _HEAP_SLACK:
-                # Mostly stale entries (deadlines that moved): rebuild from the live ones.
-                heap[:] = [(deadline, key) for key, deadline in deadlines.items()]
-                heapq.heapify(heap)
-        if now >= self._next_cleanup:
-            self._next_cleanup = now + _CLEANUP_INTERVAL
-            if self._cooldown:
-                self._cooldown = {k: t for k, t in self._cooldown.items() if t > now}
-                self._finished = {k: i for k, i in self._finished.items() if k in self._cooldown}
-            horizon = now - self.timers.setup_elicit_interval
-            self._elicited = {k: t for k, t in self._elicited.items() if t > horizon}
+        if not due:
+            return
+        self._touched = set()
+        for key in due:
+            image = self.images.get(key)
+            if image is None:
+                deadlines.pop(key, None)
+                continue
+            image.poll(now, send)
+            if image.state is not ImageState.ACTIVE:
+                deadlines.pop(key, None)
+                self._drop_image(key, image, image.state, now)
+                continue
+            deadline = image.next_deadline(now)
+            if deadlines.get(key) != deadline:
+                deadlines[key] = deadline
+                heapq.heappush(heap, (deadline, key))
+        if len(heap) > 2 * len(deadlines) + _HEAP_SLACK:
+            # Mostly stale entries (deadlines that moved): rebuild from the live ones.
+            heap[:] = [(deadline, key) for key, deadline in deadlines.items()]
+            heapq.heapify(heap)
+
+    def _clean_up(self, now: float) -> None:
+        self._next_cleanup = now + _CLEANUP_INTERVAL
+        if self._cooldown:
+            self._cooldown = {k: t for k, t in self._cooldown.items() if t > now}
+            self._finished = {k: i for k, i in self._finished.items() if k in self._cooldown}
+        horizon = now - self.timers.setup_elicit_interval
+        self._elicited = {k: t for k, t in self._elicited.items() if t > horizon}
 
     def _has_every_image(self) -> bool:
         """Does every stream subscribed to here have an image (a publication it hears)?"""

@@ -172,42 +172,8 @@ class SendEndpoint:
             return
         if isinstance(frame, StatusMessage):
             counters.status_messages_received += 1
-            if self.dynamic is not None:
-                if self.cookies is not None and not self.dynamic.contains(
-                    frame.receiver_id, source
-                ):
-                    if not self._admit(frame, source, len(data), now):
-                        return
-                outcome = self.dynamic.on_status_message(frame.receiver_id, source, now)
-                if outcome == "added":
-                    counters.destinations_added += 1
-                elif outcome == "refused":
-                    counters.destinations_refused += 1
-                    return
-                if frame.is_end_of_stream:
-                    if self.dynamic.remove_receiver(frame.receiver_id, source):
-                        counters.destinations_removed += 1
-                if frame.is_setup_eliciting:
-                    # A destination asks for a SETUP (it has just registered, or has no image
-                    # yet): answer that address at once, and it alone. Aeron marks every
-                    # publication for a SETUP to every destination at the next 100 ms tick:
-                    # a new receiver waited for it, and with a thousand destinations each
-                    # newcomer cost a thousand SETUPs.
-                    if frame.session_id == 0 and frame.stream_id == 0:
-                        wanted = list(self.publications.values())
-                    else:
-                        found = self.publications.get((frame.session_id, frame.stream_id))
-                        wanted = [found] if found is not None else []
-                    # A validated destination has shown it receives at `source`: no limit.
-                    # Without validation the source may be forged: at most the per-host rate
-                    # of replies to strangers.
-                    if self.cookies is not None or self.limiter.allow(str(source[0]), now):
-                        for each in wanted:
-                            if not each.is_done:
-                                self._replies.append((each.setup_frame(), source, "setups_sent"))
-                    else:
-                        counters.rate_limited += 1
-                    return
+            if self.dynamic is not None and not self._on_destination_sm(frame, source, data, now):
+                return
             if frame.session_id == 0 and frame.stream_id == 0:
                 if frame.is_setup_eliciting:
                     for each in self.publications.values():
@@ -240,6 +206,48 @@ class SendEndpoint:
         else:
             # DATA, SETUP and the rest flow towards subscriptions, never into a publication.
             counters.invalid("unexpected_on_send_channel")
+
+    def _on_destination_sm(
+        self, frame: StatusMessage, source: Address, data: bytes | memoryview, now: float
+    ) -> bool:
+        """Dynamic MDC: an SM (un)registers its source as a destination, and a setup-eliciting
+        one is answered with a SETUP to that address alone. False: nothing more to do."""
+        dynamic = self.dynamic
+        assert dynamic is not None
+        counters = self.counters
+        if self.cookies is not None and not dynamic.contains(frame.receiver_id, source):
+            if not self._admit(frame, source, len(data), now):
+                return False
+        outcome = dynamic.on_status_message(frame.receiver_id, source, now)
+        if outcome == "added":
+            counters.destinations_added += 1
+        elif outcome == "refused":
+            counters.destinations_refused += 1
+            return False
+        if frame.is_end_of_stream:
+            if dynamic.remove_receiver(frame.receiver_id, source):
+                counters.destinations_removed += 1
+        if not frame.is_setup_eliciting:
+            return True
+        # A destination asks for a SETUP (it has just registered, or has no image yet): answer
+        # that address at once, and it alone. Aeron marks every publication for a SETUP to
+        # every destination at the next 100 ms tick: a new receiver waited for it, and with a
+        # thousand destinations each newcomer cost a thousand SETUPs.
+        if frame.session_id == 0 and frame.stream_id == 0:
+            wanted = list(self.publications.values())
+        else:
+            found = self.publications.get((frame.session_id, frame.stream_id))
+            wanted = [found] if found is not None else []
+        # A validated destination has shown it receives at `source`: no limit. Without
+        # validation the source may be forged: at most the per-host rate of replies to
+        # strangers.
+        if self.cookies is not None or self.limiter.allow(str(source[0]), now):
+            for each in wanted:
+                if not each.is_done:
+                    self._replies.append((each.setup_frame(), source, "setups_sent"))
+        else:
+            counters.rate_limited += 1
+        return False
 
     def _validated(self, source: Address) -> bool:
         """May a NAK or RTTM from `source` make this endpoint send?
