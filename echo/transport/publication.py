@@ -451,13 +451,7 @@ class NetworkPublication:
                 counters.setups_sent += sent
 
         if self.retransmits:
-            for position, length in self.retransmits.due(now):
-                reached = self._send_range(position, position + length, emit)
-                if self.scanner.wire_datagrams:
-                    # One retransmit action (Aeron's unit: a NAK answered) that put something
-                    # on the wire; with no destination or a full buffer nothing was resent.
-                    counters.retransmits_sent += 1
-                    counters.retransmitted_bytes += reached - position
+            self._resend(now, emit)
 
         self.send_pending(now, emit)
         if self.liveness.expire(now):
@@ -481,23 +475,37 @@ class NetworkPublication:
         if (self.has_initial_connection or lingering) and (
             now >= self._last_send + self.timers.heartbeat_interval or now >= self._probe_at
         ):
-            probing = now >= self._probe_at
-            sent = emit(self._heartbeat(eos=self._announcing_end))
-            if sent >= 0:
-                self._last_send = now
-                self._probe_at = math.inf
-                counters.heartbeats_sent += sent
-                if probing and self._flow_blocked():
-                    # Still blocked on flow control: probe again, backing off.
-                    self._probe_delay = min(
-                        self._probe_delay * PROBE_BACKOFF, self.timers.heartbeat_interval
-                    )
-                    self._probe_at = now + self._probe_delay
+            self._send_heartbeat(now, emit)
 
         if lingering and (now >= self._linger_until or not self.liveness):
             # Linger ends early once every receiver has said goodbye (an end-of-stream SM):
             # until then keep announcing end-of-stream, in case those heartbeats were lost.
             self.state = PublicationState.CLOSED
+
+    def _resend(self, now: float, emit: Emit) -> None:
+        counters = self.counters
+        for position, length in self.retransmits.due(now):
+            reached = self._send_range(position, position + length, emit)
+            if self.scanner.wire_datagrams:
+                # One retransmit action (Aeron's unit: a NAK answered) that put something on
+                # the wire; with no destination or a full buffer nothing was resent.
+                counters.retransmits_sent += 1
+                counters.retransmitted_bytes += reached - position
+
+    def _send_heartbeat(self, now: float, emit: Emit) -> None:
+        """An idle heartbeat, a probe after data, or end-of-stream while lingering."""
+        probing = now >= self._probe_at
+        sent = emit(self._heartbeat(eos=self._announcing_end))
+        if sent >= 0:
+            self._last_send = now
+            self._probe_at = math.inf
+            self.counters.heartbeats_sent += sent
+            if probing and self._flow_blocked():
+                # Still blocked on flow control: probe again, backing off.
+                self._probe_delay = min(
+                    self._probe_delay * PROBE_BACKOFF, self.timers.heartbeat_interval
+                )
+                self._probe_at = now + self._probe_delay
 
     def _announce_end_due(self, now: float) -> bool:
         """May the lingering publication's heartbeats say end-of-stream now?
