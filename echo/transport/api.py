@@ -34,6 +34,7 @@ from echo.transport.sender import (
     NOT_CONNECTED,
     OFFER_RESULT_NAMES,
 )
+from echo.transport.sockets import SocketFactory, open_udp_socket
 from echo.transport.uri import UriError, parse_channel_uri
 
 __all__ = [
@@ -299,9 +300,14 @@ class Subscription:
 class Transport:
     """Publications and subscriptions over UDP, run by one driver (see `open_transport`)."""
 
-    def __init__(self, config: TransportConfig, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        config: TransportConfig,
+        nursery: trio.Nursery,
+        socket_factory: SocketFactory = open_udp_socket,
+    ) -> None:
         self.config = config
-        self._driver = Driver(config, nursery)
+        self._driver = Driver(config, nursery, socket_factory)
         self._closed = False
 
     @property
@@ -337,10 +343,16 @@ class Transport:
 
 
 @asynccontextmanager
-async def open_transport(config: TransportConfig | None = None) -> AsyncIterator[Transport]:
-    """Run a transport for the duration of the block; everything is closed on exit."""
+async def open_transport(
+    config: TransportConfig | None = None, *, socket_factory: SocketFactory = open_udp_socket
+) -> AsyncIterator[Transport]:
+    """Run a transport for the duration of the block; everything is closed on exit.
+
+    `socket_factory` opens the transport's UDP sockets (sockets.open_udp_socket): a test or a
+    demo can hand it one that loses datagrams, as a network would.
+    """
     async with trio.open_nursery() as nursery:
-        transport = Transport(config or TransportConfig(), nursery)
+        transport = Transport(config or TransportConfig(), nursery, socket_factory)
         nursery.start_soon(transport._driver.timer_loop)
         try:
             yield transport

@@ -68,8 +68,6 @@ class TransportConfig:
     #: replies to unvalidated sources (cookie challenges) per second and burst, per host
     unvalidated_reply_rate: float = 500.0
     unvalidated_reply_burst: float = 1000.0
-    #: test-only: drop this fraction of received datagrams at random, before parsing
-    test_receive_loss: float = 0.0
     seed: int | None = None
 
     def sender_timers(self) -> SenderTimers:

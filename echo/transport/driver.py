@@ -14,6 +14,7 @@ import heapq
 import itertools
 import math
 import random
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -31,9 +32,11 @@ from echo.transport.sockets import (
     DriverSocket,
     ReceiveSocket,
     SendSocket,
+    SocketFactory,
     TimerHandle,
     gro_segment,
     more_waiting,
+    open_udp_socket,
 )
 from echo.transport.validation import CookieJar, RateLimiter
 from echo.transport.wiring import (
@@ -59,12 +62,17 @@ _Heap = list[tuple[float, int, TimerHandle]]
 
 
 class Driver:
-    def __init__(self, config: TransportConfig, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        config: TransportConfig,
+        nursery: trio.Nursery,
+        socket_factory: SocketFactory = open_udp_socket,
+    ) -> None:
         self.config = config
+        self._socket_factory = socket_factory
         self.nursery = nursery
         self.counters = Counters()
         self.rng = random.Random(config.seed) if config.seed is not None else random.SystemRandom()
-        self._loss_rng = random.Random(config.seed)
         # Timers hold a socket through its `TimerHandle`, which a closed socket empties.
         self._heap: _Heap = []
         self._lend_checks: _Heap = []
@@ -111,6 +119,10 @@ class Driver:
         shut_down(self)
 
     # ---------------------------------------------------------------- sockets
+
+    def open_socket(self, bind: tuple[str, int], family: int) -> socket.socket:
+        config = self.config
+        return self._socket_factory(bind, family, config.socket_rcvbuf, config.socket_sndbuf)
 
     def register(self, udp: DriverSocket) -> None:
         self.endpoints[udp.key] = udp
@@ -355,19 +367,18 @@ class Driver:
         counters = self.counters
         counters.gro_batches_received += 1
         size = len(data)
-        if not self.config.test_receive_loss:
-            try:
-                count = endpoint.on_datagram_run(data, segment, source, now)
-            except Exception:  # as in _handle: count, log, go on
-                counters.invalid("internal_error")
-                _log.exception("datagram_handling_failed", source=str(source))
-                count = -1
-            if count > 0:
-                counters.datagrams_received += count
-                counters.bytes_received += size
-                return count
-            if count < 0:
-                return 0
+        try:
+            count = endpoint.on_datagram_run(data, segment, source, now)
+        except Exception:  # as in _handle: count, log, go on
+            counters.invalid("internal_error")
+            _log.exception("datagram_handling_failed", source=str(source))
+            count = -1
+        if count > 0:
+            counters.datagrams_received += count
+            counters.bytes_received += size
+            return count
+        if count < 0:
+            return 0
         handled = 0
         for start in range(0, size, segment):
             self._handle(endpoint, data[start : min(start + segment, size)], source, now)
@@ -384,10 +395,6 @@ class Driver:
         counters = self.counters
         counters.datagrams_received += 1
         counters.bytes_received += len(data)
-        loss = self.config.test_receive_loss
-        if loss and self._loss_rng.random() < loss:
-            counters.dropped_by_test_loss += 1
-            return
         try:
             endpoint.on_datagram(data, source, now)
         except Exception:  # a bug must not take the transport down: count, log, go on

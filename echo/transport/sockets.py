@@ -13,6 +13,7 @@ import errno
 import math
 import socket
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -75,11 +76,22 @@ def gro_segment(ancillary: list[tuple[int, int, bytes]], size: int) -> int:
     return size or 1
 
 
+#: opens a non-blocking UDP socket bound to (host, port): (bind, family, rcvbuf, sndbuf). The
+#: driver's only way to a socket, so a test can hand it one that loses, delays or records.
+SocketFactory = Callable[[tuple[str, int], int, int, int], socket.socket]
+
+
 def open_udp_socket(
-    bind: tuple[str, int], family: int, rcvbuf: int, sndbuf: int
+    bind: tuple[str, int],
+    family: int,
+    rcvbuf: int,
+    sndbuf: int,
+    sock: socket.socket | None = None,
 ) -> socket.socket:
-    """A non-blocking UDP socket bound to `bind`; a clear OSError if it cannot be."""
-    sock = socket.socket(family, socket.SOCK_DGRAM)
+    """A non-blocking UDP socket bound to `bind`; a clear OSError if it cannot be. `sock`: a
+    socket (of a subclass) to set up instead of a new plain one."""
+    if sock is None:
+        sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
         sock.setblocking(False)
         for option, size in ((socket.SO_RCVBUF, rcvbuf), (socket.SO_SNDBUF, sndbuf)):

@@ -21,7 +21,7 @@ from echo.transport.flow_control import make_flow_control
 from echo.transport.logbuffer import check_term_length
 from echo.transport.receiver import ReceiveEndpoint, StreamInterest
 from echo.transport.sender import NetworkPublication, SendEndpoint, SendMode
-from echo.transport.sockets import ReceiveSocket, SendSocket, open_udp_socket
+from echo.transport.sockets import ReceiveSocket, SendSocket
 from echo.transport.uri import ControlMode, UriAddress, UriError, parse_channel_uri
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ async def _send_socket(driver: Driver, uri_text: str) -> tuple[SendSocket, bool]
     udp = driver.endpoints.get(key)
     if not isinstance(udp, SendSocket):
         config = driver.config
-        sock = open_udp_socket(bind, family, config.socket_rcvbuf, config.socket_sndbuf)
+        sock = driver.open_socket(bind, family)
         endpoint = SendEndpoint(
             mode=mode,
             counters=driver.counters,
@@ -203,7 +203,7 @@ async def open_subscription(driver: Driver, channel: str, stream_id: int) -> Sub
         key = ("sub", object(), control)
     udp = driver.endpoints.get(key)
     if not isinstance(udp, ReceiveSocket):
-        sock = open_udp_socket(bind, family, config.socket_rcvbuf, config.socket_sndbuf)
+        sock = driver.open_socket(bind, family)
         endpoint = ReceiveEndpoint(
             counters=driver.counters,
             receiver_id=driver.ids.next_receiver_id(),

@@ -16,7 +16,6 @@ from echo.transport import (
     Image,
     Message,
     SendError,
-    TransportConfig,
     open_transport,
 )
 from echo.transport.frames import (
@@ -26,6 +25,7 @@ from echo.transport.frames import (
     Setup,
     StatusMessage,
 )
+from tests.transport.lossy import LossyNetwork
 
 STREAM = 1001
 
@@ -92,12 +92,15 @@ async def test_ten_thousand_random_messages_with_20_percent_loss() -> None:
     port = free_port()
     rng = random.Random(20261122)
     messages = [sized(i, rng.randint(1, 8192), rng) for i in range(10_000)]
-    config = TransportConfig(test_receive_loss=0.2, seed=7)
+    rx_net, tx_net = LossyNetwork(0.2, seed=7), LossyNetwork(0.2, seed=8)
     uri = channel(port, "term-length=1m")
     received: list[Message] = []
     started = time.monotonic()
     with trio.fail_after(120):
-        async with open_transport(config) as rx, open_transport(config) as tx:
+        async with (
+            open_transport(socket_factory=rx_net) as rx,
+            open_transport(socket_factory=tx_net) as tx,
+        ):
             sub = await rx.add_subscription(uri, STREAM)
             pub = await tx.add_publication(uri, STREAM)
             await pub.wait_connected(timeout=5)
@@ -116,7 +119,7 @@ async def test_ten_thousand_random_messages_with_20_percent_loss() -> None:
     assert len(received) == len(messages)
     for index, (want, have) in enumerate(zip(messages, received, strict=True)):
         assert have.data == want, f"message {index} differs"
-    assert rx_counters["dropped_by_test_loss"] > 0 and tx_counters["dropped_by_test_loss"] > 0
+    assert rx_net.dropped > 0 and tx_net.dropped > 0
     assert rx_counters["naks_sent"] > 0 and tx_counters["retransmits_sent"] > 0
 
 
@@ -125,10 +128,12 @@ async def test_term_rotation_and_term_id_wrap_over_sockets() -> None:
     rng = random.Random(5)
     messages = [sized(i, rng.randint(1, 8192), rng) for i in range(400)]
     uri = channel(port, "term-length=64k|init-term-id=2147483646")
-    config = TransportConfig(test_receive_loss=0.1, seed=11)
     received: list[Message] = []
     with trio.fail_after(60):
-        async with open_transport(config) as rx, open_transport(config) as tx:
+        async with (
+            open_transport(socket_factory=LossyNetwork(0.1, seed=11)) as rx,
+            open_transport(socket_factory=LossyNetwork(0.1, seed=12)) as tx,
+        ):
             sub = await rx.add_subscription(uri, STREAM)
             pub = await tx.add_publication(uri, STREAM)
             assert pub.term_length == 65536 and pub.max_message_length == 8192
