@@ -22,7 +22,13 @@ from echo.transport.logbuffer import check_term_length
 from echo.transport.receiver import ReceiveEndpoint, StreamInterest
 from echo.transport.sender import NetworkPublication, SendEndpoint, SendMode
 from echo.transport.sockets import ReceiveSocket, SendSocket
-from echo.transport.uri import ControlMode, UriAddress, UriError, parse_channel_uri
+from echo.transport.uri import (
+    ChannelUri,
+    ControlMode,
+    UriAddress,
+    UriError,
+    parse_channel_uri,
+)
 
 if TYPE_CHECKING:
     import random
@@ -100,6 +106,17 @@ def _wildcard(family: int) -> tuple[str, int]:
     return ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
 
 
+def _refuse_response_channels(uri: ChannelUri) -> None:
+    # The URI and the frames (RSP_SETUP, SETUP_SEND_RESPONSE_FLAG) are Aeron 1.48's; the
+    # matching of responses to requests is not built yet, and a channel that half works
+    # would look connected to a peer that waits for its RSP_SETUP.
+    if uri.is_response or uri.response_correlation_id is not None:
+        raise UriError(
+            f"{uri.build()}: response channels (control-mode=response,"
+            " response-correlation-id) are not supported by this transport yet"
+        )
+
+
 def _sessions_taken(driver: Driver) -> set[int]:
     return {publication.session_id for publication in driver.publications()}
 
@@ -150,6 +167,7 @@ async def _send_socket(driver: Driver, uri_text: str) -> tuple[SendSocket, bool]
 async def open_publication(driver: Driver, channel: str, stream_id: int) -> PublicationChannel:
     uri = parse_channel_uri(channel)
     uri.check_publication()
+    _refuse_response_channels(uri)
     config = driver.config
     term_length = uri.term_length or config.term_length
     check_term_length(term_length)
@@ -190,6 +208,7 @@ async def open_publication(driver: Driver, channel: str, stream_id: int) -> Publ
 async def open_subscription(driver: Driver, channel: str, stream_id: int) -> SubscriptionChannel:
     uri = parse_channel_uri(channel)
     uri.check_subscription()
+    _refuse_response_channels(uri)
     config = driver.config
     control: tuple[str, int] | None = None
     family: int = socket.AF_INET
