@@ -94,7 +94,7 @@ def _check_port(_instance: object, _attribute: object, port: int) -> None:
 
 
 @attrs.frozen
-class Address:
+class UriAddress:
     """A UDP address as written in a URI. IPv6 hosts are stored without brackets; port 0 means
     an ephemeral port (a subscription with no endpoint binds one)."""
 
@@ -241,8 +241,8 @@ class ChannelUri:
     Construct it directly or with `parse_channel_uri`; values are range-checked either way, so
     `parse_channel_uri(uri.build()) == uri` for every instance."""
 
-    endpoint: Address | None = None
-    control: Address | None = None
+    endpoint: UriAddress | None = None
+    control: UriAddress | None = None
     control_mode: ControlMode | None = None
     reliable: bool = True
     session_id: int | None = attrs.field(default=None, validator=_optional(_int32_problem))
@@ -375,7 +375,7 @@ def _shorten(text: str) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _parse_address(value: str) -> Address:
+def _parse_address(value: str) -> UriAddress:
     """host:port, [ipv6]:port. Raises UriError with the reason only (caller adds context)."""
     if value.startswith("["):
         close = value.find("]")
@@ -398,7 +398,7 @@ def _parse_address(value: str) -> Address:
     problem = _host_problem(host)
     if problem is not None:
         raise UriError(f"bad host {host!r}: {problem}")
-    return Address(host, int(port_text))
+    return UriAddress(host, int(port_text))
 
 
 def _parse_int(value: str, low: int, high: int, what: str) -> int:

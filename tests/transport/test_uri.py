@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from echo.transport.uri import (
     MAX_URI_LENGTH,
     SUPPORTED_PARAMS,
-    Address,
     ChannelUri,
     ControlMode,
     FlowControlSpec,
+    UriAddress,
     UriError,
     parse_channel_uri,
     parse_flow_control,
@@ -32,7 +32,7 @@ def error_of(text: str) -> str:
 def test_minimal_uri_has_defaults() -> None:
     assert parse_channel_uri("aeron:udp") == ChannelUri()
     assert parse_channel_uri("aeron:udp?endpoint=127.0.0.1:9000") == ChannelUri(
-        endpoint=Address("127.0.0.1", 9000)
+        endpoint=UriAddress("127.0.0.1", 9000)
     )
 
 
@@ -43,8 +43,8 @@ def test_every_param() -> None:
         "|linger=250ms|rcv-wnd=128k|nak-delay=100us|fc=tagged,g:1001/3,t:2s|gtag=-9000000000"
     )
     assert uri == ChannelUri(
-        endpoint=Address("10.0.0.1", 9000),
-        control=Address("fe80::1", 9001),
+        endpoint=UriAddress("10.0.0.1", 9000),
+        control=UriAddress("fe80::1", 9001),
         control_mode=ControlMode.DYNAMIC,
         reliable=False,
         session_id=-17,
@@ -96,25 +96,25 @@ def test_valid_mtu(mtu: str) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("127.0.0.1:0", Address("127.0.0.1", 0)),
-        ("0.0.0.0:65535", Address("0.0.0.0", 65535)),
-        ("[::1]:9000", Address("::1", 9000)),
-        ("[::]:0", Address("::", 0)),
-        ("[fe80::1%eth0]:40123", Address("fe80::1%eth0", 40123)),
-        ("localhost:9000", Address("localhost", 9000)),
-        ("echo-server.example.com:20121", Address("echo-server.example.com", 20121)),
+        ("127.0.0.1:0", UriAddress("127.0.0.1", 0)),
+        ("0.0.0.0:65535", UriAddress("0.0.0.0", 65535)),
+        ("[::1]:9000", UriAddress("::1", 9000)),
+        ("[::]:0", UriAddress("::", 0)),
+        ("[fe80::1%eth0]:40123", UriAddress("fe80::1%eth0", 40123)),
+        ("localhost:9000", UriAddress("localhost", 9000)),
+        ("echo-server.example.com:20121", UriAddress("echo-server.example.com", 20121)),
     ],
 )
-def test_addresses(text: str, expected: Address) -> None:
+def test_addresses(text: str, expected: UriAddress) -> None:
     assert parse_channel_uri(f"aeron:udp?endpoint={text}").endpoint == expected
     assert parse_channel_uri(f"aeron:udp?control={text}").control == expected
     assert str(expected) == text
 
 
 def test_address_str_brackets_ipv6_only() -> None:
-    assert str(Address("::1", 9000)) == "[::1]:9000"
-    assert str(Address("1.2.3.4", 5)) == "1.2.3.4:5"
-    assert str(Address("host", 5)) == "host:5"
+    assert str(UriAddress("::1", 9000)) == "[::1]:9000"
+    assert str(UriAddress("1.2.3.4", 5)) == "1.2.3.4:5"
+    assert str(UriAddress("host", 5)) == "host:5"
 
 
 @pytest.mark.parametrize(
@@ -360,7 +360,7 @@ hosts = st.sampled_from(
         "echo.example.org",
     ]
 )
-addresses = st.builds(Address, hosts, st.integers(0, 65535))
+addresses = st.builds(UriAddress, hosts, st.integers(0, 65535))
 durations = st.integers(0, 10**12).map(lambda ns: ns / 1e9)
 flow_controls = st.one_of(
     st.builds(FlowControlSpec, st.just("max")),
@@ -436,11 +436,11 @@ def test_durations_snap_to_nanoseconds() -> None:
 
 def test_direct_construction_is_validated() -> None:
     with pytest.raises(UriError, match="port"):
-        Address("1.2.3.4", 70000)
+        UriAddress("1.2.3.4", 70000)
     with pytest.raises(UriError, match="host"):
-        Address("a|b", 1)
+        UriAddress("a|b", 1)
     with pytest.raises(UriError, match="host"):
-        Address("[::1]", 1)
+        UriAddress("[::1]", 1)
     with pytest.raises(UriError, match="mtu"):
         ChannelUri(mtu=100)
     with pytest.raises(UriError, match="term_length"):
@@ -610,7 +610,7 @@ def test_echo_subscription_channels(text: str) -> None:
 
 def test_echo_duologue_channel_fields() -> None:
     uri = parse_channel_uri(ECHO_SUBSCRIPTIONS[3])
-    assert uri.control == Address("5.6.7.8", 9011)
+    assert uri.control == UriAddress("5.6.7.8", 9011)
     assert uri.control_mode is ControlMode.DYNAMIC
     assert uri.endpoint is None  # ephemeral data port on the client
     assert uri.session_id == 1234567
