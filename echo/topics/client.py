@@ -583,9 +583,12 @@ async def resolve(servers: Sequence[str]) -> dict[str, Address]:
     out: dict[str, Address] = {}
     for server in servers:
         host, port = split_server(server)
-        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+        try:
+            infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+        except OSError as error:
+            raise OSError(f"cannot resolve server {server}: {error.strerror or error}") from None
         if not infos:
-            raise OSError(f"cannot resolve {host}")
+            raise OSError(f"cannot resolve server {server}")
         infos.sort(key=lambda info: info[0] != socket.AF_INET)
         address = infos[0][4]
         out[server] = (str(address[0]), int(address[1]))
