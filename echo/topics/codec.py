@@ -82,6 +82,8 @@ _LITERAL_RE = re.compile(rb"[A-Za-z0-9\-._~/:@]*")
 _ID_RE = re.compile(rb"[A-Za-z0-9_\-]{1,32}")
 _COOKIE_RE = re.compile(rb"[0-9]{1,20}\.[0-9a-f]{24}")
 _NONCE_RE = re.compile(rb"[0-9a-f]{1,32}")
+_SMALL_RE = re.compile(rb"[0-9]{1,3}")
+_LIFE_RE = re.compile(rb"[0-9]{1,9}(\.[0-9]{1,6})?")
 
 
 class CodecError(ValueError):
@@ -210,23 +212,22 @@ def _parse_control(line: bytes, whole: bytes) -> Line:
     fields = line.split(b" ")
     verb = fields[0]
     args = fields[1:]
-    try:
-        if verb == b"!confirm" and len(args) in (1, 2):
+    if verb == b"!confirm":
+        if len(args) in (1, 2):
             work = args[1] if len(args) == 2 else b""
             if _COOKIE_RE.fullmatch(args[0]) and (not work or _NONCE_RE.fullmatch(work)):
                 return Confirm(args[0], work)
-        elif verb == b"!cookie" and len(args) == 2:
-            if _COOKIE_RE.fullmatch(args[0]) and args[1].isdigit() and len(args[1]) <= 3:
-                return Cookie(args[0], int(args[1]))
-        elif verb == b"!life" and len(args) == 1:
-            if len(args[0]) <= 12 and re.fullmatch(rb"[0-9]+(\.[0-9]+)?", args[0]):
-                return Life(float(args[0]))
-        elif verb == b"!pad" and len(args) <= 1:
+    elif verb == b"!cookie":
+        if len(args) == 2 and _COOKIE_RE.fullmatch(args[0]) and _SMALL_RE.fullmatch(args[1]):
+            return Cookie(args[0], int(args[1]))
+    elif verb == b"!life":
+        if len(args) == 1 and _LIFE_RE.fullmatch(args[0]):
+            return Life(float(args[0]))
+    elif verb == b"!pad":
+        if len(args) <= 1:
             return Pad()
-        else:
-            return Malformed("unknown_control", whole)
-    except ValueError:  # pragma: no cover - the regexes above admit only numbers
-        pass
+    else:
+        return Malformed("unknown_control", whole)
     return Malformed("bad_control", whole)
 
 
