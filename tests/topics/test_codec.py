@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -136,7 +138,7 @@ def test_pack_keeps_order_and_fits_every_datagram(topics: list[bytes], size: int
     assert all(len(d) <= size for d in datagrams)
     assert b"".join(datagrams) == b"".join(lines)
     # Greedy: two neighbouring datagrams could not have been one.
-    for first, second in zip(datagrams, datagrams[1:], strict=False):
+    for first, second in itertools.pairwise(datagrams):
         assert len(first) + len(second.split(b"\n", 1)[0]) + 1 > size
 
 

@@ -132,7 +132,7 @@ def test_lapse_is_exact_even_without_a_timer_call() -> None:
 def test_fifo_table_evicts_the_oldest_and_estimates_the_lifetime() -> None:
     core = TopicServerCore(ServerConfig(lifetime=60, table_size=3))
     for i in range(3):
-        reply = subscribe(core, ("10.0.1.%d" % i, 1000), [b"t"], now=float(i * 10))
+        reply = subscribe(core, (f"10.0.1.{i}", 1000), [b"t"], now=float(i * 10))
         # N until the table is full; then the oldest entry's age (20 s at t = 20).
         expected = 60.0 if i < 2 else 20.0
         assert parse_line(reply[0][0].split(b"\n")[0]) == Life(expected)
@@ -209,7 +209,7 @@ def test_per_source_rate_limit() -> None:
 def test_the_rate_limiter_forgets_the_least_recent_sources() -> None:
     core = TopicServerCore(ServerConfig(max_sources=10))
     for i in range(100):
-        core.on_datagram(b"t m\n", ("10.1.0.%d" % i, 1), 1.0)
+        core.on_datagram(b"t m\n", (f"10.1.0.{i}", 1), 1.0)
     assert len(core._buckets) == 10
 
 
