@@ -23,7 +23,7 @@ import heapq
 import random
 import socket
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -507,6 +507,13 @@ class TopicClient:
         """Until each of ``topics`` is confirmed by ``servers`` of its servers (default all)."""
         async with self._changed:
             while not all(self._subscribed(topic, servers) for topic in topics):
+                await self._changed.wait()
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Until ``predicate()`` (about this client's state) holds; checked whenever datagrams
+        have been handled."""
+        async with self._changed:
+            while not predicate():
                 await self._changed.wait()
 
     async def wait_sent(self) -> None:

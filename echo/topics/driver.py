@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import math
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -69,6 +70,13 @@ class TopicServer:
         self.receive_errors = 0
         self.bound: Address | None = None
         self._log = structlog.get_logger("echo.topics")
+        self._turned = trio.Event()
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Until ``predicate()`` (about this server's state) holds; checked after every turn
+        of the loop, which is when the state changes."""
+        while not predicate():
+            await self._turned.wait()
 
     @property
     def counters(self) -> dict[str, Any]:
@@ -129,6 +137,8 @@ class TopicServer:
             if now >= next_stats:
                 next_stats = now + self.stats_interval
                 self._emit("topics_counters", **self.counters)
+            self._turned.set()
+            self._turned = trio.Event()
             await trio.lowlevel.checkpoint()
 
     async def _send(self, sock: socket.socket, datagrams: list[tuple[bytes, Address]]) -> None:

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 import trio
 
-from echo.topics import ClientConfig, ServerConfig, TopicServer, open_topic_client
+from echo.topics import ClientConfig, ServerConfig, TopicClient, TopicServer, open_topic_client
 from echo.topics.codec import format_publish
 from echo.topics.events import TopicEvents
 
 
-async def until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    """Wait for a condition the drivers change from other tasks (bounded)."""
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.005)
+async def until(party: TopicServer | TopicClient, predicate: Callable[[], bool]) -> None:
+    """Wait (bounded) for a condition of a server's or client's state."""
+    with trio.fail_after(10):
+        await party.wait_until(predicate)
 
 
 @pytest.fixture
@@ -56,7 +55,8 @@ async def test_publish_reaches_every_subscriber_once(servers: list[TopicServer])
                 got = {(m.topic, m.data) for m in [await sub.receive(), await sub.receive()]}
             assert got == {(b"lobby/eu", b"room\n1 \x00\xff"), (b"spectate/42", b"frame")}
         # 2 messages x K = 2 servers x 3 copies = 12 arrive, 10 of them duplicates.
-        await until(lambda: a.counters["duplicates"] == 10 and b.counters["duplicates"] == 10)
+        await until(a, lambda: a.counters["duplicates"] == 10)
+        await until(b, lambda: b.counters["duplicates"] == 10)
         assert a.counters["messages_received"] == 2
 
 
@@ -73,11 +73,11 @@ async def test_subscription_lapses_n_seconds_after_the_last_refresh_end_to_end(
         with trio.fail_after(10):
             await sub.wait_subscribed("t")
         # Refreshed every N/M = 0.5 s: still subscribed after 2 N.
-        await until(lambda: server.core.counters.subscriptions_refreshed >= 6)
+        await until(server, lambda: server.core.counters.subscriptions_refreshed >= 6)
         assert server.core.subscription_count == 1
         sub.unsubscribe("t")
         (last_refresh,) = server.core.order.values()
-        await until(lambda: server.core.subscription_count == 0)
+        await until(server, lambda: server.core.subscription_count == 0)
         lapsed_at = trio.current_time()
         assert server.core.counters.subscriptions_expired == 1
         # Never before N after the last refresh, and by a timer, not by the next datagram.
@@ -85,7 +85,7 @@ async def test_subscription_lapses_n_seconds_after_the_last_refresh_end_to_end(
         assert lapsed_at < last_refresh + 2.0 + 1.0
         pub.publish("t", "after")
         await pub.wait_sent()
-        await until(lambda: server.core.counters.publishes == 1)
+        await until(server, lambda: server.core.counters.publishes == 1)
         assert server.core.counters.deliveries == 0
 
 
@@ -98,7 +98,7 @@ async def test_garbage_is_counted_and_the_server_keeps_serving(servers: list[Top
         garbage = [b"", b"\n", b"%%%\n", b"a b c d\n", b"!nope\n", b"\xff" * 1000, b"x" * 60000]
         for datagram in garbage:
             await raw.sendto(datagram, server.bound)
-        await until(lambda: server.core.counters.datagrams_received == len(garbage))
+        await until(server, lambda: server.core.counters.datagrams_received == len(garbage))
         malformed = server.core.counters.malformed
         assert malformed["empty"] == 1 and malformed["bad_topic"] >= 1
         assert malformed["too_many_fields"] == 1 and malformed["unknown_control"] == 1
@@ -111,7 +111,9 @@ async def test_garbage_is_counted_and_the_server_keeps_serving(servers: list[Top
                 await client.wait_subscribed("still")
 
 
-async def test_events_are_json_lines_like_echo_servers(nursery: trio.Nursery, tmp_path: Path) -> None:
+async def test_events_are_json_lines_like_echo_servers(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
     path = tmp_path / "events.jsonl"
     events = TopicEvents(path, server_id="t1")
     server = TopicServer(ServerConfig(lifetime=0.5), events=events, stats_interval=0.2)
@@ -122,8 +124,8 @@ async def test_events_are_json_lines_like_echo_servers(nursery: trio.Nursery, tm
         with trio.fail_after(10):
             await client.wait_subscribed("news")
         client.unsubscribe("news")
-        await until(lambda: server.core.counters.subscriptions_expired == 1)
-        await until(lambda: '"topics_counters"' in path.read_text())
+        await until(server, lambda: server.core.counters.subscriptions_expired == 1)
+        await until(server, lambda: '"topics_counters"' in path.read_text())
     records = [json.loads(line) for line in path.read_text().splitlines()]
     kinds = [r["event"] for r in records]
     assert "subscription_added" in kinds and "subscription_expired" in kinds
