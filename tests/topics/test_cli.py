@@ -70,9 +70,7 @@ def test_every_option_is_explained(argv: list[str]) -> None:
         if option == "--help" or option == "--json":
             continue
         # The text after each option is more than its type.
-        found = re.search(
-            rf"^  (?:-\w, )?{option}\b(.*?)(?=^  -|\n\n)", result.stdout, re.M | re.S
-        )
+        found = re.search(rf"^  (?:-\w, )?{option}\b(.*?)(?=^  -|\n\n)", result.stdout, re.M | re.S)
         assert found is not None, option
         block = found.group(1)
         assert len(re.sub(r"\[[^]]*\]|[A-Z_]+ RANGE|FLOAT|INTEGER|TEXT|FILE", "", block)) > 20, (
