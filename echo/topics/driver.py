@@ -24,6 +24,10 @@ from echo.topics.server import Address, ServerConfig, TopicServerCore
 __all__ = ["TopicServer"]
 
 _READ_BUDGET = 256
+#: Stop draining the socket once this many datagrams wait to go out: one publish to 1,000
+#: subscribers is 1,000 sends, and 256 of them read at once would keep the loop (its timers,
+#: its other sources) waiting for a quarter of a million sends.
+_SEND_BUDGET = 2048
 _SOCKET_BUFFER = 4 * 1024 * 1024
 _RECEIVE_SIZE = 65536
 
@@ -128,6 +132,8 @@ class TopicServer:
                     self.receive_errors += 1
                     continue
                 core.on_datagram(view[:size].tobytes(), (source[0], source[1]), now)
+                if core.queued >= _SEND_BUDGET:
+                    break
             core.on_timer(now)
             await self._send(sock, core.datagrams_to_send())
             if core.events:

@@ -187,6 +187,11 @@ class TopicServerCore:
         oldest = next(iter(self.order.values()))
         return max(0.0, min(n, now - oldest))
 
+    @property
+    def queued(self) -> int:
+        """Datagrams waiting for ``datagrams_to_send`` (at least; lines may pack further)."""
+        return len(self._out) + len(self._pending)
+
     def next_deadline(self) -> float:
         """When the oldest subscription lapses (inf when there is none)."""
         if not self.order:
