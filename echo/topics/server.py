@@ -157,8 +157,8 @@ class TopicServerCore:
         self.order: OrderedDict[tuple[bytes, Address], float] = OrderedDict()
         self.events: list[tuple[str, dict[str, Any]]] = []
         self._out: list[tuple[bytes, Address]] = []
-        self._pending: dict[Address, list[bytes]] = {}
-        self._pending_size: dict[Address, int] = {}
+        #: what is queued for each subscriber: lines packed into one datagram as they come
+        self._pending: dict[Address, bytes] = {}
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
 
     # ---------------------------------------------------------------------------------------
@@ -363,20 +363,20 @@ class TopicServerCore:
             counters.publishes_too_large += 1
             return
         pending = self._pending
-        sizes = self._pending_size
+        queued_for = pending.get
+        out = self._out
         counters.deliveries += len(subscribers)
+        # The hot loop of a fan-out (once per subscriber per publish): no allocation when a
+        # subscriber has nothing queued, which is the usual case.
         for address in subscribers:
-            queued = pending.get(address)
+            queued = queued_for(address)
             if queued is None:
-                pending[address] = [line]
-                sizes[address] = size
-            elif sizes[address] + size > max_size:
-                self._out.append((b"".join(queued), address))
-                pending[address] = [line]
-                sizes[address] = size
+                pending[address] = line
+            elif len(queued) + size > max_size:
+                out.append((queued, address))
+                pending[address] = line
             else:
-                queued.append(line)
-                sizes[address] += size
+                pending[address] = queued + line
 
     def _send(self, datagram: bytes, address: Address) -> None:
         self._out.append((datagram, address))
@@ -388,14 +388,16 @@ class TopicServerCore:
         """Everything to send now, lines for one address packed into as few datagrams as fit."""
         out = self._out
         pending = self._pending
-        if pending:
-            out.extend([(b"".join(lines), address) for address, lines in pending.items()])
-            pending.clear()
-            self._pending_size.clear()
-        self._out = []
         counters = self.counters
+        if out:
+            counters.bytes_sent += sum([len(datagram) for datagram, _ in out])
+        if pending:
+            # zip and map run in C: this is once per subscriber per fan-out.
+            counters.bytes_sent += sum(map(len, pending.values()))
+            out.extend(zip(pending.values(), pending.keys(), strict=True))
+            pending.clear()
+        self._out = []
         counters.datagrams_sent += len(out)
-        counters.bytes_sent += sum([len(datagram) for datagram, _ in out])
         return out
 
 

@@ -35,6 +35,8 @@ def test_topics_bench_short_run(tmp_path: Path) -> None:
     (run,) = json.loads(out.read_text())["runs"]
     assert run["raw_rate"] > 0 and run["t1_rate"] > 0
     assert run["ratio"] == run["t1_rate"] / run["raw_rate"]
+    assert run["raw"]["per_cpu"] > 0 and run["t1"]["per_cpu"] > 0
+    assert run["ratio_per_cpu"] == run["t1"]["per_cpu"] / run["raw"]["per_cpu"]
     # Every datagram the server forwarded carried one message of the raw baseline's size.
     assert run["t1"]["size"] == run["raw"]["size"]
     assert run["t1"]["server_sent"] >= run["t1"]["publishes_handled"] * 50
