@@ -356,7 +356,9 @@ class ClientCore:
                 state.life = line.seconds
                 state.last_confirmed = now
                 state.retry = 0.0
-                interval = max(0.05, (line.seconds or self.config.lifetime))
+                # A full FIFO table may promise (almost) nothing; refreshing faster than once
+                # a second would not keep up with it either, only flood it.
+                interval = max(1.0, line.seconds)
                 state.next_refresh = now + interval / self.config.refresh_factor
                 confirmed = True
             elif kind is Malformed:

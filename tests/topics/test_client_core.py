@@ -256,3 +256,10 @@ def test_the_dedup_memory_is_bounded() -> None:
     assert len(core._seen) == 10
     core.on_datagram(b"t m late\n", "10.0.0.1:7400", 100.0)
     assert len(core._seen) == 1
+
+
+def test_a_lifetime_of_zero_does_not_make_the_client_spin() -> None:
+    core = ClientCore(["10.0.0.1:7400"], ClientConfig(k=1, refresh_factor=2))
+    core.subscribe([b"t"], 0.0)
+    core.on_datagram(b"!life 0\n", "10.0.0.1:7400", 1.0)
+    assert core.next_deadline() == pytest.approx(1.5)
