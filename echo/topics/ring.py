@@ -127,18 +127,25 @@ class HashRing:
         want = min(k, n)
         if want == 0:
             return []
-        hashes, owners = self._hashes, self._owners
-        total = len(hashes)
-        start = bisect.bisect_right(hashes, key_point(key))
+        owners = self._owners
+        total = len(owners)
+        start = bisect.bisect_right(self._hashes, key_point(key))
         seen: set[int] = set()
         out: list[str] = []
-        for step in range(total):
-            owner = owners[(start + step) % total]
-            if owner not in seen:
-                seen.add(owner)
-                out.append(self._servers[owner])
-                if len(out) == want:
-                    break
+        # Walk in slices rather than point by point: a slice and a plain for loop cost far
+        # less per point than indexing modulo the ring size, and most walks end in the first.
+        pos, walked, chunk = start, 0, 2 * want + 16
+        while walked < total:
+            take = min(chunk, total - walked, total - pos)
+            for owner in owners[pos : pos + take]:
+                if owner not in seen:
+                    seen.add(owner)
+                    out.append(self._servers[owner])
+                    if len(out) == want:
+                        return out
+            walked += take
+            pos = (pos + take) % total
+            chunk *= 2
         return out
 
 
