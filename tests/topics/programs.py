@@ -26,11 +26,17 @@ from echo.topics import ClientConfig, open_topic_client, parse_servers
 
 async def subscriber(args: argparse.Namespace) -> dict[str, object]:
     topics = args.topics.split(",")
-    async with open_topic_client(parse_servers(args.servers), ClientConfig(k=args.k)) as client:
+    config = ClientConfig(k=args.k, lifetime=args.lifetime, refresh_factor=args.refresh_factor)
+    async with open_topic_client(parse_servers(args.servers), config) as client:
         client.subscribe(*topics)
         with trio.fail_after(args.timeout):
             await client.wait_subscribed(*topics)
         print("ready", flush=True)
+        if args.hold:
+            # Stay subscribed (refreshing) until told to stop, then stop refreshing and say when.
+            await trio.to_thread.run_sync(sys.stdin.readline)
+            client.unsubscribe(*topics)
+            return {"stopped_at": time.time(), "counters": client.counters}
         messages: list[list[str]] = []
         with trio.move_on_after(args.timeout):
             while len(messages) < args.expect:
@@ -118,6 +124,9 @@ def main() -> None:
     parser.add_argument("--source", default="")
     parser.add_argument("--server", default="")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--hold", action="store_true")
+    parser.add_argument("--lifetime", type=float, default=30.0)
+    parser.add_argument("--refresh-factor", type=float, default=3.0)
     parser.add_argument("--payload", dest="payloads", action="append", default=[])
     args = parser.parse_args()
     if args.role == "subscriber":

@@ -7,10 +7,12 @@ who forges source addresses from the segment itself.
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -289,3 +291,53 @@ def test_amplification_for_unconfirmed_sources_is_at_most_one(
     final = events(tmp_path, 1)[-1]
     assert final["amplification"] <= 1.0 and final["cookies_withheld"] == 5
     assert final["bad_cookies"] == 5 and final["subscriptions"] == 0
+
+
+def test_a_subscription_lapses_n_seconds_after_its_last_refresh_across_nat(
+    nat_lab_factory: NatLabFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    lab = nat_lab_factory(sites=1, clients_per_site=1, prefix="etop")
+    n, m = 3.0, 3.0
+    servers = start_servers(lab, tmp_path, "--lifetime", str(n))
+    try:
+        sub, reader = start(
+            lab.sites[0].clients[0],
+            "tests.topics.programs",
+            "subscriber",
+            "--servers",
+            f"{SERVER_IPS[0]}:{PORT}",
+            "--k",
+            "1",
+            "--topics",
+            "presence/7",
+            "--hold",
+            "--lifetime",
+            str(n),
+            "--refresh-factor",
+            str(m),
+        )
+        assert reader.readline(timeout=60) == "ready"
+        # Refreshed every N/M = 1 s through the NAT for a while: still subscribed after 2 N.
+        time.sleep(2 * n)
+        kinds = [e["event"] for e in events(tmp_path, 0)]
+        assert "subscription_added" in kinds and "subscription_expired" not in kinds
+        assert sub.stdin is not None
+        sub.stdin.write(b"stop\n")
+        sub.stdin.flush()
+        stopped_at = result_of(sub, reader)["stopped_at"]
+        deadline = time.monotonic() + 3 * n
+        while time.monotonic() < deadline:
+            expired = [e for e in events(tmp_path, 0) if e["event"] == "subscription_expired"]
+            if expired:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the subscription never lapsed")
+    finally:
+        for process in servers:
+            stop(process)
+    lapsed_at = datetime.datetime.fromisoformat(expired[0]["ts"]).timestamp()
+    # The last refresh went out at most N/M before the stop: the lapse comes N after it.
+    print(f"lapsed {lapsed_at - stopped_at:.2f} s after the last chance to refresh (N = {n})")
+    assert n - n / m - 0.2 <= lapsed_at - stopped_at <= n + 0.5
