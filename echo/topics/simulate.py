@@ -224,7 +224,9 @@ class Results:
     random_sizes: tuple[int, int]  # R's r = sqrt(N) and the r that reaches 99.9 %
     costs: dict[str, dict[str, float]]  # mode -> per-unit server work
     flood: list[tuple[int, float, Estimate]]
-    lists: list[tuple[float, float, Estimate, float, Estimate, float, Estimate]]
+    lists: list[
+        tuple[float, float, Estimate, float, Estimate, float, Estimate]
+    ]  # see _differing_lists
     real_rings: Estimate | None  # overlap / K with real per-client rings at x = 10 %
     seconds: float
 
@@ -286,135 +288,154 @@ def _lazy_list(missing: float, rng: random.Random) -> Callable[[str], bool]:
     return holds
 
 
-def run(params: Params, progress: Callable[[str], None] | None = None) -> Results:
-    say = progress or (lambda _m: None)
-    t0 = time.monotonic()
-    p = params
-    rng = random.Random(p.seed)
-    names = server_names(p.servers)
-    say(f"building the ring: {p.servers} servers x {p.points_per_server} points")
-    ring = HashRing(names, p.points_per_server)
-    topic_no = 0
+Targets = tuple[list[str], list[list[str]]]  # (publisher's servers, each subscriber's servers)
 
-    def new_topic() -> str:
-        nonlocal topic_no
-        topic_no += 1
-        return f"topic/{p.seed}/{topic_no}"
 
-    # Delivery with p-reliable independent servers, one scenario per way of choosing targets.
-    r_sqrt = math.isqrt(p.servers - 1) + 1
-    r_999 = random_subset_size_for(p.servers, p.p_up, 0.999)
+class _World:
+    """The network of one run: its ring, its single seeded rng, and a supply of topics."""
 
-    def sub_kprime(ks: list[str]) -> tuple[list[str], list[list[str]]]:
-        return ks, [choose_random(ks, p.k_prime, rng) for _ in range(p.subscribers)]
+    def __init__(self, params: Params) -> None:
+        self.p = params
+        self.rng = random.Random(params.seed)
+        self.names = server_names(params.servers)
+        self.ring = HashRing(self.names, params.points_per_server)
+        self._topics = 0
 
-    def pub_kprime(ks: list[str]) -> tuple[list[str], list[list[str]]]:
-        return choose_random(ks, p.k_prime, rng), [ks]
+    def topic_servers(self, k: int | None = None) -> list[str]:
+        """A fresh topic's first ``k`` (default K) servers on the full list's ring."""
+        self._topics += 1
+        return self.ring.servers_for(f"topic/{self.p.seed}/{self._topics}", k or self.p.k)
 
-    def ch(ks: list[str]) -> tuple[list[str], list[list[str]]]:
+    def new_topic(self) -> str:
+        self._topics += 1
+        return f"topic/{self.p.seed}/{self._topics}"
+
+    # Ways of choosing targets from a topic's K servers ``ks``:
+    def sub_kprime(self, ks: list[str]) -> Targets:
+        return ks, [choose_random(ks, self.p.k_prime, self.rng) for _ in range(self.p.subscribers)]
+
+    def pub_kprime(self, ks: list[str]) -> Targets:
+        return choose_random(ks, self.p.k_prime, self.rng), [ks]
+
+    def ch(self, ks: list[str]) -> Targets:
         return ks, [ks]
 
-    def single(ks: list[str]) -> tuple[list[str], list[list[str]]]:
+    def single(self, ks: list[str]) -> Targets:
         return ks[:1], [ks[:1]]
 
-    def random_r(r: int) -> Callable[[list[str]], tuple[list[str], list[list[str]]]]:
-        def pick(_ks: list[str]) -> tuple[list[str], list[list[str]]]:
-            return rng.sample(names, r), [rng.sample(names, r) for _ in range(2)]
+    def random_r(self, r: int) -> Callable[[list[str]], Targets]:
+        def pick(_ks: list[str]) -> Targets:
+            return self.rng.sample(self.names, r), [
+                self.rng.sample(self.names, r) for _ in range(2)
+            ]
 
         return pick
 
+
+def _delivery(w: _World, r_sqrt: int, r_999: int) -> dict[str, tuple[float, Estimate]]:
+    """Delivery with p-reliable independent servers, one scenario per way of choosing."""
+    p = w.p
     # (closed form, choice of targets, messages per round). Where every subscriber of a
     # round would see the same servers (they all hold all of K, or the one server), extra
     # subscribers add nothing, so those rounds send several independent messages instead.
-    Choice = Callable[[list[str]], tuple[list[str], list[list[str]]]]
-    scenarios: dict[str, tuple[float, Choice, int]] = {
-        "sub_kprime": (delivery_any_of(p.p_up, p.k_prime), sub_kprime, 1),
-        "pub_kprime": (delivery_any_of(p.p_up, p.k_prime), pub_kprime, p.subscribers),
-        "ch": (delivery_any_of(p.p_up, p.k), ch, 1),
-        "single": (p.p_up, single, p.subscribers),
+    scenarios: dict[str, tuple[float, Callable[[list[str]], Targets], int]] = {
+        "sub_kprime": (delivery_any_of(p.p_up, p.k_prime), w.sub_kprime, 1),
+        "pub_kprime": (delivery_any_of(p.p_up, p.k_prime), w.pub_kprime, p.subscribers),
+        "ch": (delivery_any_of(p.p_up, p.k), w.ch, 1),
+        "single": (p.p_up, w.single, p.subscribers),
         "random_sqrt": (
             delivery_random_subsets(p.servers, r_sqrt, p.p_up),
-            random_r(r_sqrt),
+            w.random_r(r_sqrt),
             1,
         ),
-        "random_999": (delivery_random_subsets(p.servers, r_999, p.p_up), random_r(r_999), 1),
+        "random_999": (delivery_random_subsets(p.servers, r_999, p.p_up), w.random_r(r_999), 1),
     }
     # One walk per topic serves every scenario (each draws its own server states), so the
     # ring is walked once per round, not once per scenario.
     samples: dict[str, list[float]] = {name: [] for name in scenarios}
-    say("delivery")
     for i in range(p.rounds):
-        ks = ring.servers_for(new_topic(), p.k)
+        ks = w.topic_servers()
         for name, (_closed, choose, messages) in scenarios.items():
             if name.startswith("random") and i >= p.random_rounds:
                 continue  # R ignores the ring and costs 2r random draws per client
             got: list[int] = []
             for _ in range(messages):
                 pub, subs = choose(ks)
-                got += deliveries(pub, subs, p.p_up, rng)
+                got += deliveries(pub, subs, p.p_up, w.rng)
             samples[name].append(sum(1 for c in got if c) / len(got))
-    delivery = {
+    return {
         name: (closed, Estimate.of(samples[name])) for name, (closed, _c, _m) in scenarios.items()
     }
 
-    # Server work per unit, counted from the same rounds with every server up: a publish
-    # costs one server receipt per target; a subscription one table entry (and one refresh
-    # every N/M seconds) per server; a delivery one datagram per server that forwards it.
-    say("costs")
+
+def _costs(w: _World) -> dict[str, dict[str, float]]:
+    """Server work per unit, with every server up: a publish costs one server receipt per
+    target; a subscription one table entry (and one refresh every N/M seconds) per server; a
+    delivery one datagram per server that forwards it."""
+    p = w.p
     costs: dict[str, dict[str, float]] = {}
-    for mode, choose in (("sub_kprime", sub_kprime), ("pub_kprime", pub_kprime)):
+    for mode, choose in (("sub_kprime", w.sub_kprime), ("pub_kprime", w.pub_kprime)):
         ingest = entries = copies = 0
         for _ in range(p.cost_topics):
-            ks = ring.servers_for(new_topic(), p.k)
-            pub, subs = choose(ks)
+            pub, subs = choose(w.topic_servers())
             subs = subs if len(subs) > 1 else subs * p.subscribers
             ingest += len(pub)
             entries += sum(len(s) for s in subs)
-            copies += sum(deliveries(pub, subs, 1.0, rng))
+            copies += sum(deliveries(pub, subs, 1.0, w.rng))
         units = p.cost_topics * p.subscribers
         costs[mode] = {
             "per_publish": ingest / p.cost_topics,
             "per_subscriber": entries / units,
             "per_delivery": copies / units,
         }
+    return costs
 
-    # Flooding: the attacker knows the topic and the server list, hence K, but not which K'
-    # each client drew, so its best move is any f of the K.
-    say("flooding")
+
+def _flooding(w: _World) -> list[tuple[int, float, Estimate]]:
+    """The attacker knows the topic and the server list, hence K, but not which K' each
+    client drew, so its best move is any f of the K."""
+    p = w.p
     flood: list[tuple[int, float, Estimate]] = []
     for f in p.flood:
         cut: list[float] = []
         for _ in range(p.flood_rounds):
-            ks = ring.servers_for(new_topic(), p.k)
-            flooded = frozenset(rng.sample(ks, f))
-            pub, subs = sub_kprime(ks)
-            got = deliveries(pub, subs, 1.0, rng, flooded)
+            ks = w.topic_servers()
+            flooded = frozenset(w.rng.sample(ks, f))
+            pub, subs = w.sub_kprime(ks)
+            got = deliveries(pub, subs, 1.0, w.rng, flooded)
             cut.append(sum(1 for c in got if not c) / len(got))
         flood.append((f, flooded_fraction(f, p.k, p.k_prime), Estimate.of(cut)))
+    return flood
 
-    # Clients with different lists: each misses every server with probability x.
-    say("different server lists")
-    lists = []
+
+ListsRow = tuple[float, float, Estimate, float, Estimate, float, Estimate]
+
+
+def _differing_lists(w: _World) -> list[ListsRow]:
+    """Clients each missing every server with probability x: (x, K overlap closed and
+    simulated, CH miss rate as log10 and simulated, RCH miss rate closed and simulated)."""
+    p = w.p
+    rows: list[ListsRow] = []
     for x in p.missing:
         q = 1.0 - x
         e_overlap = expected_overlap(p.k, q)
         overlaps, d_ch, d_rch = [], [], []
         walk_len = min(p.servers, int(p.k / q + 10 * math.sqrt(p.k * x) / q) + 50)
         for _ in range(p.list_rounds):
-            walk = ring.servers_for(new_topic(), walk_len)
-            k_pub = filtered_walk(walk, p.k, _lazy_list(x, rng))
+            walk = w.topic_servers(walk_len)
+            k_pub = filtered_walk(walk, p.k, _lazy_list(x, w.rng))
             k_subs = [
-                filtered_walk(walk, p.k, _lazy_list(x, rng)) for _ in range(p.list_subscribers)
+                filtered_walk(walk, p.k, _lazy_list(x, w.rng)) for _ in range(p.list_subscribers)
             ]
             overlaps.append(
                 math.fsum(len(set(k_pub) & set(ks)) for ks in k_subs) / (p.k * len(k_subs))
             )
-            got = deliveries(k_pub, k_subs, p.p_up, rng)
+            got = deliveries(k_pub, k_subs, p.p_up, w.rng)
             d_ch.append(sum(1 for c in got if c) / len(got))
-            picks = [choose_random(ks, p.k_prime, rng) for ks in k_subs]
-            got = deliveries(k_pub, picks, p.p_up, rng)
+            picks = [choose_random(ks, p.k_prime, w.rng) for ks in k_subs]
+            got = deliveries(k_pub, picks, p.p_up, w.rng)
             d_rch.append(sum(1 for c in got if c) / len(got))
-        lists.append(
+        rows.append(
             (
                 x,
                 e_overlap / p.k,
@@ -427,22 +448,42 @@ def run(params: Params, progress: Callable[[str], None] | None = None) -> Result
                 Estimate.of([1 - d for d in d_rch]),
             )
         )
+    return rows
 
-    # The shortcut above (a client's K = the full walk filtered by its list) checked with
-    # rings built from the clients' own lists, as a client would.
-    real: Estimate | None = None
-    if p.real_client_rings:
-        shared: list[float] = []
-        for pair in range(p.real_client_rings):
-            say(f"real client rings: pair {pair + 1}")
-            a = HashRing([s for s in names if rng.random() >= 0.1], p.points_per_server)
-            b = HashRing([s for s in names if rng.random() >= 0.1], p.points_per_server)
-            for _ in range(p.real_ring_topics):
-                t = new_topic()
-                common = set(a.servers_for(t, p.k)) & set(b.servers_for(t, p.k))
-                shared.append(len(common) / p.k)
-        real = Estimate.of(shared)
 
+def _real_client_rings(w: _World, say: Callable[[str], None]) -> Estimate:
+    """The shortcut of ``_differing_lists`` (a client's K = the full walk filtered by its
+    list) checked with rings built from the clients' own lists (x = 10 %), as a client would."""
+    p = w.p
+    shared: list[float] = []
+    for pair in range(p.real_client_rings):
+        say(f"real client rings: pair {pair + 1}")
+        a = HashRing([s for s in w.names if w.rng.random() >= 0.1], p.points_per_server)
+        b = HashRing([s for s in w.names if w.rng.random() >= 0.1], p.points_per_server)
+        for _ in range(p.real_ring_topics):
+            t = w.new_topic()
+            common = set(a.servers_for(t, p.k)) & set(b.servers_for(t, p.k))
+            shared.append(len(common) / p.k)
+    return Estimate.of(shared)
+
+
+def run(params: Params, progress: Callable[[str], None] | None = None) -> Results:
+    say = progress or (lambda _m: None)
+    t0 = time.monotonic()
+    p = params
+    say(f"building the ring: {p.servers} servers x {p.points_per_server} points")
+    w = _World(p)
+    r_sqrt = math.isqrt(p.servers - 1) + 1
+    r_999 = random_subset_size_for(p.servers, p.p_up, 0.999)
+    say("delivery")
+    delivery = _delivery(w, r_sqrt, r_999)
+    say("costs")
+    costs = _costs(w)
+    say("flooding")
+    flood = _flooding(w)
+    say("different server lists")
+    lists = _differing_lists(w)
+    real = _real_client_rings(w, say) if p.real_client_rings else None
     return Results(
         params=p,
         delivery=delivery,
