@@ -34,6 +34,7 @@ _SERVER_PERSON = b"echo.topics.srv"
 _KEY_PERSON = b"echo.topics.key"
 _DIGEST_BYTES = 8  # 64-bit points: with 1e8 points a collision has probability ~3e-4
 _WORDS = 8  # points per blake2b-512 digest
+_RING = 1 << (8 * _DIGEST_BYTES)
 _UNPACK = struct.Struct(f">{_WORDS}Q").unpack
 
 
@@ -113,6 +114,23 @@ class HashRing:
 
     def __repr__(self) -> str:
         return f"HashRing({len(self._servers)} servers, {self.points_per_server} points each)"
+
+    def shares(self) -> dict[str, float]:
+        """Each server's share of the circle: the fraction of all keys whose first server it is.
+
+        A key belongs to the first point clockwise from it, so point i owns the arc from point
+        i-1 up to itself (point 0 also owns the wrap-around). With P points per server a share
+        is a sum of P arcs, so shares spread by about 1/sqrt(P) around 1/len(servers).
+        """
+        hashes, owners = self._hashes, self._owners
+        if not hashes:
+            return {}
+        length = [0] * len(self._servers)
+        prev = hashes[-1] - _RING
+        for h, owner in zip(hashes, owners, strict=True):
+            length[owner] += h - prev
+            prev = h
+        return {name: length[i] / _RING for i, name in enumerate(self._servers)}
 
     def servers_for(self, key: str, k: int) -> list[str]:
         """The first ``k`` distinct servers clockwise from ``key``'s point, nearest first.

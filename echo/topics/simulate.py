@@ -42,11 +42,13 @@ import attrs
 from echo.topics.ring import HashRing, choose_random
 
 __all__ = [
+    "BalanceRow",
     "Estimate",
     "Params",
     "Results",
     "delivery_random_subsets",
     "delivery_rch_with_overlap",
+    "dirichlet_shares",
     "expected_overlap",
     "filtered_walk",
     "flood_needed",
@@ -197,6 +199,9 @@ class Params:
     cost_topics: int = 300
     real_client_rings: int = 2  # pairs of clients with their own HashRing (x = 10 %)
     real_ring_topics: int = 300
+    balance_servers: int = 1000  # a real ring of this many servers at each of balance_points
+    balance_points: tuple[int, ...] = (1, 10, 1000)
+    balance_draws: int = 20  # draws of the Dirichlet model at balance_servers
     seed: int = DEFAULT_SEED
 
     @classmethod
@@ -214,7 +219,22 @@ class Params:
             flood_rounds=100,
             cost_topics=20,
             real_client_rings=0,
+            balance_servers=200,
+            balance_points=(1, 100),
+            balance_draws=5,
         )
+
+
+@attrs.frozen
+class BalanceRow:
+    """How evenly a ring of ``points`` points per server spreads keys (shares x N, mean 1)."""
+
+    points: int
+    sd_closed: float  # Dirichlet(P, ..., P): sqrt((N-1) / (N P + 1)) at balance_servers
+    ring_sd: float  # the real ring of balance_servers servers
+    ring_max: float
+    model_max: tuple[float, float, float]  # min, mean, max over draws at balance_servers
+    model_max_full: float  # one draw at params.servers
 
 
 @attrs.frozen
@@ -228,6 +248,7 @@ class Results:
         tuple[float, float, Estimate, float, Estimate, float, Estimate]
     ]  # see _differing_lists
     real_rings: Estimate | None  # overlap / K with real per-client rings at x = 10 %
+    balance: list[BalanceRow]
     seconds: float
 
 
@@ -467,6 +488,42 @@ def _real_client_rings(w: _World, say: Callable[[str], None]) -> Estimate:
     return Estimate.of(shared)
 
 
+def dirichlet_shares(n: int, points: int, rng: random.Random) -> list[float]:
+    """One draw of n servers' shares of the circle, each holding ``points`` uniform points.
+
+    The gaps between n*P uniform points on a circle are Dirichlet(1, ..., 1); a server's share
+    is the sum of the P gaps its points close, so the shares are exactly Dirichlet(P, ..., P),
+    drawn as normalised Gamma(P) variates. This gives the balance of a 10^8-point ring
+    without building it.
+    """
+    g = [rng.gammavariate(points, 1.0) for _ in range(n)]
+    total = math.fsum(g)
+    return [x / total for x in g]
+
+
+def _balance(w: _World, say: Callable[[str], None]) -> list[BalanceRow]:
+    p = w.p
+    n = p.balance_servers
+    names = server_names(n)
+    rows = []
+    for points in p.balance_points:
+        say(f"balance: {n} servers x {points} points")
+        shares = list(HashRing(names, points).shares().values())
+        mean_sq = math.fsum((x * n - 1) ** 2 for x in shares) / n
+        model = [max(dirichlet_shares(n, points, w.rng)) * n for _ in range(p.balance_draws)]
+        rows.append(
+            BalanceRow(
+                points=points,
+                sd_closed=math.sqrt((n - 1) / (n * points + 1)),
+                ring_sd=math.sqrt(mean_sq),
+                ring_max=max(shares) * n,
+                model_max=(min(model), math.fsum(model) / len(model), max(model)),
+                model_max_full=max(dirichlet_shares(p.servers, points, w.rng)) * p.servers,
+            )
+        )
+    return rows
+
+
 def run(params: Params, progress: Callable[[str], None] | None = None) -> Results:
     say = progress or (lambda _m: None)
     t0 = time.monotonic()
@@ -484,6 +541,7 @@ def run(params: Params, progress: Callable[[str], None] | None = None) -> Result
     say("different server lists")
     lists = _differing_lists(w)
     real = _real_client_rings(w, say) if p.real_client_rings else None
+    balance = _balance(w, say)
     return Results(
         params=p,
         delivery=delivery,
@@ -492,6 +550,7 @@ def run(params: Params, progress: Callable[[str], None] | None = None) -> Result
         flood=flood,
         lists=lists,
         real_rings=real,
+        balance=balance,
         seconds=time.monotonic() - t0,
     )
 
@@ -624,6 +683,25 @@ def markdown(res: Results) -> str:
             f"{p.real_ring_topics} topics each): K overlap {_est_pct(res.real_rings, 1)}"
             + (f" (closed form {_pct(x10[0], 1)})." if x10 else "."),
         ]
+    lines += [
+        "",
+        f"**Balance across topics** (each server's share of the circle x N, mean 1: the load "
+        f"of S, and of the first of each topic's K). Real rings of {p.balance_servers:,} "
+        "servers, and the exact distribution of the shares, Dirichlet(P, ..., P), drawn at "
+        f"{p.balance_servers:,} and at {n:,} servers, where a real ring of 1,000 points per "
+        "server would hold 10^8 points:",
+        "",
+        "| points per server (P) | spread (sd), closed form | spread, real ring "
+        "| busiest server, real ring | busiest, model (range of draws) "
+        f"| busiest, model at {n:,} servers |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for b in res.balance:
+        lo, mid, hi = b.model_max
+        lines.append(
+            f"| {b.points:,} | {b.sd_closed:.3f} | {b.ring_sd:.3f} | {b.ring_max:.2f}x | "
+            f"{mid:.2f}x ({lo:.2f} to {hi:.2f}) | {b.model_max_full:.2f}x |"
+        )
     lines.append("")
     return "\n".join(lines)
 

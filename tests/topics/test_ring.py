@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import math
 import os
 import random
 import subprocess
@@ -110,6 +111,22 @@ def test_a_thousand_points_per_server_balance_the_load() -> None:
     # Arcs are then exponential and the largest of ten is ~3x the mean.
     count_1 = loads(HashRing(servers, 1), 40_000)
     assert max(count_1.values()) / mean > 1.5
+
+
+def test_shares_are_the_arcs_keys_fall_into() -> None:
+    servers = addresses(10)
+    ring = HashRing(servers, 1000)
+    shares = ring.shares()
+    assert set(shares) == set(servers)
+    assert sum(shares.values()) == pytest.approx(1.0)
+    # The same 40,000 keys as above: counts follow the shares within binomial noise
+    # (sd ~ 60 keys of ~4,000), far tighter than the shares' own 3 % spread.
+    count = loads(ring, 40_000)
+    for s in servers:
+        assert abs(count[s] - 40_000 * shares[s]) < 5 * math.sqrt(40_000 * shares[s])
+    one = HashRing(["a:1"], 3).shares()
+    assert one == {"a:1": 1.0}
+    assert HashRing([]).shares() == {}
 
 
 # --- minimal disruption ---------------------------------------------------------------------

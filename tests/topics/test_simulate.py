@@ -184,6 +184,27 @@ def test_short_form_differing_lists(short: Results) -> None:
         assert ch_est.mean == 0.0
 
 
+def test_dirichlet_model_of_the_shares() -> None:
+    rng = random.Random(4)
+    shares = simulate.dirichlet_shares(20_000, 100, rng)
+    assert math.fsum(shares) == pytest.approx(1.0)
+    sd = math.sqrt(math.fsum((x * 20_000 - 1) ** 2 for x in shares) / 20_000)
+    assert sd == pytest.approx(math.sqrt(19_999 / (20_000 * 100 + 1)), rel=0.05)
+
+
+def test_short_form_balance(short: Results) -> None:
+    # The real ring's spread of shares is the closed form's, within the sampling error of a
+    # few hundred servers; more points, a flatter ring; more servers, a busier busiest one.
+    rows = short.balance
+    assert [b.points for b in rows] == list(short.params.balance_points)
+    for b in rows:
+        assert b.ring_sd == pytest.approx(b.sd_closed, rel=0.35)
+        assert b.model_max[0] <= b.model_max[1] <= b.model_max[2]
+        assert b.model_max_full > b.model_max[1]
+    assert rows[-1].ring_max < rows[0].ring_max
+    assert rows[-1].model_max_full < rows[0].model_max_full
+
+
 def test_markdown_and_svg(short: Results, tmp_path: Path) -> None:
     table = simulate.markdown(short)
     for figure in ("99.9 %", "33,000x", "1,000 (1 % of the network)", "33,333x", "100x"):
@@ -211,6 +232,9 @@ TINY = Params(
     cost_topics=5,
     real_client_rings=1,
     real_ring_topics=10,
+    balance_servers=50,
+    balance_points=(1, 20),
+    balance_draws=2,
 )
 
 
