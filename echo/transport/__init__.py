@@ -3,6 +3,18 @@
 Knows nothing of Echo 2.0: `echo.server` and `echo.client` build on it, never the reverse.
 """
 
+# Before anything imports a compiled module: an extension built from an older source must
+# fail loudly here, not shadow the edited source (see echo.transport.compiled).
+import os as _os
+
+from echo.transport.compiled import check_not_stale as _check_not_stale
+from echo.transport.compiled import prefer_sources as _prefer_sources
+
+if _os.environ.get("ECHO_INTERPRETED") == "1":
+    _prefer_sources()
+else:
+    _check_not_stale()
+
 from echo.transport.api import (
     ADMIN_ACTION,
     BACK_PRESSURED,

@@ -307,7 +307,7 @@ class Rttm:
         )
 
 
-def _check_error_message(_instance: object, _attribute: object, message: str) -> None:
+def _check_error_message(message: str) -> None:
     if not message.isascii():
         raise ValueError(f"error frame message must be ASCII: {message!r}")
     if len(message) > MAX_ERROR_MESSAGE_LENGTH:
@@ -322,17 +322,20 @@ class ErrorFrame:
 
     The HAS_GROUP_TAG flag is kept equal to `group_tag is not None`: that is what decides whether
     the group tag field means anything on the wire, so the object can never contradict itself.
+    The message is checked in `__attrs_post_init__` rather than by an attrs validator: mypyc
+    compiles this class to a native class, whose fields cannot carry `attrs.field(...)`.
     """
 
     session_id: int
     stream_id: int
     receiver_id: int
     error_code: int
-    message: str = attrs.field(validator=_check_error_message)
+    message: str
     group_tag: int | None = None
     flags: int = 0
 
     def __attrs_post_init__(self) -> None:
+        _check_error_message(self.message)
         flags = self.flags & ~ERR_HAS_GROUP_TAG_FLAG
         if self.group_tag is not None:
             flags |= ERR_HAS_GROUP_TAG_FLAG
