@@ -133,18 +133,38 @@ async def connect(
     `transport` (a game's bots, a load test); without one, the session opens its own.
     """
     if transport is None:
-        async with open_transport(client_transport_config(transport_config)) as own:
-            async with _connect(
-                own, server, port, control_port, credentials, timeout, stream_id,
-                receive_batch, send_timeout, pad,
-            ) as session:  # fmt: skip
-                yield session
+        try:
+            async with open_transport(client_transport_config(transport_config)) as own:
+                async with _connect(
+                    own, server, port, control_port, credentials, timeout, stream_id,
+                    receive_batch, send_timeout, pad,
+                ) as session:  # fmt: skip
+                    yield session
+        except BaseExceptionGroup as group:
+            # The transport's nursery wraps whatever crosses it; a caller of connect() should
+            # see Rejected (or their own exception) itself, as with a transport of their own.
+            sole = _sole(group)
+            if sole is None:
+                raise
+            raise sole from None
     else:
         async with _connect(
             transport, server, port, control_port, credentials, timeout, stream_id,
             receive_batch, send_timeout, pad,
         ) as session:  # fmt: skip
             yield session
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception inside nested single-member groups, if that is what `group` is."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        if len(found.exceptions) != 1:
+            return None
+        found = found.exceptions[0]
+    if isinstance(found, trio.Cancelled):
+        return None
+    return found
 
 
 @asynccontextmanager
@@ -163,55 +183,62 @@ async def _connect(
     machine = HandshakeMachine(
         pad=secrets.randbits(32) if pad is None else pad, timeout=timeout, credentials=credentials
     )
-    async with trio.open_nursery() as nursery:
-        all_clients = _Pair()
-        duologue = _Pair()
-        session: Session | None = None
-        try:
-            opened = await _handshake(
-                transport, machine, server, port, control_port, stream_id, all_clients, duologue,
-                nursery,
-            )  # fmt: skip
-            assert duologue.publication is not None and duologue.subscription is not None
-            session = Session(
-                transport=transport,
-                publication=duologue.publication,
-                subscription=duologue.subscription,
-                session_id=opened.session_id,
-                peer=(server, opened.data_port),
-                opened_at=trio.current_time(),
-                receive_batch=receive_batch,
-                send_timeout=send_timeout,
-                spawn=nursery.start_soon,
-            )
-            images = duologue.subscription.images
-            session.image = images[0] if images else None
-            live = session
+    all_clients = _Pair()
+    duologue = _Pair()
+    session: Session | None = None
+    try:
+        failure: Exception | None = None
+        # The nursery holds the all-clients publication's goodbye (its linger) while the
+        # duologue connects; it ends with the handshake, so an exception of the caller's
+        # block is never wrapped in an ExceptionGroup.
+        async with trio.open_nursery() as nursery:
+            try:
+                opened = await _handshake(
+                    transport, machine, server, port, control_port, stream_id, all_clients,
+                    duologue, nursery,
+                )  # fmt: skip
+            except Exception as error:  # raised below, outside the nursery
+                failure = error
+        if failure is not None:
+            raise failure
+        assert duologue.publication is not None and duologue.subscription is not None
+        session = Session(
+            transport=transport,
+            publication=duologue.publication,
+            subscription=duologue.subscription,
+            session_id=opened.session_id,
+            peer=(server, opened.data_port),
+            opened_at=trio.current_time(),
+            receive_batch=receive_batch,
+            send_timeout=send_timeout,
+        )
+        images = duologue.subscription.images
+        session.image = images[0] if images else None
+        live = session
 
-            def image_gone(image: Image) -> None:
-                if image is live.image:
-                    timed_out = image.close_reason == "timed_out"
-                    live._peer_gone(
-                        "lost contact with the server" if timed_out else "closed by the server",
-                        lost=timed_out,
-                    )
+        def image_gone(image: Image) -> None:
+            if image is live.image:
+                timed_out = image.close_reason == "timed_out"
+                live._peer_gone(
+                    "lost contact with the server" if timed_out else "closed by the server",
+                    lost=timed_out,
+                )
 
-            duologue.subscription.on_image_unavailable = image_gone
-            if session.image is None:
-                live._peer_gone("closed by the server")
-            yield session
-        finally:
-            with trio.CancelScope(shield=True):
-                if session is not None:
-                    with trio.move_on_after(2.0):
-                        await session.close()
-                await _close_pair(all_clients)
-                await _close_pair(duologue)
-                if session is not None:
-                    session._release()
-                if duologue.subscription is not None:
-                    duologue.subscription.on_image_unavailable = None
-            nursery.cancel_scope.cancel()
+        duologue.subscription.on_image_unavailable = image_gone
+        if session.image is None:
+            live._peer_gone("closed by the server")
+        yield session
+    finally:
+        with trio.CancelScope(shield=True):
+            if session is not None:
+                with trio.move_on_after(2.0):
+                    await session.close()
+            await _close_pair(all_clients)
+            await _close_pair(duologue)
+            if session is not None:
+                session._release()
+            if duologue.subscription is not None:
+                duologue.subscription.on_image_unavailable = None
 
 
 async def _handshake(

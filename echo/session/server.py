@@ -513,7 +513,6 @@ class SessionServer:
             receive_batch=self.receive_batch,
             send_timeout=self.send_timeout,
             on_close=functools.partial(self._on_session_closed, duologue),
-            spawn=self._nursery.start_soon,
         )
         session.image = image
         duologue.session = session

@@ -22,7 +22,7 @@ ports and session id; a `Session` carries the transport and addresses they need
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import attrs
@@ -107,7 +107,6 @@ class Session:
         receive_batch: int = DEFAULT_RECEIVE_BATCH,
         send_timeout: float = DEFAULT_SEND_TIMEOUT,
         on_close: Callable[[Session], None] | None = None,
-        spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
     ) -> None:
         if receive_batch < 1:
             raise ValueError(f"receive_batch must be >= 1, got {receive_batch}")
@@ -127,7 +126,6 @@ class Session:
         self._send_timeout = send_timeout
         self._batch: deque[Message] = deque()
         self._on_close = on_close
-        self._spawn = spawn
         self._closing = False
         self._closed_event = trio.Event()
         # The transport's count of datagrams read when the last poll came back short: if it
@@ -151,11 +149,6 @@ class Session:
             return False
         self.close_reason = reason
         self._closed_event.set()
-        # Whoever waits in `receive` wakes: closing the subscription tells its waiters, and a
-        # task waiting on the socket itself (the transport lends it) is woken by the transport.
-        # Nothing more comes from a closed session, so nothing is lost by closing it now.
-        if self._spawn is not None:
-            self._spawn(self.subscription.close)
         if self._on_close is not None:
             self._on_close(self)
         return True
@@ -176,7 +169,6 @@ class Session:
         cycles (the callbacks hold the duologue that holds this session), so it is freed by
         reference counting, not by a pass of the cyclic collector."""
         self._on_close = None
-        self._spawn = None
         self.image = None
         self._batch.clear()
 
@@ -262,6 +254,9 @@ class Session:
         publication = self.publication
         already = self.close_reason is not None
         self._mark_closed(reason or "closed")
+        # Nothing more is read from a closed session: closing the subscription now wakes any
+        # task of the application still waiting in `receive` (the transport tells its waiters).
+        await self.subscription.close()
         if already or publication.is_closed:
             return
         if reason:
