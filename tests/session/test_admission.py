@@ -259,3 +259,58 @@ def test_churn_in_random_order_leaves_nothing_behind() -> None:
     assert held(a) == (0, 0, 0, 0)
     with pytest.raises(AllocationError):
         a.ports.free(a.config.clients_base_port)
+
+
+def test_the_injected_rng_decides_ports_and_sessions() -> None:
+    picks = []
+    for _ in range(2):
+        a = Admission(ServerConfig(max_clients=8), random.Random(99))
+        slots = [a.reserve("192.0.2.1", "192.0.2.1", 1, 0.0) for _ in range(4)]
+        picks.append([(s.data_port, s.control_port, s.session_id) for s in slots if s])
+    assert picks[0] == picks[1] and len(picks[0]) == 4
+
+
+def test_slot_ids_count_up_from_one() -> None:
+    a = admission()
+    ids = [admit(a, f"192.0.2.{i}", 0.0).slot_id for i in range(1, 4)]
+    assert ids == [1, 2, 3]
+    assert a.eviction_grace == EVICTION_GRACE == 0.5
+
+
+def test_a_young_duologue_is_spared_whenever_it_was_created() -> None:
+    a = admission(max_clients=1)
+    slot = admit(a, "192.0.2.1", 100.0)
+    assert a.decide("192.0.2.2", 100.2) == Decision(ERROR_SERVER_FULL)
+    assert a.decide("192.0.2.2", 100.6) == Decision(None, (slot,))
+
+
+def test_a_joined_oldest_is_skipped_not_the_end_of_the_search() -> None:
+    a = admission(max_clients=2, max_per_ip=5)
+    joined = admit(a, "192.0.2.1", 0.0)
+    a.join(joined, "192.0.2.1", has_stream=False)
+    unjoined = admit(a, "192.0.2.2", 1.0)
+    assert a.oldest_unjoined(None, 10.0) is unjoined
+    assert a.decide("192.0.2.3", 10.0) == Decision(None, (unjoined,))
+
+
+def test_over_the_limit_after_a_full_eviction_evicts_a_second_distinct_one() -> None:
+    # Three unjoined duologues of one address under a limit of two (the limit was lowered, say):
+    # the full server's eviction takes one of ours, and we are still at the limit, so a second,
+    # different one of ours goes too.
+    a = admission(max_clients=3, max_per_ip=2)
+    slots = []
+    for t in (0.0, 1.0, 2.0):
+        slot = a.reserve("192.0.2.1", "192.0.2.1", 1, t)
+        assert slot is not None
+        a.commit(slot)
+        slots.append(slot)
+    assert a.decide("192.0.2.1", 10.0) == Decision(None, (slots[0], slots[1]))
+
+
+def test_misuse_messages_name_the_slot() -> None:
+    a = admission()
+    slot = admit(a, "192.0.2.1", 0.0)
+    with pytest.raises(ValueError, match="slot 1 is committed or already released"):
+        a.unreserve(slot)  # committed, not released
+    with pytest.raises(ValueError, match="slot 1 is already committed or released"):
+        a.commit(slot)

@@ -203,3 +203,78 @@ def test_edges_of_pad_and_a_bounded_preview() -> None:
     assert preview(b"x" * 200) == repr("x" * 80) + "..."
     assert preview(b"short") == repr("short")
     assert preview(b"\xff") == repr("\\xff")
+
+
+def test_misuse_messages_say_what_was_wrong() -> None:
+    m = HandshakeMachine(pad=PAD)
+    with pytest.raises(LocalProtocolError, match=r"on_timer\(\) called before start\(\)"):
+        m.on_timer(0.0)
+    with pytest.raises(LocalProtocolError, match=r"on_send_failed\(\) called before start"):
+        m.on_send_failed("x", 0.0)
+    with pytest.raises(LocalProtocolError, match=r"on_all_clients_connected\(\) called before"):
+        m.on_all_clients_connected(1, 0.0)
+    with pytest.raises(LocalProtocolError, match=r"on_all_clients_message\(\) called before"):
+        m.on_all_clients_message(b"", 0.0)
+    with pytest.raises(LocalProtocolError, match=r"on_all_clients_closed\(\) called before"):
+        m.on_all_clients_closed(0.0)
+    with pytest.raises(LocalProtocolError, match=r"on_duologue_connected\(\) called before"):
+        m.on_duologue_connected(0.0)
+    with pytest.raises(LocalProtocolError, match=r"on_duologue_closed\(\) called before"):
+        m.on_duologue_closed(0.0)
+    m.start(0.0)
+    with pytest.raises(LocalProtocolError, match=r"start\(\) called twice \(state CONNECTING\)"):
+        m.start(0.0)
+    with pytest.raises(LocalProtocolError, match="client_session must be an int32, got 2147483648"):
+        m.on_all_clients_connected(2**31, 0.0)
+    with pytest.raises(ValueError, match="pad must be a u32, got -1"):
+        HandshakeMachine(pad=-1)
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds, got 0"):
+        HandshakeMachine(pad=1, timeout=0)
+
+
+def test_a_fresh_machine_has_no_deadline_or_ids() -> None:
+    m = HandshakeMachine(pad=PAD, timeout=3.0)
+    assert m.next_deadline() is None and m.session_id is None and m.client_session is None
+    assert m.failure is None and m.timeout == 3.0
+
+
+def test_the_edges_of_the_ranges_are_accepted() -> None:
+    m = awaiting()
+    m.on_all_clients_message(connect_reply(session=2**31 - 1), 2.0)
+    assert m.failure is None and m.session_id == 2**31 - 1
+    m = HandshakeMachine(pad=PAD)
+    m.start(0.0)
+    assert m.on_all_clients_connected(2**31 - 1, 0.0) != []
+    assert m.client_session == 2**31 - 1
+
+
+def test_failures_carry_their_messages() -> None:
+    m = awaiting()
+    m.on_all_clients_message(b"77 ERROR too many connections for IP address", 2.0)
+    assert m.failure is not None
+    assert m.failure.message == m.failure.detail == "too many connections for IP address"
+    m = awaiting()
+    m.on_all_clients_closed(2.0)
+    assert m.failure is not None
+    assert m.failure.message == (
+        "the all-clients channel closed while waiting for CONNECT from the server"
+    )
+    m = awaiting()
+    m.on_send_failed("gone", 2.0)
+    assert m.failure is not None and m.failure.detail == "CONNECT from the server"
+    m = awaiting()
+    m.on_all_clients_message(connect_reply(), 2.0)
+    m.on_duologue_closed(3.0)
+    assert m.failure is not None and m.failure.detail == "the duologue to connect"
+
+
+def test_a_timer_before_any_deadline_does_nothing_in_every_state() -> None:
+    m = awaiting(timeout=5.0)  # deadline 6.0
+    assert m.on_timer(5.999) == [] and m.failure is None
+    m.on_all_clients_message(connect_reply(), 2.0)  # deadline 7.0
+    assert m.on_timer(6.5) == [] and m.state is HandshakeState.JOINING
+
+
+def test_preview_cuts_at_80_characters() -> None:
+    assert preview(b"y" * 81) == repr("y" * 80) + "..."
+    assert preview(b"y" * 80) == repr("y" * 80)
