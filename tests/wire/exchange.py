@@ -38,7 +38,7 @@ from typing import Any
 import trio
 
 import echo.client.client as client_module
-import echo.server.server as server_module
+import echo.session.server as server_module  # where the Echo server opens its transport
 from echo.client.client import ClientConfig, EchoClient
 from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
