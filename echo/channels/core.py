@@ -28,7 +28,8 @@ Interpretations of the seed (the README repeats them):
   the drop and the announce (one step here) nothing else is issued.
 * The client keeps every message that is not fully covered by guarantees; on ANNOUNCE_DROPPING
   all of them were dropped: it refunds their full sizes, sends APOLOGISE, and retransmits them,
-  in order, before anything newer on that channel. ANNOUNCE_DROPPING when nothing is uncovered
+  in order, before anything newer on that channel; the retransmissions wait for guarantees
+  (resent optimistically, a message too big for the buffer would loop forever). ANNOUNCE_DROPPING when nothing is uncovered
   means the server dropped a guaranteed message: a protocol error.
 * Bounds are carried as absolute totals since the channel opened: LIMIT_SENDING(n) means
   "accepted bytes + absolved bytes will never exceed n", LIMIT_RECEIVING(n) "accepted bytes will
@@ -371,7 +372,8 @@ class ChannelPeer:
             table = self.theirs if ref.sender_created else self.own
             handle = table[ref.handle_type][ref.handle]
             handle.refcount -= 1
-            self._maybe_delete(ref.handle_type, ref.sender_created, ref.handle)
+            # The sender's "created by me" is our "theirs" table.
+            self._maybe_delete(ref.handle_type, not ref.sender_created, ref.handle)
 
     def pending_binds(self, handle_type: int) -> int:
         return len(self._in(handle_type).buffer)
@@ -649,6 +651,9 @@ class ChannelPeer:
             ch.queued_bytes += out.size
             out.state = OutState.QUEUED
             out.uncovered = 0
+            # The retransmission waits for guarantees: resent optimistically, a message that
+            # cannot fit would be dropped, apologised for and resent without end.
+            out.optimistic = False
             self.counters["retransmissions"] += 1
             out.deps.clear()  # recomputed when it goes out again
             out.dep_failed = False
