@@ -65,8 +65,13 @@ class Channel:
         out = peer.send(self.channel_id, data, optimistic=optimistic, refs=refs)
         owner._notify()
         if not optimistic:
-            while out.state is OutState.QUEUED:
-                await owner._wait_change()
+            try:
+                while out.state is OutState.QUEUED:
+                    await owner._wait_change()
+            except BaseException:
+                # Cancelled (or closed) before it went out: it is not sent at all.
+                peer.withdraw(out)
+                raise
 
     async def receive(self) -> Delivery:
         """The next message; the previous one received here counts as processed now.

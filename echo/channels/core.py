@@ -29,8 +29,9 @@ Interpretations of the seed (the README repeats them):
 * The client keeps every message that is not fully covered by guarantees; on ANNOUNCE_DROPPING
   all of them were dropped: it refunds their full sizes, sends APOLOGISE, and retransmits them,
   in order, before anything newer on that channel; the retransmissions wait for guarantees
-  (resent optimistically, a message too big for the buffer would loop forever). ANNOUNCE_DROPPING when nothing is uncovered
-  means the server dropped a guaranteed message: a protocol error.
+  (resent optimistically, a message too big for the buffer would loop forever).
+  ANNOUNCE_DROPPING when nothing is uncovered means the server dropped a guaranteed message:
+  a protocol error.
 * Bounds are carried as absolute totals since the channel opened: LIMIT_SENDING(n) means
   "accepted bytes + absolved bytes will never exceed n", LIMIT_RECEIVING(n) "accepted bytes will
   never exceed n". This is the seed's relative bound plus what was already counted, and it
@@ -537,6 +538,19 @@ class ChannelPeer:
             self._ref_entry(ref).out_refs += 1
         self._enqueue(ch, out)
         return out
+
+    def withdraw(self, out: Outgoing) -> bool:
+        """Take back a data message that has not gone out yet; False if it is too late.
+
+        Binds cannot be withdrawn: the handle numbers after them are already promised.
+        """
+        ch = self._out(out.channel)
+        if out.state is not OutState.QUEUED or out.handle is not None or out not in ch.queue:
+            return False
+        ch.queue.remove(out)
+        ch.queued_bytes -= out.size
+        self._drop_out_refs(out)
+        return True
 
     def bind(self, handle_type: int, value: bytes, *, optimistic: bool = False) -> int:
         """Bind the next handle of `handle_type` to `value` on the peer; return it."""

@@ -72,7 +72,8 @@ class TwoPeers(RuleBasedStateMachine):
         handles = [self.peers[p].bind(2, b"v" * 8, optimistic=True) for _ in range(count)]
         self.transmit(p, 1 << 16)
         ident, payload = self._payload(8)
-        self.peers[p].send(channel, payload, optimistic=True, refs=[HandleRef(2, handles[-1], True)])
+        ref = HandleRef(2, handles[-1], True)
+        self.peers[p].send(channel, payload, optimistic=True, refs=[ref])
         self.sent[(p, channel)].append(ident)
         self.transmit(p, 1 << 16)
 

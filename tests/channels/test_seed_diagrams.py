@@ -169,7 +169,7 @@ def test_guarantees_precede_the_announcement():
     assert server.incoming[0].dropping
     assert state(server) == (7, 5, 2)  # one guarantee issued to cover the buffered optimistic byte
     cover, notice = server.control
-    assert cover.amount == 1
+    assert cover.amount == 1 and notice.channel == 0
     one(server, client)  # the GUARANTEE(1)
     assert client.guarantees(0) == -3
     assert two.state is OutState.SETTLED
