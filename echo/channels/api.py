@@ -80,7 +80,8 @@ class Channel:
         the session is gone.
         """
         owner = self._owner
-        self.done()
+        if self._current is not None:
+            self.done()
         while True:
             delivery = owner.peer.take(self.channel_id)
             if delivery is not None:
@@ -98,15 +99,14 @@ class Channel:
             self._current = None
             self._owner._notify()
 
-    def __aiter__(self) -> AsyncIterator[Delivery]:
-        return self._iterate()
+    def __aiter__(self) -> Channel:
+        return self
 
-    async def _iterate(self) -> AsyncIterator[Delivery]:
-        while True:
-            try:
-                yield await self.receive()
-            except trio.EndOfChannel:
-                return
+    async def __anext__(self) -> Delivery:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
 
     def resize(self, capacity: int) -> None:
         """Set our receive buffer for this channel to `capacity` bytes."""
@@ -148,6 +148,7 @@ class Channels:
         self.on_discarded = on_discarded
         self.closed_reason: str | None = None
         self._changed = trio.Event()
+        self._waiting = 0
         self._channels = {cid: Channel(self, cid) for cid in self.peer.specs}
 
     def __getitem__(self, channel_id: int) -> Channel:
@@ -185,11 +186,17 @@ class Channels:
     # ------------------------------------------------------------------ internals
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        # A fresh Event only when someone waits on the old one: this runs once per message.
+        if self._waiting:
+            # Those waiting are all woken by this set(); later notifies need a new Event only
+            # once someone waits again.
+            self._waiting = 0
+            self._changed.set()
+            self._changed = trio.Event()
 
     async def _wait_change(self) -> None:
         self._check_open()
+        self._waiting += 1
         await self._changed.wait()
 
     def _check_open(self) -> None:
@@ -239,6 +246,7 @@ class Channels:
             while not peer.has_output():
                 if self.closed_reason is not None:
                     return
+                self._waiting += 1
                 await self._changed.wait()
             batch = peer.data_to_send(self.max_batch)
             if peer.events:

@@ -169,6 +169,13 @@ def _varint(value: int, out: bytearray) -> None:
 
 def encode(frame: Frame) -> bytes:
     """The bytes of one frame. Raises ValueError for a value no frame can carry (local misuse)."""
+    if type(frame) is Data and not frame.refs and frame.channel < 0x80:
+        # The hot path: a plain message on one of the first 128 channels.
+        n = len(frame.payload)
+        if n < 0x80:
+            return bytes((Kind.DATA, frame.channel, n)) + frame.payload
+        if n < 0x4000:
+            return bytes((Kind.DATA, frame.channel, (n & 0x7F) | 0x80, n >> 7)) + frame.payload
     out = bytearray()
     if isinstance(frame, Data):
         if frame.refs:
@@ -258,8 +265,26 @@ def decode_frames(data: bytes) -> list[Frame]:
         raise WireError("empty message")
     frames: list[Frame] = []
     reader = _Reader(bytes(data))
-    while reader.pos < len(reader.data):
-        code = reader.data[reader.pos]
+    raw = reader.data
+    end = len(raw)
+    while reader.pos < end:
+        pos = reader.pos
+        code = raw[pos]
+        # The hot path: DATA with a one-byte channel and a one- or two-byte length.
+        if code == 0x01 and pos + 3 < end and raw[pos + 1] < 0x80:
+            n = raw[pos + 2]
+            start = pos + 3
+            if n >= 0x80:
+                n2 = raw[pos + 3]
+                if n2 < 0x80:
+                    n = (n & 0x7F) | (n2 << 7)
+                    start = pos + 4
+                else:
+                    n = -1
+            if n >= 0 and start + n <= end:
+                frames.append(Data(raw[pos + 1], raw[start : start + n]))
+                reader.pos = start + n
+                continue
         reader.pos += 1
         frame: Frame
         if code == Kind.DATA:
