@@ -125,24 +125,27 @@ class Outgoing:
     A plain slotted class, not attrs: one is made per message on the hot path.
     """
 
-    __slots__ = ("channel", "dep_failed", "deps", "encoded", "frame", "handle", "optimistic",
-                 "size", "state", "transmissions", "uncovered")
+    __slots__ = ("_frame", "channel", "dep_failed", "deps", "encoded", "handle", "optimistic",
+                 "payload", "refs", "size", "state", "transmissions", "uncovered")
 
     def __init__(
         self,
         channel: int,
-        frame: Data | Bind,
+        frame: Data | Bind | None,
         encoded: bytes,
         optimistic: bool,
         handle: int | None = None,
         size: int | None = None,
+        payload: bytes = b"",
     ) -> None:
         self.channel = channel
-        self.frame = frame
+        self._frame = frame
+        self.refs: tuple[HandleRef, ...] = frame.refs if isinstance(frame, Data) else ()
+        self.payload = frame.payload if isinstance(frame, Data) else payload
         self.encoded = encoded
         self.optimistic = optimistic
         self.handle = handle  # for a Bind: the handle it creates
-        self.size = wire.message_size(frame) if size is None else size
+        self.size = size if size is not None else wire.message_size(frame)  # type: ignore[arg-type]
         self.state = OutState.QUEUED
         self.uncovered = 0
         self.transmissions = 0
@@ -150,6 +153,13 @@ class Outgoing:
         # (handle_type, handle) -> the bind's Outgoing and its transmission count then.
         self.deps: dict[tuple[int, int], tuple[Outgoing, int]] = {}
         self.dep_failed = False
+
+    @property
+    def frame(self) -> Data | Bind:
+        """The record of this message (made on demand: plain messages go without one)."""
+        if self._frame is None:
+            self._frame = Data(self.channel, self.payload, self.refs)
+        return self._frame
 
     def __repr__(self) -> str:
         return f"Outgoing({self.frame!r}, {self.state.value})"
@@ -566,9 +576,14 @@ class ChannelPeer:
             entry = self._ref_entry(ref)
             if entry.local_free or entry.peer_freed or entry.sent_free:
                 raise ChannelUsageError(f"handle {ref.handle} of type {ref.handle_type} is freed")
-        frame = Data(channel, bytes(payload), tuple(refs))
-        out = Outgoing(channel, frame, wire.encode(frame), optimistic,
-                       size=max(1, len(frame.payload) + 2 * len(frame.refs)))
+        payload = bytes(payload)
+        if refs:
+            frame = Data(channel, payload, tuple(refs))
+            out = Outgoing(channel, frame, wire.encode(frame), optimistic,
+                           size=len(payload) + 2 * len(frame.refs))
+        else:
+            out = Outgoing(channel, None, wire.encode_plain(channel, payload), optimistic,
+                           size=len(payload) or 1, payload=payload)
         if ch.sending_bound is not None or ch.receiving_bound is not None:
             self._check_sendable(ch, out.size)
         for ref in refs:
@@ -762,8 +777,7 @@ class ChannelPeer:
         if out.handle is not None:
             key_refs: tuple[HandleRef, ...] = (HandleRef(out.channel, out.handle, True),)
         else:
-            assert isinstance(out.frame, Data)
-            key_refs = out.frame.refs
+            key_refs = out.refs
         for ref in key_refs:
             tables = self.own if ref.sender_created else self.theirs
             entry = tables[ref.handle_type].get(ref.handle)
@@ -856,26 +870,31 @@ class ChannelPeer:
         if self.failure is not None:
             return
         try:
-            frames = wire.decode_frames(data)
+            frames = wire.decode_frames_raw(data)
         except wire.WireError as exc:
             self._fail(f"malformed channel message: {exc}")
             return
         incoming = self.incoming
+        fast = 0
         for frame in frames:
-            if type(frame) is Data and not frame.refs:
-                ch = incoming.get(frame.channel)
-                size = len(frame.payload) or 1
+            if isinstance(frame, tuple):
+                channel, payload = frame
+                ch = incoming.get(channel)
+                size = len(payload) or 1
                 if (ch is not None and not ch.dropping and not ch.spec.handles
                         and ch.sending_bound is None and ch.receiving_bound is None
                         and size <= ch.capacity - ch.used):
                     # The common case of _on_channel_message, inline.
                     ch.used += size
                     ch.accepted += size
-                    ch.buffer.append(Delivery(frame.channel, frame.payload, (), size))
+                    ch.buffer.append(Delivery(channel, payload, (), size))
+                    fast += 1
                     continue
+                frame = Data(channel, payload)
             self._dispatch(frame)
             if self.failure is not None:
                 return
+        self.counters["messages_received"] += fast
 
     def _dispatch(self, frame: wire.Frame) -> None:
         if isinstance(frame, Data | Bind):
@@ -908,8 +927,8 @@ class ChannelPeer:
         head = ch.queue[0]
         if not head.optimistic and ch.guarantees < head.size:
             return False
-        if isinstance(head.frame, Data):
-            for ref in head.frame.refs:
+        if head.refs:
+            for ref in head.refs:
                 if ref.sender_created:
                     bind = self.own[ref.handle_type][ref.handle].bind
                     # Never refer to a handle before its (re)transmitted bind is on the wire.
@@ -976,13 +995,12 @@ class ChannelPeer:
         ch.sent += msg.size
         msg.transmissions += 1
         self.counters["messages_sent"] += 1
-        frame = msg.frame
-        if msg.handle is None and not frame.refs:  # type: ignore[union-attr]
+        if msg.handle is None and not msg.refs:
             if before >= msg.size:
                 msg.state = OutState.SETTLED  # the common case: guaranteed, no handles
                 return
-        elif isinstance(frame, Data):
-            for ref in frame.refs:
+        else:
+            for ref in msg.refs:
                 if ref.sender_created:
                     bind = self.own[ref.handle_type][ref.handle].bind
                     if bind is not None and bind.state != OutState.SETTLED:

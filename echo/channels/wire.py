@@ -256,14 +256,32 @@ class _Reader:
         return chunk
 
 
+def encode_plain(channel: int, payload: bytes) -> bytes:
+    """encode(Data(channel, payload)) without making the record (the per-message path)."""
+    n = len(payload)
+    if channel < 0x80 and n < 0x4000:
+        if n < 0x80:
+            return bytes((Kind.DATA, channel, n)) + payload
+        return bytes((Kind.DATA, channel, (n & 0x7F) | 0x80, n >> 7)) + payload
+    return encode(Data(channel, payload))
+
+
 def decode_frames(data: bytes) -> list[Frame]:
     """Parse one session message (untrusted bytes) into its frames.
 
     Raises only WireError; the work is O(len(data)).
     """
+    return [Data(*f) if isinstance(f, tuple) else f for f in decode_frames_raw(data)]
+
+
+def decode_frames_raw(data: bytes) -> list[Frame | tuple[int, bytes]]:
+    """decode_frames, but a plain DATA frame (no references) is a (channel, payload) tuple.
+
+    Untrusted bytes; raises only WireError.
+    """
     if not data:
         raise WireError("empty message")
-    frames: list[Frame] = []
+    frames: list[Frame | tuple[int, bytes]] = []
     reader = _Reader(bytes(data))
     raw = reader.data
     end = len(raw)
@@ -282,14 +300,15 @@ def decode_frames(data: bytes) -> list[Frame]:
                 else:
                     n = -1
             if n >= 0 and start + n <= end:
-                frames.append(Data(raw[pos + 1], raw[start : start + n]))
+                frames.append((raw[pos + 1], raw[start : start + n]))
                 reader.pos = start + n
                 continue
         reader.pos += 1
         frame: Frame
         if code == Kind.DATA:
             channel = reader.varint()
-            frame = Data(channel, reader.payload())
+            frames.append((channel, reader.payload()))
+            continue
         elif code == Kind.DATA_REFS:
             channel = reader.varint()
             count = reader.varint()
