@@ -484,6 +484,10 @@ class ChannelPeer:
         if isinstance(frame, Bind):
             ch.buffer.append(frame)
             ch.bind_sizes.append(size)
+            if ch.outstanding < 0:
+                # An optimistic bind that fit: cover it now. Bind bytes are released only when
+                # handles are deleted, so no later processing would trigger the guarantee.
+                self._issue(ch, force=True)
             return
         for ref in frame.refs:
             verdict = self._check_ref(ref)
@@ -931,8 +935,13 @@ class ChannelPeer:
             for ref in head.refs:
                 if ref.sender_created:
                     bind = self.own[ref.handle_type][ref.handle].bind
-                    # Never refer to a handle before its (re)transmitted bind is on the wire.
-                    if bind is not None and bind.state == OutState.QUEUED:
+                    # Never refer to a handle before its (re)transmitted bind is on the wire;
+                    # a guaranteed message waits until the bind is sure to be bound, so that
+                    # it can never be discarded for a dropped bind.
+                    if bind is not None and (
+                        bind.state == OutState.QUEUED
+                        or (not head.optimistic and bind.state != OutState.SETTLED)
+                    ):
                         return False
         return True
 

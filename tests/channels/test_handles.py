@@ -121,3 +121,19 @@ def test_reference_to_dropped_bind_is_discarded_and_reported():
     settle(a, b)
     b.process_binds(2)
     assert b.live_handles(2, mine=False) == {first: b"1234", late: b"xy"}
+
+
+def test_guaranteed_reference_waits_for_its_bind_and_is_never_discarded():
+    a, b = pair(bind_capacity=4)
+    a.bind(2, b"1234")
+    settle(a, b)
+    late = a.bind(2, b"xy", optimistic=True)  # will be dropped: the bind channel is full
+    user = a.send(0, b"use", refs=[HandleRef(2, late, True)])  # not optimistic
+    settle(a, b)
+    assert user.state is OutState.QUEUED  # held back: its bind is not sure to be bound
+    assert b.counters["messages_discarded"] == 0 and not a.events
+    b.resize(2, 10)
+    settle(a, b)
+    assert user.state is OutState.SETTLED
+    delivery = b.take(0)
+    assert delivery.data == b"use" and b.handle_value(2, late, mine=False) == b"xy"
