@@ -38,6 +38,8 @@ class WireError(Exception):
 
 
 class Kind(enum.IntEnum):
+    # Every kind is below 0x20: a channel message never starts with b"ERROR ", which
+    # echo.session reserves for close(reason).
     DATA = 0x01
     DATA_REFS = 0x02
     BIND = 0x03

@@ -109,3 +109,9 @@ def test_peer_survives_any_bytes(data):
     peer.receive(data)
     peer.receive(data)
     assert peer.failure is None or isinstance(peer.failure, str)
+
+
+@given(st.lists(frames, min_size=1, max_size=3))
+def test_never_looks_like_a_session_error(batch):
+    """echo.session reserves messages starting with b"ERROR " for close(reason)."""
+    assert not b"".join(wire.encode(f) for f in batch).startswith(b"ERROR ")
