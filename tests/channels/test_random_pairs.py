@@ -206,6 +206,12 @@ class TwoPeers(RuleBasedStateMachine):
             assert peer.failure is None, peer.failure
 
     @invariant()
+    def uncovered_bytes_match_the_deficit(self) -> None:
+        for peer in self.peers:
+            for ch in peer.outgoing.values():
+                assert sum(o.uncovered for o in ch.unconfirmed) == max(0, -ch.guarantees)
+
+    @invariant()
     def buffers_within_capacity(self) -> None:
         for peer in self.peers:
             for ch in peer.incoming.values():
