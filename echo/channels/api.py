@@ -59,9 +59,11 @@ class Channel:
         owner = self._owner
         peer = owner.peer
         if optimistic:
-            while peer.outgoing[self.channel_id].queued_bytes >= owner.max_queued:
+            out_state = peer.outgoing[self.channel_id]
+            while out_state.queued_bytes >= owner.max_queued:
                 await owner._wait_change()
-        owner._check_open()
+        if owner.closed_reason is not None:
+            raise ChannelsClosed(owner.closed_reason)
         out = peer.send(self.channel_id, data, optimistic=optimistic, refs=refs)
         owner._notify()
         if not optimistic:

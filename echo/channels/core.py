@@ -140,8 +140,12 @@ class Outgoing:
     ) -> None:
         self.channel = channel
         self._frame = frame
-        self.refs: tuple[HandleRef, ...] = frame.refs if isinstance(frame, Data) else ()
-        self.payload = frame.payload if isinstance(frame, Data) else payload
+        if frame is None:
+            self.refs: tuple[HandleRef, ...] = ()
+            self.payload = payload
+        else:
+            self.refs = frame.refs if isinstance(frame, Data) else ()
+            self.payload = frame.payload if isinstance(frame, Data) else payload
         self.encoded = encoded
         self.optimistic = optimistic
         self.handle = handle  # for a Bind: the handle it creates
@@ -580,7 +584,8 @@ class ChannelPeer:
             entry = self._ref_entry(ref)
             if entry.local_free or entry.peer_freed or entry.sent_free:
                 raise ChannelUsageError(f"handle {ref.handle} of type {ref.handle_type} is freed")
-        payload = bytes(payload)
+        if type(payload) is not bytes:
+            payload = bytes(payload)
         if refs:
             frame = Data(channel, payload, tuple(refs))
             out = Outgoing(channel, frame, wire.encode(frame), optimistic,
