@@ -21,7 +21,16 @@ from collections.abc import Callable
 
 import attrs
 
-from bench import baselines, duologue_bench, loss, peers, scale, topics_bench, transport_bench
+from bench import (
+    baselines,
+    channels_bench,
+    duologue_bench,
+    loss,
+    peers,
+    scale,
+    topics_bench,
+    transport_bench,
+)
 from bench.harness import Result, Settings
 
 
@@ -62,6 +71,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         duologue_bench.duologue_echo,
         _ECHO,
         "B1: echo-server duologue round trips, 64 B (lean client, then echo-client)",
+    ),
+    # Its baselines (bulk idle, the bare transport pair) are measured in its own run.
+    "channels": Benchmark(
+        channels_bench.channels,
+        (),
+        "C1/C2: logical channels: control p99 with bulk saturated vs idle (0 / 5 % loss); "
+        "one channel's throughput vs the bare transport pair",
     ),
     # Its baseline is its own 0 % level, measured first in the same run: needs nothing else.
     "loss": Benchmark(
