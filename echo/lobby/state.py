@@ -772,6 +772,7 @@ class LobbyRegistry:
 
     def _come_back(self, lobby: _Lobby, member: _Member, now: float) -> None:
         if member.presence is Presence.RECONNECTING:
+            first = len(self._out)
             member.presence = Presence.CONNECTED
             member.grace_until = None
             member.arrived = True
@@ -780,9 +781,14 @@ class LobbyRegistry:
             self._broadcast(
                 lobby,
                 lambda v: PresenceChanged(lobby.lobby_id, v, member.member_id, Presence.CONNECTED),
-                skip=member.member_id,
             )
             self._ensure_owner(lobby, now)
+            # Its copy is stale: the updates of its own return would not apply to it; the
+            # snapshot below holds them.
+            self._out[first:] = [
+                Send(tuple(m for m in send.to if m != member.member_id), send.message)
+                for send in self._out[first:]
+            ]
         # It missed the updates sent while it was away: the whole state, after them.
         self._out.append(Send((member.member_id,), lobby.snapshot()))
 
