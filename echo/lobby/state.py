@@ -92,6 +92,7 @@ from echo.lobby.protocol import (
 log = structlog.get_logger("echo.lobby")
 
 CODE_ALPHABET: Final = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
+MAX_COPY_VERSION: Final = 2**62
 CODE_LENGTH: Final = 8  # 40 bits; guessing is further slowed by the join rate limit
 
 
@@ -639,6 +640,9 @@ class LobbyRegistry:
     def _check_copy(self, member_id: str, snap: LobbySnapshot) -> MemberState:
         if snap.lobby_id == 0:
             _refuse(ErrorCode.BAD_REQUEST, "lobby id 0 is not a lobby")
+        if snap.version > MAX_COPY_VERSION:
+            # Honest versions count changes; this one would overflow the u64 on the wire.
+            _refuse(ErrorCode.BAD_REQUEST, "the copy's version is not believable")
         self._check_name(snap.name)
         self._check_max_members(snap.max_members)
         self._check_metadata(snap.metadata)
@@ -836,12 +840,9 @@ class LobbyRegistry:
             lobby.owner = owner
             self._broadcast(lobby, lambda v: OwnerChanged(lobby.lobby_id, v, owner))
 
-    def _broadcast(
-        self, lobby: _Lobby, make: Callable[[int], Update], *, skip: str | None = None
-    ) -> None:
+    def _broadcast(self, lobby: _Lobby, make: Callable[[int], Update]) -> None:
         lobby.version += 1
-        to = tuple(m for m in lobby.audience() if m != skip)
-        self._out.append(Send(to, make(lobby.version)))
+        self._out.append(Send(lobby.audience(), make(lobby.version)))
 
     def _take_out(self) -> tuple[Send, ...]:
         out, self._out = tuple(self._out), []

@@ -20,6 +20,8 @@ from echo.lobby.protocol import (
     Refusal,
     Reply,
     Request,
+    encode,
+    parse_message_untrusted,
 )
 from echo.lobby.replica import ApplyResult, LobbyReplica
 from echo.lobby.state import Handled, LobbyRegistry, Send
@@ -54,6 +56,7 @@ class Lab:
     def do(self, member: str, request: Request) -> Handled:
         handled = self.reg.handle(member, request, self.now)
         assert handled.reply.request_id == request.request_id
+        assert parse_message_untrusted(encode(handled.reply)) == handled.reply
         self.deliver(handled.sends)
         return handled
 
@@ -74,6 +77,8 @@ class Lab:
 
     def deliver(self, sends: Iterable[Send]) -> None:
         for send in sends:
+            # Whatever the registry sends must survive the wire.
+            assert parse_message_untrusted(encode(send.message)) == send.message
             for member in send.to:
                 msg = send.message
                 if isinstance(msg, ChatLine):

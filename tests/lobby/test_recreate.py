@@ -221,6 +221,9 @@ def test_recreate_refusals() -> None:
     b.refused("b", RecreateLobby(b.rid(), twice), ErrorCode.BAD_REQUEST)
     huge = attrs.evolve(copy, metadata={"k": "x" * 5000})
     b.refused("b", RecreateLobby(b.rid(), huge), ErrorCode.METADATA_LIMIT)
+    b.refused(
+        "b", RecreateLobby(b.rid(), attrs.evolve(copy, version=2**64 - 1)), ErrorCode.BAD_REQUEST
+    )
     zero = attrs.evolve(copy, lobby_id=0)
     b.refused("b", RecreateLobby(b.rid(), zero), ErrorCode.BAD_REQUEST)
     # A lobby that lives on this server normally cannot be taken over by a copy.
