@@ -12,6 +12,7 @@ Field encodings:
 u8/u16/...  unsigned big-endian integers; ``bool`` is a u8 that must be 0 or 1
 str8        u8 byte length + UTF-8 (ids, keys, names, codes)
 str16       u16 byte length + UTF-8 (values, chat text, messages)
+bytes16     u16 byte length + bytes (seats)
 value       u8 tag + body: 0 = str16, 1 = i64; in change maps also 2 = delete (no body)
 map         u8 count + count x (str8 key, value); keys unique
 filters     u8 count + count x (u8 kind, ...): 0 = string equals (str8 key, str16 value),
@@ -316,6 +317,7 @@ class RecreateLobby:
 
     request_id: int
     snapshot: LobbySnapshot
+    seat: bytes = b""  # the seat from this member's LobbyJoined
 
 
 Request: TypeAlias = (
@@ -361,6 +363,9 @@ class LobbyJoined:
 
     request_id: int
     lobby_id: int
+    # The member's seat: proof, signed by the lobby servers, that it belongs to this lobby; it
+    # is what lets it recreate the lobby elsewhere (see RecreateLobby). Empty if not signed.
+    seat: bytes = b""
 
 
 @attrs.frozen
@@ -568,6 +573,11 @@ class _Writer:
             raise LobbyProtocolError(f"string of {len(data)} bytes does not fit a str8")
         self.parts.append(bytes((len(data),)) + data)
 
+    def bytes16(self, b: bytes) -> None:
+        if not isinstance(b, bytes) or len(b) > 0xFFFF:
+            raise LobbyProtocolError("expected at most 65535 bytes")
+        self.parts.append(_U16.pack(len(b)) + b)
+
     def str16(self, s: str) -> None:
         data = self._utf8(s)
         if len(data) > 0xFFFF:
@@ -738,6 +748,7 @@ def encode(msg: Message) -> bytes:
             w = _Writer(MessageType.RECREATE_LOBBY)
             w.u32(msg.request_id)
             w.snapshot(msg.snapshot)
+            w.bytes16(msg.seat)
         case Refusal():
             w = _Writer(MessageType.REFUSAL)
             w.u32(msg.request_id)
@@ -750,6 +761,7 @@ def encode(msg: Message) -> bytes:
             w = _Writer(MessageType.LOBBY_JOINED)
             w.u32(msg.request_id)
             w.u64(msg.lobby_id)
+            w.bytes16(msg.seat)
         case SearchResults():
             w = _Writer(MessageType.SEARCH_RESULTS)
             w.u32(msg.request_id)
@@ -875,6 +887,9 @@ class _Reader:
     def str8(self) -> str:
         return self._text(self.u8())
 
+    def bytes16(self) -> bytes:
+        return self.take(self.u16())
+
     def str16(self) -> str:
         return self._text(self.u16())
 
@@ -997,7 +1012,7 @@ def _decode(r: _Reader, kind: MessageType) -> Message:
         case MessageType.SEND_CHAT:
             return SendChat(r.u32(), r.u64(), r.str16())
         case MessageType.RECREATE_LOBBY:
-            return RecreateLobby(r.u32(), r.snapshot())
+            return RecreateLobby(r.u32(), r.snapshot(), r.bytes16())
         case MessageType.REFUSAL:
             request_id = r.u32()
             code = r.u16()
@@ -1009,7 +1024,7 @@ def _decode(r: _Reader, kind: MessageType) -> Message:
         case MessageType.DONE:
             return Done(r.u32())
         case MessageType.LOBBY_JOINED:
-            return LobbyJoined(r.u32(), r.u64())
+            return LobbyJoined(r.u32(), r.u64(), r.bytes16())
         case MessageType.SEARCH_RESULTS:
             request_id = r.u32()
             listings = tuple(r.listing() for _ in range(r.u8()))

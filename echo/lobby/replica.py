@@ -48,8 +48,9 @@ class ApplyResult(enum.Enum):
 class LobbyReplica:
     """The lobby state as one member (`me`) knows it."""
 
-    def __init__(self, me: str, snapshot: LobbySnapshot) -> None:
+    def __init__(self, me: str, snapshot: LobbySnapshot, seat: bytes = b"") -> None:
         self.me = me
+        self.seat = seat  # from this member's LobbyJoined; needed to recreate the lobby
         self.closed = False
         self._load(snapshot)
 
@@ -85,7 +86,7 @@ class LobbyReplica:
 
     def recreate_request(self, request_id: int) -> RecreateLobby:
         """What this member sends to the lobby's next home when the home died."""
-        return RecreateLobby(request_id, self.snapshot())
+        return RecreateLobby(request_id, self.snapshot(), self.seat)
 
     def apply(self, update: Update) -> ApplyResult:
         if self.closed:

@@ -35,7 +35,7 @@ import secrets
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, NoReturn
+from typing import Final, NoReturn, Protocol
 
 import attrs
 import structlog
@@ -103,6 +103,14 @@ def random_lobby_id() -> int:
 
 def random_join_code() -> str:
     return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+
+
+class Seats(Protocol):
+    """Signs and checks seats (`echo.lobby.tickets.TicketSeats` is the real one)."""
+
+    def issue(self, lobby_id: int, member_id: str) -> bytes: ...
+
+    def check(self, seat: bytes, lobby_id: int, member_id: str) -> bool: ...
 
 
 @attrs.frozen
@@ -213,8 +221,12 @@ class LobbyRegistry:
         *,
         new_lobby_id: Callable[[], int] = random_lobby_id,
         new_join_code: Callable[[], str] = random_join_code,
+        seats: Seats | None = None,
     ) -> None:
         self.config = config or LobbyConfig()
+        # With seats, every LobbyJoined carries one, and a copy is recreated only by a member
+        # showing a valid seat for that lobby: without them a copy is the sender's word.
+        self._seats = seats
         self._new_lobby_id = new_lobby_id
         self._new_join_code = new_join_code
         self._lobbies: dict[int, _Lobby] = {}
@@ -269,6 +281,8 @@ class LobbyRegistry:
             assert not self._out, "a refusal after a state change"
             return Handled(Refusal(request.request_id, refused.code, refused.message), ())
         sends, self._out = tuple(self._out), []
+        if isinstance(reply, LobbyJoined) and self._seats is not None:
+            reply = attrs.evolve(reply, seat=self._seats.issue(reply.lobby_id, member_id))
         return Handled(reply, sends)
 
     def disconnected(self, member_id: str, now: float) -> tuple[Send, ...]:
@@ -582,6 +596,8 @@ class LobbyRegistry:
         """
         self._rate(member_id, "join", self.config.join_limit, now)
         snap = req.snapshot
+        if self._seats is not None and not self._seats.check(req.seat, snap.lobby_id, member_id):
+            _refuse(ErrorCode.RECREATE_REFUSED, "no valid seat of this member in this lobby")
         entry = self._check_copy(member_id, snap)
         existing = self._lobbies.get(snap.lobby_id)
         if existing is not None:

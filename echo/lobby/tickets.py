@@ -33,7 +33,7 @@ import enum
 import hashlib
 import hmac
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import attrs
@@ -181,3 +181,44 @@ def verify(
     if now >= claims.expires_at:
         return TicketRefusal(TicketReason.EXPIRED, "the ticket has expired")
     return claims
+
+
+# The "server id" of a seat: seats are signed with the lobby servers' own key, never a game
+# server's, and this id keeps a seat from ever passing as a game ticket even under one key.
+SEAT_SERVER_ID: Final = "\x00lobby-seat"
+
+
+class TicketSeats:
+    """Seats for `LobbyRegistry(seats=...)`: a ticket for (lobby, member) to the pseudo-server
+    `SEAT_SERVER_ID`, signed with the key every lobby server shares.
+
+    A seat proves that the lobby's home once admitted the member; it lets that member, and only
+    it, recreate the lobby on another server within `ttl` seconds of its last join. `clock`
+    returns UNIX seconds (the driver passes ``time.time``): seats cross machines.
+    """
+
+    def __init__(
+        self,
+        key: TicketKey,
+        *,
+        ttl: float,
+        clock: Callable[[], float],
+        retired: Mapping[int, bytes] | None = None,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("a seat lives a positive time")
+        self.key = key
+        self.ttl = ttl
+        self.clock = clock
+        self.keys: dict[int, bytes] = {**(retired or {}), key.key_id: key.secret}
+
+    def issue(self, lobby_id: int, member_id: str) -> bytes:
+        return issue(self.key, lobby_id, member_id, SEAT_SERVER_ID, self.clock() + self.ttl)
+
+    def check(self, seat: bytes, lobby_id: int, member_id: str) -> bool:
+        claims = verify(seat, self.keys, SEAT_SERVER_ID, self.clock())
+        return (
+            isinstance(claims, TicketClaims)
+            and claims.lobby_id == lobby_id
+            and claims.member_id == member_id
+        )

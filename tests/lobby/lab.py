@@ -15,6 +15,7 @@ from echo.lobby.limits import LobbyConfig, RateLimit
 from echo.lobby.protocol import (
     ChatLine,
     ErrorCode,
+    LobbyJoined,
     LobbySnapshot,
     Presence,
     Refusal,
@@ -24,7 +25,7 @@ from echo.lobby.protocol import (
     parse_message_untrusted,
 )
 from echo.lobby.replica import ApplyResult, LobbyReplica
-from echo.lobby.state import Handled, LobbyRegistry, Send
+from echo.lobby.state import Handled, LobbyRegistry, Seats, Send
 
 FAST = RateLimit(rate=1000.0, burst=1000)
 CONFIG = LobbyConfig(
@@ -38,11 +39,16 @@ CONFIG = LobbyConfig(
 
 
 class Lab:
-    def __init__(self, config: LobbyConfig = CONFIG, *, first_id: int = 100) -> None:
+    def __init__(
+        self, config: LobbyConfig = CONFIG, *, first_id: int = 100, seats: Seats | None = None
+    ) -> None:
         ids = itertools.count(first_id)
         codes = itertools.count(1)
         self.reg = LobbyRegistry(
-            config, new_lobby_id=lambda: next(ids), new_join_code=lambda: f"CODE{next(codes)}"
+            config,
+            new_lobby_id=lambda: next(ids),
+            new_join_code=lambda: f"CODE{next(codes)}",
+            seats=seats,
         )
         self.now = 0.0
         self.replicas: dict[str, LobbyReplica] = {}
@@ -58,6 +64,8 @@ class Lab:
         assert handled.reply.request_id == request.request_id
         assert parse_message_untrusted(encode(handled.reply)) == handled.reply
         self.deliver(handled.sends)
+        if isinstance(handled.reply, LobbyJoined):
+            self.replicas[member].seat = handled.reply.seat
         return handled
 
     def ok(self, member: str, request: Request) -> Reply:

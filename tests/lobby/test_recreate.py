@@ -18,6 +18,7 @@ from echo.lobby.protocol import (
     BanMember,
     CreateLobby,
     ErrorCode,
+    JoinByCode,
     JoinLobby,
     LeaveLobby,
     LeaveReason,
@@ -32,6 +33,7 @@ from echo.lobby.protocol import (
     SetMetadata,
     SetReady,
 )
+from echo.lobby.tickets import TicketKey, TicketSeats
 from tests.lobby.lab import CONFIG, FAST, Lab
 from tests.lobby.test_properties import MEMBERS, check_invariants, op, populated, run
 
@@ -298,3 +300,44 @@ def test_recreating_from_any_copies_in_any_order(steps: list[tuple[Any, ...]], d
     for m in here - set(order):
         assert presence(s)[m] is Presence.RECONNECTING
     check_invariants(b)
+
+
+def test_with_seats_only_a_member_of_the_lobby_recreates_it() -> None:
+    clock_now = [1_800_000_000.0]
+    seats = TicketSeats(TicketKey(3, b"s" * 32), ttl=3600.0, clock=lambda: clock_now[0])
+    a = Lab(RECREATE_CONFIG, seats=seats)
+    reply = a.ok("a", CreateLobby(a.rid(), "room", 4, True, {}))
+    assert isinstance(reply, LobbyJoined) and seats.check(reply.seat, reply.lobby_id, "a")
+    lobby_id = reply.lobby_id
+    a.ok("b", JoinByCode(a.rid(), state(a, lobby_id).join_code))
+    other = a.ok("x", CreateLobby(a.rid(), "other", 4, False, {}))
+    assert isinstance(other, LobbyJoined)
+    copy = a.replicas["b"].snapshot()
+    b = Lab(RECREATE_CONFIG, seats=seats)
+    # A stranger who learned the id forges a copy naming itself: no seat, no lobby.
+    forged = attrs.evolve(
+        copy,
+        owner="eve",
+        version=copy.version + 100,
+        members=(*copy.members, MemberState("eve", 9, False, Presence.CONNECTED, {})),
+    )
+    b.refused("eve", RecreateLobby(b.rid(), forged), ErrorCode.RECREATE_REFUSED)
+    # Someone else's seat, or a seat of another lobby, does not do either.
+    b.refused(
+        "eve", RecreateLobby(b.rid(), forged, a.replicas["b"].seat), ErrorCode.RECREATE_REFUSED
+    )
+    b.refused(
+        "eve", RecreateLobby(b.rid(), forged, a.replicas["x"].seat), ErrorCode.RECREATE_REFUSED
+    )
+    b.refused("b", RecreateLobby(b.rid(), copy, a.replicas["x"].seat), ErrorCode.RECREATE_REFUSED)
+    assert b.reg.lobby_ids() == []
+    # The member's own request, seat included, works; B hands out its own seats.
+    handled = b.do("b", a.replicas["b"].recreate_request(b.rid()))
+    assert isinstance(handled.reply, LobbyJoined)
+    assert seats.check(handled.reply.seat, lobby_id, "b")
+    assert isinstance(b.do("a", a.replicas["a"].recreate_request(b.rid())).reply, LobbyJoined)
+    assert state(b, lobby_id).owner == "a"
+    # Seats expire: a copy kept past the seat's life recreates nothing.
+    clock_now[0] += 3600.0
+    late = Lab(RECREATE_CONFIG, seats=seats)
+    late.refused("b", a.replicas["b"].recreate_request(late.rid()), ErrorCode.RECREATE_REFUSED)

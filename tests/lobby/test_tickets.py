@@ -17,6 +17,7 @@ from echo.lobby.tickets import (
     TicketKey,
     TicketReason,
     TicketRefusal,
+    TicketSeats,
     decode_ticket_untrusted,
     issue,
     verify,
@@ -159,3 +160,37 @@ def test_round_trip(lobby_id: int, member: str, server: str, expires: float) -> 
     assert isinstance(claims, TicketClaims)
     assert (claims.lobby_id, claims.member_id, claims.server_id) == (lobby_id, member, server)
     assert abs(claims.expires_at - expires) <= 0.0005
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_seats_prove_one_member_of_one_lobby_for_a_while() -> None:
+    clock = Clock()
+    seats = TicketSeats(KEY, ttl=60.0, clock=clock)
+    seat = seats.issue(7, "bob")
+    assert seats.check(seat, 7, "bob")
+    assert not seats.check(seat, 8, "bob")
+    assert not seats.check(seat, 7, "eve")
+    assert not seats.check(b"", 7, "bob")
+    assert not seats.check(seat[:-1] + bytes([seat[-1] ^ 1]), 7, "bob")
+    # Another lobby server with the same key accepts it; one with another key does not.
+    assert TicketSeats(KEY, ttl=1.0, clock=clock).check(seat, 7, "bob")
+    assert not TicketSeats(TicketKey(1, b"z" * 32), ttl=1.0, clock=clock).check(seat, 7, "bob")
+    # After a rotation the old key is still accepted while listed as retired.
+    rotated = TicketSeats(OTHER, ttl=60.0, clock=clock, retired={1: KEY.secret})
+    assert rotated.check(seat, 7, "bob") and rotated.check(rotated.issue(7, "bob"), 7, "bob")
+    clock.now += 60.0
+    assert not seats.check(seat, 7, "bob")
+
+
+def test_a_seat_is_never_a_game_ticket() -> None:
+    seat = TicketSeats(KEY, ttl=60.0, clock=Clock()).issue(7, "bob")
+    for server in ("game-1", "lobby-seat", ""):
+        result = verify(seat, KEY, server, NOW)
+        assert isinstance(result, TicketRefusal) and result.reason is TicketReason.WRONG_SERVER
