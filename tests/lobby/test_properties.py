@@ -119,6 +119,7 @@ def check_invariants(lab: Lab) -> None:
             seen[m] = lobby_id
     for m in MEMBERS:
         assert reg.lobby_of(m) == seen.get(m)
+    assert reg._listed == brute_force(lab, ())  # the search walk's sorted list is in step
     lab.check_replicas()
     assert not lab.gaps
 

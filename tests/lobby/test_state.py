@@ -648,3 +648,19 @@ def test_default_config_builds_and_ids_are_random_and_nonzero() -> None:
         s = reg.snapshot(handled.reply.lobby_id)
         assert s is not None and len(s.join_code) == 8
     assert len(seen) == 20 and 0 not in seen
+
+
+def test_search_by_a_rare_value_uses_the_index_and_pages_the_same() -> None:
+    lab = Lab(first_id=10)
+    rare = []
+    for i in range(40):
+        lobby_id = create(lab, f"o{i}", mode="rare" if i in (5, 17, 30) else "common")
+        if i in (5, 17, 30):
+            rare.append(lobby_id)
+    lab.ok("o30", SetLocked(lab.rid(), rare[2], True))  # locked: indexed but not listed
+    page = search(lab, StringEquals("mode", "rare"), limit=1)
+    assert [x.lobby_id for x in page.listings] == [rare[0]] and page.next_cursor == rare[0]
+    page = search(lab, StringEquals("mode", "rare"), limit=1, cursor=page.next_cursor)
+    assert [x.lobby_id for x in page.listings] == [rare[1]] and page.next_cursor is None
+    common = search(lab, StringEquals("mode", "common"), FreeSlots(3), limit=50)
+    assert len(common.listings) == 37 and common.next_cursor is None
