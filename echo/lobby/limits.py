@@ -86,6 +86,8 @@ class LobbyConfig:
     update_limit: RateLimit = RateLimit(rate=1.0, burst=5)
     search_limit: RateLimit = RateLimit(rate=1.0, burst=3)
     chat_limit: RateLimit = RateLimit(rate=4.0, burst=8)
+    # Start only when every connected member but the owner is ready (the ready state's use).
+    start_requires_ready: bool = True
     # Joins are limited too: it bounds how fast a client can guess private join codes.
     join_limit: RateLimit = RateLimit(rate=1.0, burst=5)
 

@@ -94,6 +94,8 @@ class ErrorCode(enum.IntEnum):
     BAN_LIST_FULL = 21
     SERVER_FULL = 22  # this server holds its maximum number of lobbies
     RECREATE_REFUSED = 23  # the lobby lives here and is not being recreated
+    NOT_READY = 24  # start while a connected member is not ready
+    NO_GAME_SERVER = 25  # no announced game server has room for the lobby
 
 
 class Presence(enum.IntEnum):
@@ -126,6 +128,7 @@ class MessageType(enum.IntEnum):
     SET_READY = 0x0D
     SEND_CHAT = 0x0E
     RECREATE_LOBBY = 0x0F
+    START_GAME = 0x10
     # replies (server -> client), Channel.REQUESTS
     REFUSAL = 0x20
     DONE = 0x21
@@ -142,6 +145,7 @@ class MessageType(enum.IntEnum):
     READY_CHANGED = 0x47
     PRESENCE_CHANGED = 0x48
     MEMBER_BANNED = 0x49
+    GAME_STARTING = 0x4A
     # chat (server -> members), Channel.CHAT
     CHAT_LINE = 0x60
 
@@ -320,6 +324,14 @@ class RecreateLobby:
     seat: bytes = b""  # the seat from this member's LobbyJoined
 
 
+@attrs.frozen
+class StartGame:
+    """The owner starts the game: every connected member gets a `GameStarting`."""
+
+    request_id: int
+    lobby_id: int
+
+
 Request: TypeAlias = (
     CreateLobby
     | JoinLobby
@@ -336,6 +348,7 @@ Request: TypeAlias = (
     | SetReady
     | SendChat
     | RecreateLobby
+    | StartGame
 )
 
 # --- replies ----------------------------------------------------------------------------------
@@ -462,6 +475,21 @@ Update: TypeAlias = (
     | MemberBanned
 )
 
+
+@attrs.frozen
+class GameStarting:
+    """To one member: go to this game server and show it this ticket (`echo.lobby.tickets`).
+
+    On the updates channel, after the state changes of the start, but not a state change
+    itself (no version): each member's ticket is its own.
+    """
+
+    lobby_id: int
+    server_id: str
+    address: str  # where the game server admits sessions, "host:port"
+    ticket: bytes
+
+
 # --- chat -------------------------------------------------------------------------------------
 
 
@@ -472,7 +500,7 @@ class ChatLine:
     text: str
 
 
-Message: TypeAlias = Request | Reply | Update | ChatLine
+Message: TypeAlias = Request | Reply | Update | GameStarting | ChatLine
 
 _REQUEST_TYPES: Final = (
     CreateLobby,
@@ -490,6 +518,7 @@ _REQUEST_TYPES: Final = (
     SetReady,
     SendChat,
     RecreateLobby,
+    StartGame,
 )
 _REPLY_TYPES: Final = (Refusal, Done, LobbyJoined, SearchResults)
 _UPDATE_TYPES: Final = (
@@ -510,7 +539,8 @@ def channel_of(msg: Message) -> Channel:
     """The logical channel `msg` is sent on."""
     if isinstance(msg, SendChat | ChatLine):
         return Channel.CHAT
-    if isinstance(msg, _UPDATE_TYPES):
+    # A GameStarting follows the start's state changes: it is ordered with them.
+    if isinstance(msg, _UPDATE_TYPES) or isinstance(msg, GameStarting):
         return Channel.UPDATES
     return Channel.REQUESTS
 
@@ -823,6 +853,16 @@ def encode(msg: Message) -> bytes:
             w.u64(msg.lobby_id)
             w.u64(msg.version)
             w.str8(msg.member_id)
+        case StartGame():
+            w = _Writer(MessageType.START_GAME)
+            w.u32(msg.request_id)
+            w.u64(msg.lobby_id)
+        case GameStarting():
+            w = _Writer(MessageType.GAME_STARTING)
+            w.u64(msg.lobby_id)
+            w.str8(msg.server_id)
+            w.str8(msg.address)
+            w.bytes16(msg.ticket)
         case ChatLine():
             w = _Writer(MessageType.CHAT_LINE)
             w.u64(msg.lobby_id)
@@ -1053,6 +1093,10 @@ def _decode(r: _Reader, kind: MessageType) -> Message:
             return PresenceChanged(r.u64(), r.u64(), r.str8(), r.presence())
         case MessageType.MEMBER_BANNED:
             return MemberBanned(r.u64(), r.u64(), r.str8())
+        case MessageType.START_GAME:
+            return StartGame(r.u32(), r.u64())
+        case MessageType.GAME_STARTING:
+            return GameStarting(r.u64(), r.str8(), r.str8(), r.bytes16())
         case MessageType.CHAT_LINE:
             return ChatLine(r.u64(), r.str8(), r.str16())
     raise LobbyProtocolError(f"unhandled message type {kind!r}")  # pragma: no cover
@@ -1088,7 +1132,7 @@ def parse_request_untrusted(data: bytes | bytearray | memoryview) -> Request:
 
 def parse_server_message_untrusted(
     data: bytes | bytearray | memoryview,
-) -> Reply | Update | ChatLine:
+) -> Reply | Update | GameStarting | ChatLine:
     """Decode what the lobby server sent to a member. Raises only LobbyProtocolError."""
     msg = parse_message_untrusted(data)
     if isinstance(msg, _REQUEST_TYPES):

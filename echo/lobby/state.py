@@ -41,6 +41,7 @@ from typing import Final, NoReturn, Protocol
 import attrs
 import structlog
 
+from echo.lobby.games import GameServerDirectory
 from echo.lobby.limits import LobbyConfig, RateLimit, TokenBucket
 from echo.lobby.protocol import (
     I64_MAX,
@@ -53,6 +54,7 @@ from echo.lobby.protocol import (
     ErrorCode,
     Filter,
     FreeSlots,
+    GameStarting,
     JoinByCode,
     JoinLobby,
     KickMember,
@@ -84,6 +86,7 @@ from echo.lobby.protocol import (
     SetLocked,
     SetMetadata,
     SetReady,
+    StartGame,
     StringEquals,
     TransferOwner,
     Update,
@@ -106,6 +109,12 @@ def random_join_code() -> str:
     return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
 
 
+class Tickets(Protocol):
+    """Issues game tickets (`echo.lobby.tickets.TicketIssuer` is the real one)."""
+
+    def issue(self, lobby_id: int, member_id: str, server_id: str) -> bytes: ...
+
+
 class Seats(Protocol):
     """Signs and checks seats (`echo.lobby.tickets.TicketSeats` is the real one)."""
 
@@ -119,7 +128,7 @@ class Send:
     """One message to some members; the channel follows from the message (`channel_of`)."""
 
     to: tuple[str, ...]
-    message: Update | ChatLine
+    message: Update | GameStarting | ChatLine
 
 
 @attrs.frozen
@@ -223,11 +232,16 @@ class LobbyRegistry:
         new_lobby_id: Callable[[], int] = random_lobby_id,
         new_join_code: Callable[[], str] = random_join_code,
         seats: Seats | None = None,
+        games: GameServerDirectory | None = None,
+        tickets: Tickets | None = None,
     ) -> None:
         self.config = config or LobbyConfig()
         # With seats, every LobbyJoined carries one, and a copy is recreated only by a member
         # showing a valid seat for that lobby: without them a copy is the sender's word.
         self._seats = seats
+        # Without both, this lobby server starts no games (NO_GAME_SERVER).
+        self._games = games
+        self._tickets = tickets
         self._new_lobby_id = new_lobby_id
         self._new_join_code = new_join_code
         self._lobbies: dict[int, _Lobby] = {}
@@ -412,6 +426,8 @@ class LobbyRegistry:
                 return self._chat(member_id, req, now)
             case RecreateLobby():
                 return self._recreate(member_id, req, now)
+            case StartGame():
+                return self._start(member_id, req, now)
         _refuse(ErrorCode.BAD_REQUEST, f"not a request: {type(req).__name__}")
 
     # --- operations ----------------------------------------------------------------------------
@@ -578,6 +594,35 @@ class LobbyRegistry:
         self.counters["chat_lines"] += 1
         self.counters["chat_deliveries"] += len(audience)
         self._out.append(Send(audience, ChatLine(lobby.lobby_id, member_id, req.text)))
+        return Done(req.request_id)
+
+    def _start(self, member_id: str, req: StartGame, now: float) -> Reply:
+        """The owner starts: a game server with room for every seat, a ticket for each
+        connected member, and the lobby locked so that nobody joins a game already started.
+        Members still reconnecting get no ticket (their seat on the game server is reserved)."""
+        self._rate(member_id, "update", self.config.update_limit, now)
+        lobby = self._owned(member_id, req.lobby_id)
+        connected = lobby.connected()
+        if self.config.start_requires_ready:
+            waiting = [m.member_id for m in connected if not m.ready and m.member_id != member_id]
+            if waiting:
+                _refuse(ErrorCode.NOT_READY, f"not ready: {', '.join(sorted(waiting)[:5])}")
+        if self._games is None or self._tickets is None:
+            _refuse(ErrorCode.NO_GAME_SERVER, "this lobby server starts no games")
+        # The pick reserves slots: it is the last check, nothing refuses after it.
+        server = self._games.pick(len(lobby.members), now)
+        if server is None:
+            _refuse(ErrorCode.NO_GAME_SERVER, "no game server has room for this lobby")
+        if not lobby.locked:
+            self._unindex(lobby)
+            lobby.locked = True
+            self._index_lobby(lobby)
+            self._broadcast(lobby, lambda v: LockChanged(lobby.lobby_id, v, True))
+        for m in connected:
+            ticket = self._tickets.issue(lobby.lobby_id, m.member_id, server.server_id)
+            start = GameStarting(lobby.lobby_id, server.server_id, server.address, ticket)
+            self._out.append(Send((m.member_id,), start))
+        self.counters["games_started"] += 1
         return Done(req.request_id)
 
     # --- recreate (issue 18 item 4) ------------------------------------------------------------

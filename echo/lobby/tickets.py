@@ -222,3 +222,18 @@ class TicketSeats:
             and claims.lobby_id == lobby_id
             and claims.member_id == member_id
         )
+
+
+class TicketIssuer:
+    """Game tickets for `LobbyRegistry(tickets=...)`, signed with the key the game servers hold;
+    each lives `ttl` seconds from the start. `clock` returns UNIX seconds (``time.time``)."""
+
+    def __init__(self, key: TicketKey, *, ttl: float, clock: Callable[[], float]) -> None:
+        if ttl <= 0:
+            raise ValueError("a ticket lives a positive time")
+        self.key = key
+        self.ttl = ttl
+        self.clock = clock
+
+    def issue(self, lobby_id: int, member_id: str, server_id: str) -> bytes:
+        return issue(self.key, lobby_id, member_id, server_id, self.clock() + self.ttl)

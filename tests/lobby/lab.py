@@ -11,10 +11,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
+from echo.lobby.games import GameServerDirectory
 from echo.lobby.limits import LobbyConfig, RateLimit
 from echo.lobby.protocol import (
     ChatLine,
     ErrorCode,
+    GameStarting,
     LobbyJoined,
     LobbySnapshot,
     Presence,
@@ -25,7 +27,7 @@ from echo.lobby.protocol import (
     parse_message_untrusted,
 )
 from echo.lobby.replica import ApplyResult, LobbyReplica
-from echo.lobby.state import Handled, LobbyRegistry, Seats, Send
+from echo.lobby.state import Handled, LobbyRegistry, Seats, Send, Tickets
 
 FAST = RateLimit(rate=1000.0, burst=1000)
 CONFIG = LobbyConfig(
@@ -40,7 +42,13 @@ CONFIG = LobbyConfig(
 
 class Lab:
     def __init__(
-        self, config: LobbyConfig = CONFIG, *, first_id: int = 100, seats: Seats | None = None
+        self,
+        config: LobbyConfig = CONFIG,
+        *,
+        first_id: int = 100,
+        seats: Seats | None = None,
+        games: GameServerDirectory | None = None,
+        tickets: Tickets | None = None,
     ) -> None:
         ids = itertools.count(first_id)
         codes = itertools.count(1)
@@ -49,10 +57,13 @@ class Lab:
             new_lobby_id=lambda: next(ids),
             new_join_code=lambda: f"CODE{next(codes)}",
             seats=seats,
+            games=games,
+            tickets=tickets,
         )
         self.now = 0.0
         self.replicas: dict[str, LobbyReplica] = {}
         self.chat: dict[str, list[ChatLine]] = {}
+        self.games: dict[str, list[GameStarting]] = {}
         self.gaps: list[str] = []
         self._rid = itertools.count(1)
 
@@ -91,6 +102,8 @@ class Lab:
                 msg = send.message
                 if isinstance(msg, ChatLine):
                     self.chat.setdefault(member, []).append(msg)
+                elif isinstance(msg, GameStarting):
+                    self.games.setdefault(member, []).append(msg)
                 elif isinstance(msg, LobbySnapshot):
                     replica = self.replicas.get(member)
                     if replica is None or replica.closed or replica.lobby_id != msg.lobby_id:

@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from echo.lobby.games import GameServerAnnouncement, GameServerDirectory
 from echo.lobby.limits import LobbyConfig, RateLimit
 from echo.lobby.protocol import (
     BanMember,
@@ -37,9 +38,11 @@ from echo.lobby.protocol import (
     SetLocked,
     SetMetadata,
     SetReady,
+    StartGame,
     StringEquals,
     TransferOwner,
 )
+from echo.lobby.tickets import TicketIssuer, TicketKey
 from tests.lobby.lab import CONFIG, Lab
 
 MEMBERS = [f"m{i}" for i in range(7)]
@@ -75,6 +78,7 @@ op = st.one_of(
     st.tuples(st.just("attrs"), member, member, st.integers(0, 9)),
     st.tuples(st.just("ready"), member, st.booleans()),
     st.tuples(st.just("chat"), member),
+    st.tuples(st.just("start"), member),
     st.tuples(st.just("drop"), member),
     st.tuples(st.just("back"), member),
     st.tuples(st.just("back"), member),
@@ -86,7 +90,10 @@ op = st.one_of(
 
 def populated() -> Lab:
     """Three lobbies and some members to start from, so random steps have targets."""
-    lab = Lab(PROPERTY_CONFIG)
+    games = GameServerDirectory(ttl=1e9)
+    games.announce(GameServerAnnouncement("game", "127.0.0.1:1", 1000), 0.0)
+    issuer = TicketIssuer(TicketKey(1, b"t" * 32), ttl=60.0, clock=lambda: 1e9)
+    lab = Lab(PROPERTY_CONFIG, games=games, tickets=issuer)
     for owner, size, private, mode in (
         ("m0", 4, False, "ffa"),
         ("m1", 3, True, "ctf"),
@@ -188,6 +195,8 @@ def run(lab: Lab, step: tuple[Any, ...]) -> None:
             assert handled.reply.code in (ErrorCode.OTHER_MEMBER, ErrorCode.NOT_MEMBER)
     elif kind == "ready":
         lab.do(step[1], SetReady(rid, own(step[1]), step[1], step[2]))
+    elif kind == "start":
+        lab.do(step[1], StartGame(rid, own(step[1])))
     elif kind == "chat":
         lab.do(step[1], SendChat(rid, own(step[1]), "hi"))
     elif kind == "drop":

@@ -19,6 +19,7 @@ from echo.lobby.protocol import (
     Done,
     ErrorCode,
     FreeSlots,
+    GameStarting,
     JoinByCode,
     JoinLobby,
     KickMember,
@@ -51,6 +52,7 @@ from echo.lobby.protocol import (
     SetLocked,
     SetMetadata,
     SetReady,
+    StartGame,
     StringEquals,
     TransferOwner,
     channel_of,
@@ -111,6 +113,8 @@ SAMPLES: list[Message] = [
     PresenceChanged(77, 9, "bob", Presence.RECONNECTING),
     MemberBanned(77, 10, "troll"),
     ChatLine(77, "bob", "hello"),
+    StartGame(20, 77),
+    GameStarting(77, "game-1", "203.0.113.5:40123", b"\x01ticket"),
 ]
 
 
