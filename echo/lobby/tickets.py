@@ -32,6 +32,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import math
 import struct
 from collections.abc import Callable, Mapping
 from typing import Final
@@ -104,6 +105,8 @@ def issue(
     `expires_at` (UNIX seconds). Raises TicketError for values that do not fit the format."""
     if not 0 <= lobby_id < 2**64:
         raise TicketError("a lobby id is a u64")
+    if not math.isfinite(expires_at):
+        raise TicketError("the expiry is not a finite time")
     millis = round(expires_at * 1000)
     if not 0 <= millis < 2**64:
         raise TicketError("the expiry does not fit a u64 of milliseconds")

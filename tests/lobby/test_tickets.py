@@ -111,6 +111,8 @@ def test_a_signed_but_malformed_ticket_is_refused() -> None:
         (1, "m", "s" * 256, NOW),
         (1, "\ud800", "s", NOW),
         (1, "m", "s", -1.0),
+        (1, "m", "s", float("nan")),
+        (1, "m", "s", float("inf")),
     ],
 )
 def test_issue_refuses_what_does_not_fit(args: tuple[int, str, str, float]) -> None:
