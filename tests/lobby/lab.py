@@ -71,8 +71,11 @@ class Lab:
         return next(self._rid)
 
     def do(self, member: str, request: Request) -> Handled:
+        before = self.state()
         handled = self.reg.handle(member, request, self.now)
         assert handled.reply.request_id == request.request_id
+        if isinstance(handled.reply, Refusal):
+            assert self.state() == before, "a refusal changed the lobbies"
         assert parse_message_untrusted(encode(handled.reply)) == handled.reply
         self.deliver(handled.sends)
         if isinstance(handled.reply, LobbyJoined):
@@ -116,6 +119,9 @@ class Lab:
                     if result is ApplyResult.GAP:
                         self.gaps.append(member)
                     assert result in (ApplyResult.APPLIED, ApplyResult.LEFT), (member, result, msg)
+
+    def state(self) -> dict[int, LobbySnapshot | None]:
+        return {i: self.reg.snapshot(i) for i in self.reg.lobby_ids()}
 
     def disconnect(self, member: str) -> tuple[Send, ...]:
         sends = self.reg.disconnected(member, self.now)
