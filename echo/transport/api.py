@@ -316,6 +316,12 @@ class Publication:
                 delivered = delivered or state.delivered
                 await self._waiters.wait()
         delivered = delivered or state.delivered
+        if state.is_lingering:
+            # Out of time while waiting for the receivers' proof, everything sent: still say
+            # where the stream ends, or the receivers learn it only from their timeouts.
+            sender = self._sep.endpoint
+            assert isinstance(sender, SendEndpoint)
+            state.announce_end(functools.partial(sender.emit_to_all, send=self._sep.send))
         state.abort()
         self._transport._release_publication(self)
         return delivered

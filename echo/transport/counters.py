@@ -2,6 +2,8 @@
 
 One mutable object per transport, shared by the pure state machines, which bump plain int
 attributes (cheap on the hot path); `snapshot()` gives a dict for logs, tests and metrics.
+The `*_sent` frame counters count datagrams that left the socket (one per destination), never
+attempts: a SETUP with no destination yet, or lost to a send error, counts nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ FIELDS = (
     "bytes_received",
     "datagrams_sent",
     "datagrams_received",
-    "data_frames_sent",
+    "data_frames_sent",  # datagrams of new data (each copy to each destination)
     "heartbeats_sent",
     "heartbeats_received",
     "setups_sent",

@@ -31,8 +31,8 @@ from echo.transport.receiver import (
     ReceiveEndpoint,
     ReceiverTimers,
 )
+from echo.transport.sender import WOULD_BLOCK, Send, SendEndpoint, SenderTimers
 from echo.transport.sender import Publication as PublicationState
-from echo.transport.sender import Send, SendEndpoint, SenderTimers
 from echo.transport.validation import CookieJar, RateLimiter
 
 _log = structlog.get_logger("echo.transport")
@@ -181,8 +181,8 @@ class _TimerHandle:
         self.sep: SocketEndpoint | None = sep
 
 
-def _send_nothing(datagram: bytes | memoryview, address: Address, segment: int = 0) -> bool:
-    return True  # the endpoint is closed: what it would send is dropped
+def _send_nothing(datagram: bytes | memoryview, address: Address, segment: int = 0) -> int:
+    return 0  # the endpoint is closed: what it would send is dropped, nothing leaves
 
 
 class SocketEndpoint:
@@ -231,23 +231,24 @@ class SocketEndpoint:
 
         # Three closures that call each other one way only (send -> send_run -> send_one): no
         # cycle among them, so they go with the endpoint when it closes (see unregister).
-        def send_one(datagram: bytes | memoryview, address: Address) -> bool:
+        def send_one(datagram: bytes | memoryview, address: Address) -> int:
             try:
                 sent = sendto(datagram, address)
             except BlockingIOError:
                 counters.send_would_block += 1
                 self.blocked = True
-                return False
+                return WOULD_BLOCK
             except OSError:
                 # EPERM from a firewall, ENETUNREACH, an ICMP error reported late: the datagram is
-                # lost, which the protocol recovers from. It must never end a task.
+                # lost, which the protocol recovers from. It must never end a task, and it did
+                # not go on the wire: 0, so no frame counter counts it.
                 counters.send_errors += 1
-                return True
+                return 0
             counters.datagrams_sent += 1
             counters.bytes_sent += sent
-            return True
+            return 1
 
-        def send_run(datagram: bytes | memoryview, address: Address, segment: int) -> bool:
+        def send_run(datagram: bytes | memoryview, address: Address, segment: int) -> int:
             # Datagrams of `segment` bytes back to back (the last may be shorter): one
             # sendmsg with UDP_SEGMENT, the kernel (or the NIC) cuts them apart.
             length = len(datagram)
@@ -256,25 +257,29 @@ class SocketEndpoint:
             except BlockingIOError:
                 counters.send_would_block += 1
                 self.blocked = True
-                return False
+                return WOULD_BLOCK
             except OSError as error:
                 if error.errno not in _NO_GSO_ERRORS:
                     counters.send_errors += 1
-                    return True
+                    return 0
                 # This route cannot take runs (no checksum offload, a segment larger than the
                 # path MTU, ...): send this one datagram by datagram and stop making runs.
                 self.stop_runs()
                 view = memoryview(datagram)
-                return all(
-                    send_one(view[start : start + segment], address)
-                    for start in range(0, length, segment)
-                )
-            counters.datagrams_sent += -(-length // segment)
+                total = 0
+                for start in range(0, length, segment):
+                    one = send_one(view[start : start + segment], address)
+                    if one < 0:
+                        return WOULD_BLOCK
+                    total += one
+                return total
+            count = -(-length // segment)
+            counters.datagrams_sent += count
             counters.bytes_sent += sent
             counters.gso_runs_sent += 1
-            return True
+            return count
 
-        def send(datagram: bytes | memoryview, address: Address, segment: int = 0) -> bool:
+        def send(datagram: bytes | memoryview, address: Address, segment: int = 0) -> int:
             if segment:
                 return send_run(datagram, address, segment)
             return send_one(datagram, address)

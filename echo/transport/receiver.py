@@ -54,7 +54,9 @@ from echo.transport.logbuffer import (
 )
 from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
 
-Send = Callable[[bytes | memoryview, Address], bool]
+#: sends one datagram; returns 1 if it left, 0 if it was lost on the way out (send error),
+#: or -1 (sender.WOULD_BLOCK): socket buffer full, nothing sent, try again later
+Send = Callable[[bytes | memoryview, Address], int]
 Deliver = Callable[[bytes], None]
 
 DEFAULT_RECEIVER_WINDOW = 128 * 1024
@@ -234,6 +236,11 @@ class Image:
                 edge >= self.last_sm_position + self.window
                 or edge >= self._previous_grant
                 or probing
+                # The sender stopped where we have consumed everything, which our last SM
+                # did not say yet: a closing publication waits for that proof of delivery
+                # before it announces end-of-stream (sender.py, _announce_end_due). Sent
+                # now, it moves the periodic SM back by an interval, so it costs nothing.
+                or self.last_sm_position < position == self.subscriber_position
             ):
                 # The sender idles at the edge of the window we gave it, or of the one before
                 # (then our last SM, which moved it, was lost), or it probes again and again
@@ -410,14 +417,14 @@ class Image:
         self.budget += size
         self.starved = False
 
-    def _send(self, datagram: bytes, send: Send) -> bool:
+    def _send(self, datagram: bytes, send: Send) -> int:
         if self.budgeted:
             if self.budget < len(datagram):
                 # Nothing more may go to this source until it sends us something: stop
                 # asking to be polled (the next datagram from it credits us and polls us).
                 self.counters.amplification_limited += 1
                 self.starved = True
-                return False
+                return -1
             self.budget -= len(datagram)
         return send(datagram, self.control_address)
 
@@ -430,8 +437,9 @@ class Image:
             return
         if self.is_end_of_stream:
             # Tell the sender we have it all and are going: it can stop lingering.
-            if self._send(self._status_message(SM_EOS_FLAG), send):
-                counters.status_messages_sent += 1
+            sent = self._send(self._status_message(SM_EOS_FLAG), send)
+            if sent > 0:
+                counters.status_messages_sent += sent
             self.state = ImageState.END_OF_STREAM
             return
 
@@ -444,8 +452,9 @@ class Image:
         if not self.starved and (
             now >= self._sm_deadline or self._window_update_due(consumption, now)
         ):
-            if self._send(self._status_message(), send):
-                counters.status_messages_sent += 1
+            sent = self._send(self._status_message(), send)
+            if sent >= 0:
+                counters.status_messages_sent += sent
                 old_grant = self.last_sm_position + self.window
                 if consumption + self.window > old_grant:
                     self._previous_grant = old_grant  # (a repeat of the same grant is not news)
@@ -566,8 +575,9 @@ class Image:
                 term_offset=gap_offset,
                 length=length,
             )
-            if self._send(nak.encode(), send):
-                self.counters.naks_sent += 1
+            sent = self._send(nak.encode(), send)
+            if sent >= 0:
+                self.counters.naks_sent += sent
                 # The first NAK of a gap times its repair; a second spoils the sample.
                 self._nak_times[position] = now if position not in self._nak_times else None
             self._gaps[gap] = now + self._gap_delay(first=False)
@@ -599,14 +609,16 @@ class Image:
 
     def say_goodbye(self, send: Send) -> None:
         """Repeat the end-of-stream SM for a lingering publisher (budgeted like any SM)."""
-        if self._send(self._status_message(SM_EOS_FLAG), send):
-            self.counters.status_messages_sent += 1
+        sent = self._send(self._status_message(SM_EOS_FLAG), send)
+        if sent > 0:
+            self.counters.status_messages_sent += sent
 
     def close(self, send: Send) -> None:
         """The subscription is going: tell the sender (an end-of-stream SM) and stop."""
         if self.state is ImageState.ACTIVE:
-            if self._send(self._status_message(SM_EOS_FLAG), send):
-                self.counters.status_messages_sent += 1
+            sent = self._send(self._status_message(SM_EOS_FLAG), send)
+            if sent > 0:
+                self.counters.status_messages_sent += sent
             self.state = ImageState.CLOSED
 
 
@@ -890,8 +902,9 @@ class ReceiveEndpoint:
                     group_tag=self.group_tag,
                     flags=SM_SETUP_FLAG,
                 ).encode()
-                if send(registration, self.control):
-                    counters.setup_elicitations_sent += 1
+                sent = send(registration, self.control)
+                if sent > 0:
+                    counters.setup_elicitations_sent += sent
         pending = self._pending
         if pending:
             for (session_id, stream_id), source in pending:
@@ -905,8 +918,9 @@ class ReceiveEndpoint:
                     group_tag=self.group_tag,
                     flags=SM_SETUP_FLAG,
                 ).encode()
-                if send(elicit, source):
-                    counters.setup_elicitations_sent += 1
+                sent = send(elicit, source)
+                if sent > 0:
+                    counters.setup_elicitations_sent += sent
             pending.clear()
         for finished in self._goodbyes:
             finished.say_goodbye(send)

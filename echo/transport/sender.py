@@ -1,9 +1,11 @@
 """Publication state: the log, SETUP, data, heartbeats, retransmits and linger (reference §2).
 
-Pure: every method takes `now` (seconds) and output goes through an `emit(datagram) -> bool`
+Pure: every method takes `now` (seconds) and output goes through an `emit(datagram) -> int`
 callback that the caller supplies (the driver's socket send, or a test's list). `emit` returns
-False when the datagram could not be handed to the network (socket buffer full); the sender then
-stops and tries again on the next poll instead of losing its place.
+how many datagrams went on the wire (one per destination; 0 when there is no destination yet or
+the send failed), or WOULD_BLOCK when the datagram could not be handed to the network (socket
+buffer full); the sender then stops and tries again on the next poll instead of losing its
+place. Counters add what `emit` returns, so each counts datagrams that left, never attempts.
 """
 
 from __future__ import annotations
@@ -50,13 +52,17 @@ from echo.transport.logbuffer import (
 )
 from echo.transport.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
 
+#: what a send returns when the socket buffer is full (nothing sent: try again later)
+WOULD_BLOCK = -1
+
 
 class Emit(Protocol):
     """Hands one datagram to the network, or, with `segment`, a run of datagrams of `segment`
-    bytes each (the last may be shorter) lying back to back in `datagram`. False: the socket
-    buffer is full, try again later."""
+    bytes each (the last may be shorter) lying back to back in `datagram`. Returns how many
+    datagrams left (all destinations together), or WOULD_BLOCK: the socket buffer is full,
+    try again later."""
 
-    def __call__(self, datagram: bytes | memoryview, segment: int = 0) -> bool: ...
+    def __call__(self, datagram: bytes | memoryview, segment: int = 0) -> int: ...
 
 
 # Aeron's offer() results (Publication.java).
@@ -103,7 +109,9 @@ class SenderTimers:
 class PublicationState(enum.Enum):
     ACTIVE = "active"
     DRAINING = "draining"  # closed by the application; sending what is left
-    LINGERING = "lingering"  # all sent; end-of-stream heartbeats until receivers have it
+    #: all sent; heartbeats until every receiver's SM shows it consumed everything, then
+    #: end-of-stream heartbeats until receivers have that too (or the linger time is up)
+    LINGERING = "lingering"
     CLOSED = "closed"
 
 
@@ -119,6 +127,8 @@ class _Retransmit:
 class _ReceiverLiveness:
     last_sm: float
     position: int
+    #: SMs since the publication started lingering (see Publication._announce_end_due)
+    sms_lingering: int = 0
 
 
 class Publication:
@@ -164,6 +174,8 @@ class Publication:
         #: datagrams that may go to `emit` as one run (0 or 1: one at a time); the send
         #: endpoint sets it when its socket can send runs (UDP GSO)
         self.run_segments = 0
+        #: datagrams the current `_send_range` call put on the wire (for the counters)
+        self.wire_datagrams = 0
 
         self.state = PublicationState.ACTIVE
         self._term_count = 0
@@ -175,6 +187,10 @@ class Publication:
         self._last_setup = -math.inf
         self._last_send = -math.inf
         self._linger_until = math.inf
+        #: lingering: heartbeats say end-of-stream from now on (see _announce_end_due)
+        self._announcing_end = False
+        #: lingering: announce end-of-stream by then even if some receiver never confirmed
+        self._announce_end_by = math.inf
         self._receivers: dict[int, _ReceiverLiveness] = {}
         #: the latest SM time of any receiver in `_receivers` (-inf if none): is_connected
         #: runs on every offer, so it must not look at every receiver
@@ -281,13 +297,19 @@ class Publication:
     def announce_end(self, emit: Emit) -> None:
         """Transport shutdown: one end-of-stream heartbeat at the sender position, then stop."""
         if self.state is not PublicationState.CLOSED:
-            emit(self._heartbeat(eos=True))
-            self.counters.heartbeats_sent += 1
+            sent = emit(self._heartbeat(eos=True))
+            if sent > 0:
+                self.counters.heartbeats_sent += sent
         self.state = PublicationState.CLOSED
 
     def abort(self) -> None:
         """Stop at once, without linger (transport shutdown)."""
         self.state = PublicationState.CLOSED
+
+    @property
+    def is_lingering(self) -> bool:
+        """Closed by the application with everything sent: waiting for the receivers."""
+        return self.state is PublicationState.LINGERING
 
     @property
     def is_done(self) -> bool:
@@ -326,6 +348,13 @@ class Publication:
         self.sender_limit = self.flow_control.on_status_message(
             sm, sm_position, self.sender_limit, now
         )
+        if sm.is_end_of_stream and self._announcing_end:
+            # The receiver answers our end-of-stream: Aeron sends the EOS flag once its image
+            # has seen end-of-stream with nothing missing up to it (PublicationImage:
+            # isEndOfStream && rebuildPosition == hwmPosition), whatever subscriber position
+            # the SM carries; it is what Aeron's own publication waits for before it stops
+            # lingering (NetworkPublication: hasReceivedUnicastEos).
+            sm_position = self.sender_position
         self._acknowledged = max(self._acknowledged, sm_position)
         if sm.is_end_of_stream:
             self._forget_receiver(sm.receiver_id)
@@ -339,6 +368,7 @@ class Publication:
         else:
             receiver.last_sm = now
             receiver.position = max(receiver.position, sm_position)
+            receiver.sms_lingering += 1
         if now > self._newest_sm:
             self._newest_sm = now
         self._receiver_window = sm.receiver_window
@@ -461,10 +491,11 @@ class Publication:
             count = 1
             if run_segments > 1 and not padding:
                 stop, count = self._extend_run(term, offset, stop, available, end - position)
-            ok = emit(term[offset:stop], available) if count > 1 else emit(term[offset:stop])
-            if not ok:
+            copies = emit(term[offset:stop], available) if count > 1 else emit(term[offset:stop])
+            if copies < 0:
                 self.counters.send_would_block += 1
                 break
+            self.wire_datagrams += copies
             sent += count
             position += stop - offset + padding
         return position
@@ -503,15 +534,17 @@ class Publication:
         counters = self.counters
 
         while self._rttm_replies:
-            if not emit(self._rttm_replies[0]):
+            sent = emit(self._rttm_replies[0])
+            if sent < 0:
                 break
             self._rttm_replies.pop(0)
-            counters.rttm_replies_sent += 1
+            counters.rttm_replies_sent += sent
 
         if self._setup_pending and now >= self._last_setup + self.timers.setup_interval:
-            if emit(self.setup_frame()):
+            sent = emit(self.setup_frame())
+            if sent >= 0:
                 self._last_setup = now
-                counters.setups_sent += 1
+                counters.setups_sent += sent
 
         if self._retransmits:
             self._service_retransmits(now, emit)
@@ -523,20 +556,27 @@ class Publication:
             if self.sender_position >= self.position:
                 self.state = PublicationState.LINGERING
                 self._linger_until = now + self.timers.linger
-                self._last_send = -math.inf  # announce end-of-stream at once
+                self._announce_end_by = now + self.timers.linger / 2
+                for receiver in self._receivers.values():
+                    receiver.sms_lingering = 0
+                self._last_send = -math.inf  # a heartbeat at once: where the stream ends
             elif not self.is_connected(now):
                 self.state = PublicationState.CLOSED
                 return
 
         lingering = self.state is PublicationState.LINGERING
+        if lingering and not self._announcing_end and self._announce_end_due(now):
+            self._announcing_end = True
+            self._last_send = -math.inf  # announce end-of-stream at once
         if (self.has_initial_connection or lingering) and (
             now >= self._last_send + self.timers.heartbeat_interval or now >= self._probe_at
         ):
             probing = now >= self._probe_at
-            if emit(self._heartbeat(eos=lingering)):
+            sent = emit(self._heartbeat(eos=self._announcing_end))
+            if sent >= 0:
                 self._last_send = now
                 self._probe_at = math.inf
-                counters.heartbeats_sent += 1
+                counters.heartbeats_sent += sent
                 if probing and self._flow_blocked():
                     # Still blocked on flow control: probe again, backing off.
                     self._probe_delay = min(self._probe_delay * 2, self.timers.heartbeat_interval)
@@ -546,6 +586,26 @@ class Publication:
             # Linger ends early once every receiver has said goodbye (an end-of-stream SM):
             # until then keep announcing end-of-stream, in case those heartbeats were lost.
             self.state = PublicationState.CLOSED
+
+    def _announce_end_due(self, now: float) -> bool:
+        """May the lingering publication's heartbeats say end-of-stream now?
+
+        Once every receiver has shown it has everything, or had the time to: an Aeron 1.15
+        receiver that sees end-of-stream with its image complete drops the image and sends no
+        SM again, and its SMs report a new position only after consuming a quarter of its
+        window or on its SM timer (200 ms), so an immediate end-of-stream left close() without
+        proof of what had arrived. Plain heartbeats keep the image alive and its timer SMs
+        report the subscriber position. Aeron 1.4x repeats a stale position on its timer
+        (only the quarter-window rule moves it) but answers end-of-stream with an EOS SM once
+        its image is complete, which on_status_message takes as proof: so two SMs without the
+        end are enough waiting. Half the linger time bounds it for a receiver that sends none.
+        """
+        if now >= self._announce_end_by:
+            return True
+        tail = self.position
+        return all(
+            r.position >= tail or r.sms_lingering >= 2 for r in self._receivers.values()
+        )
 
     def send_pending(self, now: float, emit: Emit) -> bool:
         """Send new data up to the flow-control limit; True if anything went out.
@@ -558,11 +618,13 @@ class Publication:
         before = self.sender_position
         if before >= limit or self.state is PublicationState.CLOSED:
             return False
+        self.wire_datagrams = 0
         reached = self.sender_position = self._send_range(before, limit, emit)
+        # Datagrams of new data that left (each copy to each destination), not calls made.
+        self.counters.data_frames_sent += self.wire_datagrams
         if reached == before:
             return False
         self._last_send = now
-        self.counters.data_frames_sent += 1
         timers = self.timers
         if self._flow_blocked():
             # Blocked at the window's edge: a heartbeat right behind the data tells the
@@ -601,9 +663,13 @@ class Publication:
         keep: list[_Retransmit] = []
         for action in self._retransmits:
             if not action.sent:
+                self.wire_datagrams = 0
                 reached = self._send_range(action.position, action.position + action.length, emit)
-                self.counters.retransmits_sent += 1
-                self.counters.retransmitted_bytes += reached - action.position
+                if self.wire_datagrams:
+                    # One retransmit action (Aeron's unit: a NAK answered) that put something
+                    # on the wire; with no destination or a full buffer nothing was resent.
+                    self.counters.retransmits_sent += 1
+                    self.counters.retransmitted_bytes += reached - action.position
                 action.sent = True
                 action.linger_until = now + (
                     self.timers.retransmit_linger
@@ -666,8 +732,14 @@ class Publication:
                 return now
             if action.linger_until < deadline:
                 deadline = action.linger_until
-        if self.state is PublicationState.LINGERING and self._linger_until < deadline:
-            deadline = self._linger_until
+        if self.state is PublicationState.LINGERING:
+            if self._linger_until < deadline:
+                deadline = self._linger_until
+            if not self._announcing_end:
+                if self._announce_end_due(now):
+                    return now
+                if self._announce_end_by < deadline:
+                    deadline = self._announce_end_by
         if self._receiver_expiry < deadline:
             deadline = max(self._receiver_expiry, self._next_expiry_check)
         return deadline
@@ -683,11 +755,12 @@ class SendMode(enum.Enum):
 
 
 class Send(Protocol):
-    """Sends one datagram (or a run of `segment`-byte datagrams, see Emit) to `address`."""
+    """Sends one datagram (or a run of `segment`-byte datagrams, see Emit) to `address`;
+    returns how many datagrams left, or WOULD_BLOCK."""
 
     def __call__(
         self, datagram: bytes | memoryview, address: Address, segment: int = 0
-    ) -> bool: ...
+    ) -> int: ...
 
 
 
@@ -732,8 +805,8 @@ class SendEndpoint:
         self._emit: Emit = self._no_emit
 
     @staticmethod
-    def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> bool:
-        return True
+    def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> int:
+        return 0
 
     def emitter(self, send: Send) -> Emit:
         """`emit(datagram)` that sends to every destination through `send` (made once)."""
@@ -741,7 +814,7 @@ class SendEndpoint:
             remote = self.remote
             if self.mode is SendMode.UNICAST and remote is not None:
 
-                def emit(datagram: bytes | memoryview, segment: int = 0) -> bool:
+                def emit(datagram: bytes | memoryview, segment: int = 0) -> int:
                     if segment:
                         return send(datagram, remote, segment)
                     return send(datagram, remote)
@@ -905,8 +978,9 @@ class SendEndpoint:
         if self._replies:
             counters = self.counters
             for datagram, address, counter in self._replies:
-                if send(datagram, address):
-                    setattr(counters, counter, getattr(counters, counter) + 1)
+                sent = send(datagram, address)
+                if sent > 0:
+                    setattr(counters, counter, getattr(counters, counter) + sent)
             self._replies.clear()
         if self.dynamic is not None:
             removed = self.dynamic.expire(now)
@@ -916,13 +990,23 @@ class SendEndpoint:
         for publication in list(self.publications.values()):
             publication.poll(now, emit)
 
-    def emit_to_all(self, datagram: bytes | memoryview, segment: int = 0, *, send: Send) -> bool:
-        """Send one datagram (or run) to every destination; False if any send would block."""
-        ok = True
+    def emit_to_all(self, datagram: bytes | memoryview, segment: int = 0, *, send: Send) -> int:
+        """Send one datagram (or run) to every destination: the datagrams that left, or
+        WOULD_BLOCK if any send would block (the caller retries; the others get a duplicate).
+        No destination yet: 0, nothing went on the wire."""
+        total = 0
+        blocked = False
         for address in self.destinations:
-            if not (send(datagram, address, segment) if segment else send(datagram, address)):
-                ok = False
-        return ok
+            sent = send(datagram, address, segment) if segment else send(datagram, address)
+            if sent < 0:
+                blocked = True
+            else:
+                total += sent
+        if blocked:
+            # What did leave is counted by the socket (datagrams_sent); the frame's own
+            # counter waits for the retry that reaches everyone.
+            return WOULD_BLOCK
+        return total
 
     def set_run_segments(self, run_segments: int) -> None:
         """Runs of datagrams on (the socket can send them) or off (it cannot, after all)."""

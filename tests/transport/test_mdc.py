@@ -344,7 +344,9 @@ async def _retransmits_after_forged_nak(validate: bool) -> tuple[int, int]:
             stream_id=STREAM,
             term_id=pub._state.initial_term_id,
             term_offset=0,
-            length=1024,
+            # the whole first frame (1000 bytes + header): a NAK that ends inside a frame
+            # resends nothing, and retransmits_sent counts only what left
+            length=2048,
         ).encode()
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
             forger.bind(("127.0.0.1", 0))
