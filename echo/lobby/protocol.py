@@ -211,6 +211,7 @@ class LobbyListing:
     member_count: int
     max_members: int
     metadata: Mapping[str, Value]
+    home: str = ""  # the lobby server that holds it: where to join it
 
 
 # --- requests ---------------------------------------------------------------------------------
@@ -561,8 +562,10 @@ _FILTER_FREE: Final = 2
 
 
 class _Writer:
-    def __init__(self, msg_type: MessageType) -> None:
-        self.parts: list[bytes] = [bytes((msg_type,))]
+    def __init__(self, msg_type: MessageType | None) -> None:
+        # None: a record of another framing (the topic records of listings.py) that shares
+        # these field encodings.
+        self.parts: list[bytes] = [] if msg_type is None else [bytes((msg_type,))]
 
     def u8(self, v: int) -> None:
         _check_int(v, 0, 255)
@@ -695,6 +698,7 @@ class _Writer:
         self.u16(item.member_count)
         self.u16(item.max_members)
         self.mapping(item.metadata, allow_delete=False)
+        self.str8(item.home)
 
 
 def _check_int(v: int, low: int, high: int) -> None:
@@ -1014,7 +1018,9 @@ class _Reader:
         )  # fmt: skip
 
     def listing(self) -> LobbyListing:
-        return LobbyListing(self.u64(), self.str8(), self.u16(), self.u16(), self.values())
+        return LobbyListing(
+            self.u64(), self.str8(), self.u16(), self.u16(), self.values(), self.str8()
+        )
 
     def end(self) -> None:
         if self.pos != len(self.data):

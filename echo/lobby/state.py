@@ -32,6 +32,7 @@ Pure module: no trio, no clock.
 from __future__ import annotations
 
 import bisect
+import heapq
 import secrets
 import unicodedata
 from collections import Counter
@@ -43,6 +44,7 @@ import structlog
 
 from echo.lobby.games import GameServerDirectory
 from echo.lobby.limits import LobbyConfig, RateLimit, TokenBucket
+from echo.lobby.listings import ListingBoard, ListingGone
 from echo.lobby.protocol import (
     I64_MAX,
     I64_MIN,
@@ -234,6 +236,8 @@ class LobbyRegistry:
         seats: Seats | None = None,
         games: GameServerDirectory | None = None,
         tickets: Tickets | None = None,
+        server_id: str = "",
+        board: ListingBoard | None = None,
     ) -> None:
         self.config = config or LobbyConfig()
         # With seats, every LobbyJoined carries one, and a copy is recreated only by a member
@@ -242,6 +246,11 @@ class LobbyRegistry:
         # Without both, this lobby server starts no games (NO_GAME_SERVER).
         self._games = games
         self._tickets = tickets
+        # This server's id (the `home` of its listings), and the other servers' listings
+        # that its searches include.
+        self.server_id = server_id
+        self._board = board
+        self._published: dict[int, int] = {}  # lobby id -> version last given to the topic
         self._new_lobby_id = new_lobby_id
         self._new_join_code = new_join_code
         self._lobbies: dict[int, _Lobby] = {}
@@ -520,16 +529,32 @@ class LobbyRegistry:
             _refuse(ErrorCode.BAD_REQUEST, f"a page holds 1..{self.config.max_page} lobbies")
         self.counters["searches"] += 1
         after = req.cursor if req.cursor is not None else -1
-        page: list[_Lobby] = []
+        local = (
+            (lobby.lobby_id, lobby)
+            for lobby in self._candidates(req.filters, after)
+            if self._matches(lobby, req.filters)
+        )
+        streams: list[Iterator[tuple[int, _Lobby | LobbyListing]]] = [local]
+        if self._board is not None:
+            streams.append(
+                (listing.lobby_id, listing)
+                for listing in self._board.walk(after, now)
+                if _listing_matches(listing, req.filters)
+            )
+        page: list[_Lobby | LobbyListing] = []
         more = False
-        for lobby in self._candidates(req.filters, after):
-            if self._matches(lobby, req.filters):
-                if len(page) == req.limit:
-                    more = True
-                    break
-                page.append(lobby)
-        next_cursor = page[-1].lobby_id if more else None
-        listings = tuple(self._listing(lobby) for lobby in page)
+        last = after
+        # Both streams ascend by id, so one cursor pages through this server and the others.
+        for lobby_id, found in heapq.merge(*streams, key=lambda pair: pair[0]):
+            if lobby_id == last:
+                continue  # a stale remote listing of a lobby that now lives here
+            if len(page) == req.limit:
+                more = True
+                break
+            page.append(found)
+            last = lobby_id
+        next_cursor = last if more else None
+        listings = tuple(x if isinstance(x, LobbyListing) else self._listing(x) for x in page)
         return SearchResults(req.request_id, listings, next_cursor)
 
     def _set_metadata(self, member_id: str, req: SetMetadata, now: float) -> Reply:
@@ -980,6 +1005,8 @@ class LobbyRegistry:
 
     @staticmethod
     def _matches(lobby: _Lobby, filters: Iterable[Filter]) -> bool:
+        # Kept apart from _listing_matches (same rules): the local walk must not build a
+        # listing per lobby it merely looks at.
         for f in filters:
             if isinstance(f, StringEquals):
                 if lobby.metadata.get(f.key) != f.value:
@@ -996,8 +1023,33 @@ class LobbyRegistry:
     def _listing(self, lobby: _Lobby) -> LobbyListing:
         indexed = {k: v for k, v in lobby.metadata.items() if k in self.config.indexed_keys}
         return LobbyListing(
-            lobby.lobby_id, lobby.name, len(lobby.members), lobby.max_members, indexed
+            lobby.lobby_id,
+            lobby.name,
+            len(lobby.members),
+            lobby.max_members,
+            indexed,
+            self.server_id,
         )
+
+    def listing_changes(self) -> tuple[list[LobbyListing], list[ListingGone]]:
+        """What to publish on the listings topic since the last call: the listed lobbies that
+        changed (or are new) and those no longer listed (deleted, locked, made private)."""
+        changed: list[LobbyListing] = []
+        for lobby_id in self._listed:
+            lobby = self._lobbies[lobby_id]
+            if self._published.get(lobby_id) != lobby.version:
+                self._published[lobby_id] = lobby.version
+                changed.append(self._listing(lobby))
+        gone: list[ListingGone] = []
+        listed = set(self._listed)
+        for lobby_id in [i for i in self._published if i not in listed]:
+            del self._published[lobby_id]
+            gone.append(ListingGone(lobby_id, self.server_id))
+        return changed, gone
+
+    def listings(self) -> list[LobbyListing]:
+        """Every listed lobby: the periodic refresh that keeps the soft state alive."""
+        return [self._listing(self._lobbies[i]) for i in self._listed]
 
     def _fresh_lobby_id(self) -> int:
         for _ in range(100):
@@ -1119,6 +1171,23 @@ class LobbyRegistry:
                 _refuse(ErrorCode.FILTER_INVALID, f"{f.key!r} is not an indexed key")
             if isinstance(f, NumberRange) and f.low > f.high:
                 _refuse(ErrorCode.FILTER_INVALID, "a range's low end is above its high end")
+
+
+def _listing_matches(listing: LobbyListing, filters: Iterable[Filter]) -> bool:
+    """`_matches` for another server's listing: filters name only indexed keys, which is what
+    a listing carries."""
+    for f in filters:
+        if isinstance(f, StringEquals):
+            if listing.metadata.get(f.key) != f.value:
+                return False
+        elif isinstance(f, NumberRange):
+            v = listing.metadata.get(f.key)
+            if not isinstance(v, int) or not f.low <= v <= f.high:
+                return False
+        elif isinstance(f, FreeSlots):
+            if listing.max_members - listing.member_count < f.minimum:
+                return False
+    return True
 
 
 def _merge_changes(

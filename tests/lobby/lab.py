@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from echo.lobby.games import GameServerDirectory
 from echo.lobby.limits import LobbyConfig, RateLimit
+from echo.lobby.listings import ListingBoard
 from echo.lobby.protocol import (
     ChatLine,
     ErrorCode,
@@ -49,6 +50,8 @@ class Lab:
         seats: Seats | None = None,
         games: GameServerDirectory | None = None,
         tickets: Tickets | None = None,
+        board: ListingBoard | None = None,
+        server_id: str = "",
     ) -> None:
         ids = itertools.count(first_id)
         codes = itertools.count(1)
@@ -59,6 +62,8 @@ class Lab:
             seats=seats,
             games=games,
             tickets=tickets,
+            board=board,
+            server_id=server_id,
         )
         self.now = 0.0
         self.replicas: dict[str, LobbyReplica] = {}

@@ -100,7 +100,7 @@ SAMPLES: list[Message] = [
     Done(0),
     LobbyJoined(17, 77),
     LobbyJoined(17, 77, bytes(range(256))),
-    SearchResults(18, (LobbyListing(77, "room", 3, 8, {"mode": "ffa"}),), 77),
+    SearchResults(18, (LobbyListing(77, "room", 3, 8, {"mode": "ffa"}, "lobby-b"),), 77),
     SearchResults(19, (), None),
     SNAPSHOT,
     MemberJoined(77, 2, MEMBER),
