@@ -799,14 +799,15 @@ class LobbyRegistry:
             order = list(current.values())
             if member_id not in current:
                 order.append(self._seat_from_copy(entry, now, arrived=True))
-            else:
-                current[member_id].arrived = True
-        for m in order:
-            if m.member_id == member_id:
-                m.arrived = True
-                m.presence = Presence.CONNECTED
-                m.grace_until = None
-        order = [m for m in order if m.member_id not in bans]
+        # The sender's seat as a new record: the checks below may still refuse, and a refusal
+        # must leave the lobby as it was.
+        order = [
+            attrs.evolve(m, arrived=True, presence=Presence.CONNECTED, grace_until=None)
+            if m.member_id == member_id
+            else m
+            for m in order
+            if m.member_id not in bans
+        ]
         max_members = snap.max_members if newer else lobby.max_members
         if sum(1 for m in order if m.arrived) > max_members:
             _refuse(ErrorCode.LOBBY_FULL, "the recreated lobby is full")
