@@ -53,7 +53,7 @@ from echo.transport.sender import (
     Publication as PublicationState_,
 )
 from echo.transport.uri import Address as UriAddress
-from echo.transport.uri import ControlMode, UriError, parse_channel_uri
+from echo.transport.uri import ChannelUri, ControlMode, UriError, parse_channel_uri
 
 __all__ = [
     "ADMIN_ACTION",
@@ -330,6 +330,17 @@ class Publication:
         self._waiters.notify()
 
 
+def _refuse_response_channels(uri: ChannelUri) -> None:
+    # The URI and the frames (RSP_SETUP, SETUP_SEND_RESPONSE_FLAG) are Aeron 1.48's; the
+    # matching of responses to requests is not built yet, and a channel that half works
+    # would look connected to a peer that waits for its RSP_SETUP.
+    if uri.is_response or uri.response_correlation_id is not None:
+        raise UriError(
+            f"{uri.build()}: response channels (control-mode=response,"
+            " response-correlation-id) are not supported by this transport yet"
+        )
+
+
 def _destination_address(uri: str) -> tuple[str, int]:
     parsed = parse_channel_uri(uri)
     if parsed.endpoint is None:
@@ -522,6 +533,7 @@ class Transport:
         self._check_open()
         uri = parse_channel_uri(channel)
         uri.check_publication()
+        _refuse_response_channels(uri)
         config = self.config
         driver = self._driver
         multi = uri.control_mode is not None
@@ -615,6 +627,7 @@ class Transport:
         self._check_open()
         uri = parse_channel_uri(channel)
         uri.check_subscription()
+        _refuse_response_channels(uri)
         config = self.config
         driver = self._driver
         control: tuple[str, int] | None = None

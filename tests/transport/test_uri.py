@@ -204,8 +204,17 @@ def test_flow_control_errors(value: str, fragment: str) -> None:
         ("aeron:udp?endpoint=256.1.1.1:9000", ["bad host '256.1.1.1'", "IPv4"]),
         ("aeron:udp?endpoint=bad_-.host.:9000", ["bad host 'bad_-.host.'", "hostname"]),
         ("aeron:udp?control=a b:1", ["bad control 'a b:1'", "hostname"]),
-        ("aeron:udp?control-mode=static", ["bad control-mode 'static'", "dynamic or manual"]),
-        ("aeron:udp?control-mode=response", ["control-mode=response", "not supported"]),
+        (
+            "aeron:udp?control-mode=static",
+            ["bad control-mode 'static'", "dynamic, manual or response"],
+        ),
+        ("aeron:udp?control-mode=Response", ["bad control-mode 'Response'"]),
+        (
+            "aeron:udp?response-correlation-id=9223372036854775808",
+            ["bad response-correlation-id", "int64"],
+        ),
+        ("aeron:udp?response-correlation-id=0x10", ["bad response-correlation-id '0x10'"]),
+        ("aeron:udp?response-correlation-id=", ["empty value for response-correlation-id"]),
         ("aeron:udp?control-mode=dynamic", ["control-mode=dynamic needs control"]),
         (
             "aeron:udp?endpoint=1.2.3.4:5|control-mode=dynamic",
@@ -315,6 +324,8 @@ def test_fuzz_parse_raises_only_uri_error(text: str) -> None:
                 "gtag=7",
                 "linger=0",
                 "nak-delay=1ms",
+                "control-mode=response",
+                "response-correlation-id=-1",
                 "bogus=1",
                 "mtu=33",
                 "=",
@@ -388,6 +399,7 @@ def channel_uris(draw: st.DrawFn) -> ChannelUri:
         nak_delay=draw(st.none() | durations),
         fc=draw(st.none() | flow_controls),
         gtag=draw(st.none() | st.integers(-(2**63), 2**63 - 1)),
+        response_correlation_id=draw(st.none() | st.integers(-(2**63), 2**63 - 1)),
     )
 
 
@@ -462,6 +474,11 @@ def test_direct_construction_is_validated() -> None:
         "aeron:udp?control=127.0.0.1:9001|control-mode=dynamic|fc=min,g:/2",
         "aeron:udp?control-mode=manual",
         "aeron:udp?control-mode=manual|fc=max",
+        # Response channels (Aeron 1.48): the client's request publication names its response
+        # subscription; the server's response publication names the image it answers.
+        "aeron:udp?endpoint=127.0.0.1:9000|response-correlation-id=17",
+        "aeron:udp?control=127.0.0.1:9001|control-mode=response|response-correlation-id=42",
+        "aeron:udp?control-mode=response|response-correlation-id=-9223372036854775808",
     ],
 )
 def test_valid_publications(text: str) -> None:
@@ -482,6 +499,14 @@ def test_valid_publications(text: str) -> None:
             "unsupported unicast flow control strategy: fc=max",
         ),
         ("aeron:udp?endpoint=127.0.0.1:9000|gtag=5", "gtag is a subscription param"),
+        (
+            "aeron:udp?control=127.0.0.1:9001|control-mode=response",
+            "control-mode=response was specified, but no response-correlation-id set",
+        ),
+        (
+            "aeron:udp?control-mode=response|response-correlation-id=1|fc=min",
+            "a response publication has one receiver",
+        ),
     ],
 )
 def test_invalid_publications(text: str, fragment: str) -> None:
@@ -499,6 +524,9 @@ def test_invalid_publications(text: str, fragment: str) -> None:
         "aeron:udp?control=127.0.0.1:9001|control-mode=dynamic",
         "aeron:udp?endpoint=127.0.0.1:20123|control=127.0.0.1:20122",
         "aeron:udp?endpoint=127.0.0.1:20125|gtag=77",
+        # A client's response subscription (UdpChannel.parse: control-mode=response is enough).
+        "aeron:udp?control=127.0.0.1:9001|control-mode=response",
+        "aeron:udp?control-mode=response",
     ],
 )
 def test_valid_subscriptions(text: str) -> None:
@@ -515,6 +543,10 @@ def test_valid_subscriptions(text: str) -> None:
             "control-mode=manual is for publications",
         ),
         ("aeron:udp?endpoint=1.2.3.4:5|fc=min", "fc is a publication param"),
+        (
+            "aeron:udp?control=1.2.3.4:5|control-mode=response|response-correlation-id=3",
+            "response-correlation-id is a publication param",
+        ),
     ],
 )
 def test_invalid_subscriptions(text: str, fragment: str) -> None:
@@ -528,6 +560,19 @@ def test_is_multi_destination() -> None:
     assert not parse_channel_uri("aeron:udp?endpoint=a:1").is_multi_destination
     assert parse_channel_uri("aeron:udp?control-mode=manual").is_multi_destination
     assert parse_channel_uri("aeron:udp?control=a:1|control-mode=dynamic").is_multi_destination
+    response = parse_channel_uri("aeron:udp?control=a:1|control-mode=response")
+    assert response.is_response and not response.is_multi_destination
+
+
+def test_response_channel_params_round_trip() -> None:
+    text = "aeron:udp?control=10.0.0.1:9001|control-mode=response|response-correlation-id=-7"
+    uri = parse_channel_uri(text)
+    assert uri.control_mode is ControlMode.RESPONSE
+    assert uri.response_correlation_id == -7
+    assert uri.build() == (
+        "aeron:udp?control=10.0.0.1:9001|control-mode=response|reliable=true"
+        "|response-correlation-id=-7"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,3 +632,22 @@ def test_capture_channels(text: str, role: str) -> None:
         uri.check_publication()
     if role in ("sub", "both"):
         uri.check_subscription()
+
+
+async def test_the_transport_refuses_response_channels_until_it_implements_them() -> None:
+    # Parsed and validated as Aeron 1.48 does, but not half-served: a request publication
+    # whose SETUPs lacked flag 0x80, or a response subscription that never saw an RSP_SETUP,
+    # would look connected to a peer waiting for the other half.
+    from echo.transport import open_transport
+
+    async with open_transport() as transport:
+        for channel in (
+            "aeron:udp?endpoint=127.0.0.1:9|response-correlation-id=17",
+            "aeron:udp?control=127.0.0.1:9|control-mode=response|response-correlation-id=4",
+        ):
+            with pytest.raises(UriError, match="response channels"):
+                await transport.add_publication(channel, 1001)
+        with pytest.raises(UriError, match="response channels"):
+            await transport.add_subscription(
+                "aeron:udp?control=127.0.0.1:9|control-mode=response", 1001
+            )
