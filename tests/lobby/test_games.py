@@ -134,3 +134,10 @@ def test_start_without_a_game_server_with_room() -> None:
 
 def _no_ready() -> LobbyConfig:
     return attrs.evolve(CONFIG, start_requires_ready=False)
+
+
+def test_an_exact_fit_is_room_enough() -> None:
+    d = GameServerDirectory()
+    d.announce(G1, 0.0)
+    assert d.pick(8, 0.0) == G1
+    assert d.free_slots("game-1", 0.0) == 0 and d.pick(1, 0.0) is None

@@ -341,3 +341,12 @@ def test_with_seats_only_a_member_of_the_lobby_recreates_it() -> None:
     clock_now[0] += 3600.0
     late = Lab(RECREATE_CONFIG, seats=seats)
     late.refused("b", a.replicas["b"].recreate_request(late.rid()), ErrorCode.RECREATE_REFUSED)
+
+
+def test_the_window_includes_its_last_instant() -> None:
+    a, lobby_id = home_a()
+    b = Lab(RECREATE_CONFIG)
+    recreate(b, "b", a.replicas["b"].snapshot())
+    b.now = WINDOW  # the window's last instant: copies still merge, the owner still returns
+    assert isinstance(recreate(b, "a", a.replicas["a"].snapshot()), LobbyJoined)
+    assert state(b, lobby_id).owner == "a"
