@@ -21,7 +21,16 @@ from collections.abc import Callable
 
 import attrs
 
-from bench import baselines, duologue_bench, loss, peers, scale, transport_bench
+from bench import (
+    baselines,
+    channels_bench,
+    duologue_bench,
+    loss,
+    peers,
+    scale,
+    topics_bench,
+    transport_bench,
+)
 from bench.harness import Result, Settings
 
 
@@ -63,9 +72,22 @@ BENCHMARKS: dict[str, Benchmark] = {
         _ECHO,
         "B1: echo-server duologue round trips, 64 B (lean client, then echo-client)",
     ),
+    # Its baselines (bulk idle, the bare transport pair) are measured in its own run.
+    "channels": Benchmark(
+        channels_bench.channels,
+        (),
+        "C1/C2: logical channels: control p99 with bulk saturated vs idle (0 / 5 % loss); "
+        "one channel's throughput vs the bare transport pair",
+    ),
     # Its baseline is its own 0 % level, measured first in the same run: needs nothing else.
     "loss": Benchmark(
         loss.loss, (), "B3: echo transport goodput, 1 KiB, at 0 / 5 / 20 % loss (netns + nft)"
+    ),
+    # Its raw baseline (the same datagrams to the same 1,000 sockets) is measured inside it.
+    "topics": Benchmark(
+        topics_bench.topics,
+        (),
+        "T1/T2: echo-topics fan-out to 1,000 subscribers vs raw sendto; publish-to-receive p99",
     ),
     # Last: the longest (N = 100, 500, 1000 for 30 s each), and it has no raw baseline.
     "scale": Benchmark(

@@ -8,6 +8,7 @@ strict where the guide was lax or crashed (§7.9):
 channel           wire form                                     record
 ================  ============================================  =====================
 all-clients ->S   ``HELLO <key: u32 uppercase hex, 1-8 digits>``  `Hello`
+all-clients ->S   ``HELLO <key> <credentials: base64url>``      `Hello` (session extension)
 S-> all-clients   ``<session> CONNECT <port> <port> <u32 hex>``   `Connect`
 S-> all-clients   ``<session> ERROR <message>``                   `AllClientsError`
 duologue (both)   ``ECHO <text>``                                 `Echo`
@@ -23,11 +24,19 @@ The ``parse_*_untrusted`` functions take bytes straight from the network. They n
 anything that is not exactly one of the accepted forms comes back as a `BadMessage` value, and
 they cost O(len(data)) (the length check comes first, and every regex is linear).
 
+The session library (`echo.session`) extends HELLO for servers that check credentials at
+admission: ``HELLO <key> <credentials>``, the opaque credential bytes in unpadded base64url
+(RFC 4648 §5). A client without credentials sends the Echo 2.0 form byte for byte, and a server
+without an admission hook parses HELLO exactly as Echo 2.0 does (`parse_server_message_untrusted`);
+only `parse_hello_untrusted(..., credentials=True)` accepts the extension.
+
 Pure module: no trio, no clock, no I/O.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from typing import Final, TypeAlias
 
@@ -59,6 +68,8 @@ _PORT: Final = r"([0-9]{1,5})"
 _U32_HEX: Final = r"([0-9A-F]{1,8})"
 
 _HELLO_RE: Final = re.compile(r"HELLO " + _U32_HEX)
+# Unpadded base64url: what a credential (a signed ticket, a token) looks like on the wire.
+_HELLO_CREDENTIALS_RE: Final = re.compile(r"HELLO " + _U32_HEX + r" ([A-Za-z0-9_-]+)")
 _ECHO_RE: Final = re.compile(r"ECHO (" + _JAVA_DOT + r"*)")
 _ERROR_RE: Final = re.compile(r"ERROR (" + _JAVA_DOT + r"*)")
 _CONNECT_RE: Final = re.compile(_SESSION + r" CONNECT " + _PORT + " " + _PORT + " " + _U32_HEX)
@@ -71,6 +82,8 @@ class Hello:
     """Client -> server on the all-clients channel: introduces the client and carries its pad."""
 
     key: int  # u32 one-time pad (§4.3); fresh per connection attempt
+    #: opaque bytes for the server's admission hook (session extension); empty in Echo 2.0
+    credentials: bytes = b""
 
 
 @attrs.frozen
@@ -145,6 +158,10 @@ def format_message(msg: Message) -> bytes:
     if isinstance(msg, Hello):
         _check_range("key", msg.key, 0, U32_MAX)
         text = f"HELLO {msg.key:X}"
+        if msg.credentials:
+            if not isinstance(msg.credentials, bytes):
+                raise ValueError("credentials must be bytes")
+            text += " " + base64.urlsafe_b64encode(msg.credentials).decode("ascii").rstrip("=")
     elif isinstance(msg, Connect):
         _check_range("client_session", msg.client_session, INT32_MIN, INT32_MAX)
         _check_range("data_port", msg.data_port, 1, 65535)
@@ -186,6 +203,34 @@ def parse_server_message_untrusted(data: bytes | bytearray | memoryview) -> Hell
     # At most 8 hex digits, so the value is always <= 0xFFFFFFFF: the guide's parseUnsignedInt
     # overflow exception (§7.4) cannot happen here.
     return Hello(int(m.group(1), 16))
+
+
+def parse_hello_untrusted(
+    data: bytes | bytearray | memoryview, *, credentials: bool
+) -> Hello | BadMessage:
+    """Parse a HELLO (server side), with the credentials extension if `credentials`. Never raises.
+
+    With `credentials=False` this is `parse_server_message_untrusted`: Echo 2.0's grammar only.
+    """
+    if not credentials:
+        return parse_server_message_untrusted(data)
+    text = _decode(data)
+    if isinstance(text, BadMessage):
+        return text
+    m = _HELLO_RE.fullmatch(text)
+    if m is not None:
+        return Hello(int(m.group(1), 16))
+    m = _HELLO_CREDENTIALS_RE.fullmatch(text)
+    if m is None:
+        return BadMessage("not a HELLO")
+    encoded = m.group(2)
+    if len(encoded) % 4 == 1:
+        return BadMessage("credentials are not base64url")
+    try:
+        raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+    except (binascii.Error, ValueError):  # pragma: no cover - the regex admits only the alphabet
+        return BadMessage("credentials are not base64url")
+    return Hello(int(m.group(1), 16), raw)
 
 
 def parse_all_clients_reply_untrusted(

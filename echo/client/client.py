@@ -37,12 +37,10 @@ from echo.client.machine import (
 )
 from echo.protocol import (
     ECHO_STREAM_ID,
-    RESERVED_SESSION_HIGH,
-    RESERVED_SESSION_LOW,
     Echo,
     format_message,
 )
-from echo.timers import echo_timers
+from echo.session.client import client_transport_config
 from echo.transport import (
     Image,
     Publication,
@@ -82,15 +80,6 @@ class ClientConfig:
     message: str | None = attrs.field(default=None, validator=_check_message)
     timeout: float = 10.0
     stream_id: int = ECHO_STREAM_ID
-
-
-def client_transport_config(base: TransportConfig | None = None) -> TransportConfig:
-    """Auto session ids of a client stay out of the duologue range, as on the server."""
-    return attrs.evolve(
-        base or echo_timers(),
-        reserved_session_low=RESERVED_SESSION_LOW,
-        reserved_session_high=RESERVED_SESSION_HIGH,
-    )
 
 
 def _host(server: str) -> str:

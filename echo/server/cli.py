@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 
 import click
 import structlog
@@ -195,12 +198,45 @@ def freeze_start_up_objects() -> int:
     return gc.get_freeze_count()
 
 
+#: How often the server hands freed heap memory back to the kernel (see `trim_heap`).
+HEAP_TRIM_INTERVAL = 10.0
+
+
+def _malloc_trim() -> Callable[[], object] | None:
+    """glibc's malloc_trim(0), or None where there is no glibc."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+async def trim_heap(interval: float = HEAP_TRIM_INTERVAL) -> None:
+    """Give memory that the process freed back to the kernel, every `interval` seconds.
+
+    Churn (sessions opening and closing without pause) allocates and frees term buffers,
+    datagrams and per-session objects of many sizes; glibc keeps freed heap pages for reuse,
+    scattered between live allocations, so RSS crept up (~0.2-0.5 MiB a minute) while the
+    Python heap stayed flat (tracemalloc over thousands of sessions and sprayed datagrams
+    showed no growth). malloc_trim returns those pages; it takes well under a millisecond.
+    """
+    trim = _malloc_trim()
+    if trim is None:
+        return
+    while True:
+        await trio.sleep(interval)
+        trim()
+
+
 async def _serve(config: ServerConfig, events: object, transport: TransportConfig) -> None:
     log = structlog.get_logger("echo.server")
     server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)
+            nursery.start_soon(trim_heap)
             frozen = freeze_start_up_objects()
             log.info(
                 "listening",

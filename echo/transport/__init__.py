@@ -29,7 +29,7 @@ from echo.transport.api import (
     Transport,
     open_transport,
 )
-from echo.transport.driver import TransportConfig
+from echo.transport.config import TransportConfig
 from echo.transport.uri import UriError
 
 __all__ = [

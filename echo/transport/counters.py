@@ -42,7 +42,6 @@ FIELDS = (
     "send_errors",
     "receive_errors",
     "send_would_block",
-    "dropped_by_test_loss",
     "unvalidated_drops",
     "cookie_challenges_sent",
     "cookies_received",
@@ -88,7 +87,6 @@ class Counters:
     send_errors: int
     receive_errors: int
     send_would_block: int
-    dropped_by_test_loss: int
     unvalidated_drops: int
     cookie_challenges_sent: int
     cookies_received: int

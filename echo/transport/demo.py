@@ -6,20 +6,54 @@ large fragmented message, loss recovery and the end-of-stream, and prints the co
 
 from __future__ import annotations
 
+import errno
 import random
+import socket
 import time
+from typing import Any
 
 import click
 import trio
 
 from echo.transport import TransportConfig, open_transport
+from echo.transport.sockets import SOL_UDP, UDP_GRO, open_udp_socket
+
+
+class _LossySocket(socket.socket):
+    """The demo's lossy network: a socket that drops `loss` of what it receives (after the
+    kernel delivered it: on the wire it is there, to the transport it is lost)."""
+
+    def __init__(self, family: int, loss: float, rng: random.Random) -> None:
+        super().__init__(family, socket.SOCK_DGRAM)
+        self.loss = loss
+        self.rng = rng
+        self.dropped = 0
+
+    def recvfrom_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> tuple[int, Any]:
+        while True:
+            result = super().recvfrom_into(buffer, nbytes, flags)  # BlockingIOError ends it
+            if self.rng.random() >= self.loss:
+                return result
+            self.dropped += 1
+
+    def setsockopt(self, level: int, option: int, value: Any, *rest: Any) -> None:
+        if (level, option) == (SOL_UDP, UDP_GRO):  # one fate per datagram: no coalescing
+            raise OSError(errno.ENOPROTOOPT, "no GRO on the demo's lossy socket")
+        super().setsockopt(level, option, value, *rest)
 
 
 async def _demo(port: int, count: int, loss: float) -> None:
     channel = f"aeron:udp?endpoint=127.0.0.1:{port}|term-length=1m"
-    config = TransportConfig(test_receive_loss=loss, seed=1)
+    rng = random.Random(1)
+    sockets: list[_LossySocket] = []
+
+    def lossy(bind: tuple[str, int], family: int, rcvbuf: int, sndbuf: int) -> socket.socket:
+        sock = _LossySocket(family, loss, rng)
+        sockets.append(sock)
+        return open_udp_socket(bind, family, rcvbuf, sndbuf, sock)
+
     say = click.echo
-    async with open_transport(config) as transport:
+    async with open_transport(TransportConfig(seed=1), socket_factory=lossy) as transport:
         subscription = await transport.add_subscription(
             channel,
             stream_id=1001,
@@ -74,7 +108,7 @@ async def _demo(port: int, count: int, loss: float) -> None:
         say(
             f"   on the wire: {counters.datagrams_sent:,} datagrams, "
             f"{counters.naks_sent} NAKs, {counters.retransmits_sent} retransmits, "
-            f"{counters.dropped_by_test_loss} datagrams dropped by the demo."
+            f"{sum(sock.dropped for sock in sockets)} datagrams dropped by the demo."
         )
         say("4. Closing the publication: it drains, then sends end-of-stream heartbeats.")
         delivered = await publication.close()

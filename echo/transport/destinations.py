@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from echo.transport.config import DEFAULTS
+
 Address = Any  # a socket address tuple as returned by recvfrom: (host, port[, flow, scope])
 
-DESTINATION_TIMEOUT = 5.0
-DEFAULT_MAX_DESTINATIONS = 1024
+DESTINATION_TIMEOUT = DEFAULTS.destination_timeout
+DEFAULT_MAX_DESTINATIONS = DEFAULTS.max_destinations
 
 
 class DynamicDestinations:

@@ -27,6 +27,8 @@ NAK_LENGTH: Final = 28
 RTTM_LENGTH: Final = 40
 ERR_HEADER_LENGTH: Final = 40
 MAX_ERROR_MESSAGE_LENGTH: Final = 1023
+# RSP_SETUP (response channels, Aeron 1.44+; ResponseSetupFlyweight.HEADER_LENGTH).
+RSP_SETUP_LENGTH: Final = 20
 # 65535 - 8 (UDP) - 20 (IPv4), rounded down to 32 (Configuration.MAX_UDP_PAYLOAD_LENGTH).
 MAX_UDP_PAYLOAD_LENGTH: Final = 65504
 
@@ -34,7 +36,8 @@ CURRENT_VERSION: Final = 0
 
 
 class FrameType(enum.IntEnum):
-    """Wire type codes (§1.2). Only PAD..RTTM are decoded; the rest are rejected as unknown."""
+    """Wire type codes (§1.2). PAD..RTTM and RSP_SETUP are decoded; the rest are rejected as
+    unknown."""
 
     PAD = 0x00
     DATA = 0x01
@@ -82,6 +85,8 @@ NAK_STRUCT: Final = struct.Struct("<iBBHiiiii")
 RTTM_STRUCT: Final = struct.Struct("<iBBHiiqqq")
 # ..., session_id, stream_id, receiver_id, group_tag, error_code, error_length
 ERR_STRUCT: Final = struct.Struct("<iBBHiiqqii")
+# ..., session_id, stream_id, response_session_id
+RSP_SETUP_STRUCT: Final = struct.Struct("<iBBHiii")
 
 _I64: Final = struct.Struct("<q")
 
@@ -92,6 +97,7 @@ assert SM_GTAG_STRUCT.size == SM_GTAG_LENGTH
 assert NAK_STRUCT.size == NAK_LENGTH
 assert RTTM_STRUCT.size == RTTM_LENGTH
 assert ERR_STRUCT.size == ERR_HEADER_LENGTH
+assert RSP_SETUP_STRUCT.size == RSP_SETUP_LENGTH
 assert COMMON_HEADER_STRUCT.size == HEADER_LENGTH
 
 
@@ -358,7 +364,36 @@ class ErrorFrame:
         return header + text
 
 
-Frame: TypeAlias = DataHeader | Setup | StatusMessage | Nak | Rttm | ErrorFrame
+@attrs.frozen(slots=True)
+class ResponseSetup:
+    """RSP_SETUP (response channels, Aeron 1.44+, general availability 1.48): 20 bytes.
+
+    A receiver whose image came from a SETUP with SETUP_SEND_RESPONSE_FLAG sends it to that
+    publication's control address, naming the session of the response publication made for it
+    (aeron_udp_protocol.h aeron_response_setup_header_t; aeron_receive_channel_endpoint.c
+    aeron_receive_channel_endpoint_send_response_setup writes flags 0).
+    """
+
+    session_id: int
+    stream_id: int
+    response_session_id: int
+    flags: int = 0
+
+    def encode(self) -> bytes:
+        return _pack(
+            self,
+            RSP_SETUP_STRUCT,
+            RSP_SETUP_LENGTH,
+            CURRENT_VERSION,
+            self.flags,
+            FrameType.RSP_SETUP,
+            self.session_id,
+            self.stream_id,
+            self.response_session_id,
+        )
+
+
+Frame: TypeAlias = DataHeader | Setup | StatusMessage | Nak | Rttm | ErrorFrame | ResponseSetup
 
 _DATA_TYPES: Final = frozenset((FrameType.DATA.value, FrameType.PAD.value))
 _KNOWN_TYPES: Final = frozenset(
@@ -370,6 +405,7 @@ _KNOWN_TYPES: Final = frozenset(
         FrameType.ERR.value,
         FrameType.SETUP.value,
         FrameType.RTTM.value,
+        FrameType.RSP_SETUP.value,
     )
 )
 _CONTROL_MINIMUM: Final = {
@@ -378,6 +414,7 @@ _CONTROL_MINIMUM: Final = {
     FrameType.NAK.value: NAK_LENGTH,
     FrameType.RTTM.value: RTTM_LENGTH,
     FrameType.ERR.value: ERR_HEADER_LENGTH,
+    FrameType.RSP_SETUP.value: RSP_SETUP_LENGTH,
 }
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
@@ -386,10 +423,11 @@ Buffer: TypeAlias = bytes | bytearray | memoryview
 def parse_datagram_untrusted(data: Buffer) -> Frame:
     """Decode one UDP datagram received from the network (untrusted).
 
-    Control frames (SETUP, SM, NAK, RTTM, ERR) come one per datagram. A DATA/PAD datagram is a
-    chain of contiguous aligned frames copied from one term (§2.6): the whole chain is checked
-    and the first frame's header returned, because the receiver copies the datagram into the
-    term at that header's offset (TermRebuilder.insert). Raises only `FrameError`; O(len(data)).
+    Control frames (SETUP, SM, NAK, RTTM, ERR, RSP_SETUP) come one per datagram. A DATA/PAD
+    datagram is a chain of contiguous aligned frames copied from one term (§2.6): the whole chain
+    is checked and the first frame's header returned, because the receiver copies the datagram
+    into the term at that header's offset (TermRebuilder.insert). Raises only `FrameError`;
+    O(len(data)).
     """
     length = len(data)
     if length < HEADER_LENGTH:
@@ -465,6 +503,16 @@ def parse_datagram_untrusted(data: Buffer) -> Frame:
             echo_timestamp_ns=echo_ts,
             reception_delta_ns=delta,
             receiver_id=receiver_id,
+            flags=flags,
+        )
+    if frame_type == FrameType.RSP_SETUP:
+        (_, _, _, _, session_id, stream_id, response_session_id) = RSP_SETUP_STRUCT.unpack_from(
+            data, 0
+        )
+        return ResponseSetup(
+            session_id=session_id,
+            stream_id=stream_id,
+            response_session_id=response_session_id,
             flags=flags,
         )
     return _parse_error_frame(data, frame_length, flags)

@@ -54,6 +54,9 @@ class UriError(ValueError):
 class ControlMode(enum.Enum):
     DYNAMIC = "dynamic"
     MANUAL = "manual"
+    #: response channels (Aeron 1.44+; CommonContext.CONTROL_MODE_RESPONSE): a client's
+    #: response subscription, or a server's response publication answering one image
+    RESPONSE = "response"
 
 
 def _host_problem(host: str) -> str | None:
@@ -91,7 +94,7 @@ def _check_port(_instance: object, _attribute: object, port: int) -> None:
 
 
 @attrs.frozen
-class Address:
+class UriAddress:
     """A UDP address as written in a URI. IPv6 hosts are stored without brackets; port 0 means
     an ephemeral port (a subscription with no endpoint binds one)."""
 
@@ -238,8 +241,8 @@ class ChannelUri:
     Construct it directly or with `parse_channel_uri`; values are range-checked either way, so
     `parse_channel_uri(uri.build()) == uri` for every instance."""
 
-    endpoint: Address | None = None
-    control: Address | None = None
+    endpoint: UriAddress | None = None
+    control: UriAddress | None = None
     control_mode: ControlMode | None = None
     reliable: bool = True
     session_id: int | None = attrs.field(default=None, validator=_optional(_int32_problem))
@@ -255,6 +258,14 @@ class ChannelUri:
     )
     fc: FlowControlSpec | None = None
     gtag: int | None = attrs.field(default=None, validator=_optional(_int64_problem))
+    #: a publication's link to a response channel (CommonContext
+    #: RESPONSE_CORRELATION_ID_PARAM_NAME, an int64): on a request publication the
+    #: registration id of the client's response subscription, which makes its SETUPs carry
+    #: SETUP_SEND_RESPONSE_FLAG; on a control-mode=response publication the correlation id of
+    #: the image it answers
+    response_correlation_id: int | None = attrs.field(
+        default=None, validator=_optional(_int64_problem)
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.control_mode is ControlMode.DYNAMIC and self.control is None:
@@ -263,7 +274,11 @@ class ChannelUri:
 
     @property
     def is_multi_destination(self) -> bool:
-        return self.control_mode is not None
+        return self.control_mode in (ControlMode.DYNAMIC, ControlMode.MANUAL)
+
+    @property
+    def is_response(self) -> bool:
+        return self.control_mode is ControlMode.RESPONSE
 
     def build(self) -> str:
         """Canonical text, in the param order of Aeron 1.8.2's ChannelUriStringBuilder."""
@@ -293,6 +308,8 @@ class ChannelUri:
             params.append(("fc", self.fc.build()))
         if self.gtag is not None:
             params.append(("gtag", str(self.gtag)))
+        if self.response_correlation_id is not None:
+            params.append(("response-correlation-id", str(self.response_correlation_id)))
         return f"{URI_PREFIX}{MEDIA_UDP}?" + "|".join(f"{k}={v}" for k, v in params)
 
     def __str__(self) -> str:
@@ -302,7 +319,18 @@ class ChannelUri:
         """Raise UriError unless this channel can be a publication (UdpChannel.parse rules).
 
         Unicast needs endpoint (control, if given, is the local bind address, as in Aeron);
-        MDC needs control-mode=dynamic with control, or control-mode=manual."""
+        MDC needs control-mode=dynamic with control, or control-mode=manual; a response
+        publication needs the response-correlation-id of the image it answers."""
+        if self.control_mode is ControlMode.RESPONSE:
+            if self.response_correlation_id is None:
+                # DriverConductor.findResponsePublicationImage (and the C driver's
+                # aeron_driver_conductor_find_response_publication_image), word for word.
+                raise UriError(
+                    f"{self.build()}: control-mode=response was specified, but no"
+                    " response-correlation-id set"
+                )
+            if self.fc is not None:
+                raise UriError(f"{self.build()}: a response publication has one receiver: no fc")
         if self.control_mode is None:
             if self.endpoint is None:
                 raise UriError(
@@ -322,13 +350,22 @@ class ChannelUri:
 
     def check_subscription(self) -> None:
         """Raise UriError unless this channel can be a subscription."""
-        if self.endpoint is None and self.control is None:
+        # UdpChannel.parse: a response subscription may name neither (control-mode=response
+        # is its distinguishing characteristic).
+        if self.endpoint is None and self.control is None and not self.is_response:
             raise UriError(
                 f"{self.build()}: a subscription needs endpoint=host:port or control=host:port"
             )
         if self.control_mode is ControlMode.MANUAL:
             raise UriError(
                 f"{self.build()}: control-mode=manual is for publications, not subscriptions"
+            )
+        if self.response_correlation_id is not None:
+            # Only PublicationParams reads it (SubscriptionParams has no such field): a
+            # response subscription is found by its registration id, named by the publication.
+            raise UriError(
+                f"{self.build()}: response-correlation-id is a publication param, not a"
+                " subscription one"
             )
         if self.fc is not None:
             raise UriError(f"{self.build()}: fc is a publication param, not a subscription one")
@@ -338,7 +375,7 @@ def _shorten(text: str) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _parse_address(value: str) -> Address:
+def _parse_address(value: str) -> UriAddress:
     """host:port, [ipv6]:port. Raises UriError with the reason only (caller adds context)."""
     if value.startswith("["):
         close = value.find("]")
@@ -361,7 +398,7 @@ def _parse_address(value: str) -> Address:
     problem = _host_problem(host)
     if problem is not None:
         raise UriError(f"bad host {host!r}: {problem}")
-    return Address(host, int(port_text))
+    return UriAddress(host, int(port_text))
 
 
 def _parse_int(value: str, low: int, high: int, what: str) -> int:
@@ -406,9 +443,7 @@ def _parse_control_mode(value: str) -> ControlMode:
     for mode in ControlMode:
         if value == mode.value:
             return mode
-    if value == "response":
-        raise UriError("control-mode=response (response channels) is not supported")
-    raise UriError("expected dynamic or manual")
+    raise UriError("expected dynamic, manual or response")
 
 
 def parse_flow_control(value: str) -> FlowControlSpec:
@@ -466,6 +501,12 @@ _PARSERS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "nak-delay": ("nak_delay", _parse_duration),
     "fc": ("fc", parse_flow_control),
     "gtag": ("gtag", lambda v: _parse_int(v, INT64_MIN, INT64_MAX, "int64")),
+    # Decimal, as Java's Long.parseLong in PublicationParams (the C driver's strtoll also takes
+    # 0x.. and 0.. forms; decimal is what both accept).
+    "response-correlation-id": (
+        "response_correlation_id",
+        lambda v: _parse_int(v, INT64_MIN, INT64_MAX, "int64"),
+    ),
 }
 SUPPORTED_PARAMS: Final = tuple(_PARSERS)
 

@@ -87,10 +87,8 @@ async def test_the_duologue_opens_while_the_all_clients_publication_says_goodbye
         if name == "joining_duologue":
             transport = client._transport
             assert transport is not None
-            at_join["publications"] = [
-                pub.channel for pubs in transport._publications.values() for pub in pubs
-            ]
-            at_join["subscriptions"] = sum(len(subs) for subs in transport._subscriptions.values())
+            at_join["publications"] = [pub.uri for pub in transport._driver.publications()]
+            at_join["subscriptions"] = len(transport._driver.subscriptions())
 
     client = EchoClient(
         ClientConfig(port=config.port, control_port=config.control_port, interval=0, count=3),

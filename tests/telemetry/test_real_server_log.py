@@ -18,6 +18,23 @@ from tests.test_cli import ports, server_process
 
 pytestmark = pytest.mark.spark
 
+_HOLDER_ECHOES = 150
+
+
+def _wait_for_events(
+    path: Path, event: str, count: int, processes: list[subprocess.Popen[str]]
+) -> None:
+    """Wait (bounded) until the server's events file holds `count` events named `event`."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        complete = text[: text.rfind("\n") + 1].splitlines()  # the writer may be mid-line
+        if sum(json.loads(line).get("event") == event for line in complete) >= count:
+            return
+        assert all(p.poll() is None for p in processes), "a holder exited before joining"
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} {event} events within 60 s")
+
 
 def test_report_of_a_real_server_run_has_exact_counts(spark: Any, tmp_path: Path) -> None:
     base = free_base(12)
@@ -42,7 +59,7 @@ def test_report_of_a_real_server_run_has_exact_counts(spark: Any, tmp_path: Path
                     "--interval",
                     "0.1",
                     "--count",
-                    "30",
+                    str(_HOLDER_ECHOES),
                     "--json",
                 ],
                 stdout=subprocess.PIPE,
@@ -50,8 +67,10 @@ def test_report_of_a_real_server_run_has_exact_counts(spark: Any, tmp_path: Path
             )
             for _ in range(2)
         ]
-        # ... while three more are refused.
-        time.sleep(1.5)
+        # ... while three more are refused. The holders must have joined first (their
+        # duologue_connected events), and must outlive the refusals: on a loaded machine each
+        # refused client takes over a second to start, so the holders echo for ~15 s.
+        _wait_for_events(events, "duologue_connected", 2, holders)
         for _ in range(3):
             refused = subprocess.run(
                 [
@@ -71,7 +90,7 @@ def test_report_of_a_real_server_run_has_exact_counts(spark: Any, tmp_path: Path
             assert refused.returncode == 2
         for holder in holders:
             out, _ = holder.communicate(timeout=60)
-            assert holder.returncode == 0 and json.loads(out)["received"] == 30
+            assert holder.returncode == 0 and json.loads(out)["received"] == _HOLDER_ECHOES
         # One more, with the slots free again, that echoes five times.
         done = subprocess.run(
             [

@@ -1,6 +1,6 @@
 """A pure sender/receiver pair wired by hand, with a scripted clock (DESIGN.md §6 layer 2).
 
-`PairLink` owns a unicast `SendEndpoint` (one `Publication`, remote `RECEIVER_ADDRESS`) and a
+`PairLink` owns a unicast `SendEndpoint` (one `NetworkPublication`, remote `RECEIVER_ADDRESS`) and a
 `ReceiveEndpoint` (one `StreamInterest`). Nothing moves unless the test moves it: `now` is a
 float the test advances, polls hand datagrams to two queues, and `deliver()` carries them across,
 where a *fate* decides, per datagram, whether it is dropped, duplicated or held back (delivered
@@ -31,16 +31,16 @@ from echo.transport.frames import (
 )
 from echo.transport.receiver import (
     DEFAULT_RECEIVER_WINDOW,
-    Image,
     ImageAvailable,
     ImageEvent,
     ImageUnavailable,
+    PublicationImage,
     ReceiveEndpoint,
     ReceiverTimers,
     StreamInterest,
 )
 from echo.transport.sender import (
-    Publication,
+    NetworkPublication,
     SendEndpoint,
     SenderTimers,
     SendMode,
@@ -160,7 +160,7 @@ class PairLink:
         self.send_endpoint = SendEndpoint(
             mode=SendMode.UNICAST, counters=self.sender_counters, remote=RECEIVER_ADDRESS
         )
-        self.publication = Publication(
+        self.publication = NetworkPublication(
             session_id=session_id,
             stream_id=stream_id,
             initial_term_id=initial_term_id,
@@ -255,11 +255,11 @@ class PairLink:
             self.receive_endpoint.events.clear()
 
     @property
-    def images(self) -> list[Image]:
+    def images(self) -> list[PublicationImage]:
         return list(self.receive_endpoint.images.values())
 
     @property
-    def image(self) -> Image:
+    def image(self) -> PublicationImage:
         (image,) = self.receive_endpoint.images.values()
         return image
 
@@ -390,7 +390,7 @@ class PairLink:
                 raise AssertionError(f"invalid frame sent: {error}") from None
         return out
 
-    def available_images(self) -> list[Image]:
+    def available_images(self) -> list[PublicationImage]:
         return [e.image for e in self.events if isinstance(e, ImageAvailable)]
 
     def unavailable_images(self) -> list[ImageUnavailable]:

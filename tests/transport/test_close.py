@@ -7,7 +7,8 @@ import socket
 
 import trio
 
-from echo.transport import TransportConfig, open_transport
+from echo.transport import open_transport
+from tests.transport.lossy import LossyNetwork
 
 
 def free_port() -> int:
@@ -21,8 +22,10 @@ async def test_close_delivers_everything_offered_even_with_loss() -> None:
     channel = f"aeron:udp?endpoint=127.0.0.1:{port}|term-length=1m"
     rng = random.Random(3)
     messages = [rng.randbytes(rng.randint(1, 3000)) for _ in range(1000)]
-    config = TransportConfig(test_receive_loss=0.2, seed=5)
-    async with open_transport(config) as receiver_side, open_transport(config) as sender_side:
+    async with (
+        open_transport(socket_factory=LossyNetwork(0.2, seed=5)) as receiver_side,
+        open_transport(socket_factory=LossyNetwork(0.2, seed=6)) as sender_side,
+    ):
         sub = await receiver_side.add_subscription(channel, 1001)
         pub = await sender_side.add_publication(channel, 1001)
         await pub.wait_connected(timeout=5)

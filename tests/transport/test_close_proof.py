@@ -26,7 +26,7 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.sender import Publication, SenderTimers
+from echo.transport.sender import NetworkPublication, SenderTimers
 
 STREAM = 1001
 SESSION = 77
@@ -93,9 +93,11 @@ class AeronLikeReceiver:
         ]
 
 
-def run_close(receiver: AeronLikeReceiver, close_at: float) -> tuple[bool, Publication, float]:
+def run_close(
+    receiver: AeronLikeReceiver, close_at: float
+) -> tuple[bool, NetworkPublication, float]:
     """Offer ten messages, close at `close_at`; returns (close()'s verdict, publication, end)."""
-    publication = Publication(
+    publication = NetworkPublication(
         session_id=SESSION,
         stream_id=STREAM,
         initial_term_id=0,
@@ -167,7 +169,7 @@ def test_close_is_false_when_the_receiver_never_consumes() -> None:
 def test_an_end_of_stream_sm_before_the_end_was_announced_proves_nothing() -> None:
     # A receiver whose subscription closes says goodbye with an EOS SM whatever it has: only
     # an answer to our end-of-stream counts.
-    publication = Publication(
+    publication = NetworkPublication(
         session_id=SESSION,
         stream_id=STREAM,
         initial_term_id=0,

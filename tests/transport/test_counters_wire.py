@@ -20,7 +20,7 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.sender import WOULD_BLOCK, Publication, SendEndpoint, SendMode
+from echo.transport.sender import WOULD_BLOCK, NetworkPublication, SendEndpoint, SendMode
 
 STREAM = 1001
 SESSION = 31
@@ -82,7 +82,7 @@ def status(receiver_id: int) -> bytes:
 def test_frame_counters_equal_the_datagrams_that_left() -> None:
     counters = Counters()
     endpoint = SendEndpoint(mode=SendMode.DYNAMIC, counters=counters)
-    publication = Publication(
+    publication = NetworkPublication(
         session_id=SESSION,
         stream_id=STREAM,
         initial_term_id=0,

@@ -16,7 +16,6 @@ from echo.transport import (
     Image,
     Message,
     SendError,
-    TransportConfig,
     open_transport,
 )
 from echo.transport.frames import (
@@ -26,6 +25,7 @@ from echo.transport.frames import (
     Setup,
     StatusMessage,
 )
+from tests.transport.lossy import LossyNetwork
 
 STREAM = 1001
 
@@ -92,12 +92,15 @@ async def test_ten_thousand_random_messages_with_20_percent_loss() -> None:
     port = free_port()
     rng = random.Random(20261122)
     messages = [sized(i, rng.randint(1, 8192), rng) for i in range(10_000)]
-    config = TransportConfig(test_receive_loss=0.2, seed=7)
+    rx_net, tx_net = LossyNetwork(0.2, seed=7), LossyNetwork(0.2, seed=8)
     uri = channel(port, "term-length=1m")
     received: list[Message] = []
     started = time.monotonic()
     with trio.fail_after(120):
-        async with open_transport(config) as rx, open_transport(config) as tx:
+        async with (
+            open_transport(socket_factory=rx_net) as rx,
+            open_transport(socket_factory=tx_net) as tx,
+        ):
             sub = await rx.add_subscription(uri, STREAM)
             pub = await tx.add_publication(uri, STREAM)
             await pub.wait_connected(timeout=5)
@@ -116,7 +119,7 @@ async def test_ten_thousand_random_messages_with_20_percent_loss() -> None:
     assert len(received) == len(messages)
     for index, (want, have) in enumerate(zip(messages, received, strict=True)):
         assert have.data == want, f"message {index} differs"
-    assert rx_counters["dropped_by_test_loss"] > 0 and tx_counters["dropped_by_test_loss"] > 0
+    assert rx_net.dropped > 0 and tx_net.dropped > 0
     assert rx_counters["naks_sent"] > 0 and tx_counters["retransmits_sent"] > 0
 
 
@@ -125,10 +128,12 @@ async def test_term_rotation_and_term_id_wrap_over_sockets() -> None:
     rng = random.Random(5)
     messages = [sized(i, rng.randint(1, 8192), rng) for i in range(400)]
     uri = channel(port, "term-length=64k|init-term-id=2147483646")
-    config = TransportConfig(test_receive_loss=0.1, seed=11)
     received: list[Message] = []
     with trio.fail_after(60):
-        async with open_transport(config) as rx, open_transport(config) as tx:
+        async with (
+            open_transport(socket_factory=LossyNetwork(0.1, seed=11)) as rx,
+            open_transport(socket_factory=LossyNetwork(0.1, seed=12)) as tx,
+        ):
             sub = await rx.add_subscription(uri, STREAM)
             pub = await tx.add_publication(uri, STREAM)
             assert pub.term_length == 65536 and pub.max_message_length == 8192
@@ -139,7 +144,7 @@ async def test_term_rotation_and_term_id_wrap_over_sockets() -> None:
                     await pub.send(data, timeout=10)
             # ~1.6 MB through 64 KiB terms: the term id went 2^31-2, 2^31-1, -2^31, ...
             assert pub.position > 20 * 65536
-            assert pub._state.active_term_id < 0
+            assert pub._channel.state.active_term_id < 0
     assert [m.data for m in received] == messages
 
 
@@ -320,8 +325,8 @@ async def test_closed_streams_are_freed_without_the_cyclic_collector() -> None:
             await pub.wait_connected(timeout=5)
             await pub.send(b"x")
             assert (await sub.receive()).data == b"x"
-            endpoints = [weakref.ref(sub._sep), weakref.ref(pub._sep)]
-            state = weakref.ref(pub._state)  # it holds the term buffers
+            endpoints = [weakref.ref(sub._channel.socket), weakref.ref(pub._channel.socket)]
+            state = weakref.ref(pub._channel.state)  # it holds the term buffers
             await pub.close(timeout=1)
             await sub.close()
             del sub, pub

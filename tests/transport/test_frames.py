@@ -25,10 +25,12 @@ from echo.transport.frames import (
     ERR_STRUCT,
     MAX_ERROR_MESSAGE_LENGTH,
     NAK_LENGTH,
+    RSP_SETUP_LENGTH,
     RTTM_LENGTH,
     RTTM_REPLY_FLAG,
     SETUP_GROUP_FLAG,
     SETUP_LENGTH,
+    SETUP_SEND_RESPONSE_FLAG,
     SETUP_STRUCT,
     SM_EOS_FLAG,
     SM_GTAG_LENGTH,
@@ -42,6 +44,7 @@ from echo.transport.frames import (
     FrameError,
     FrameType,
     Nak,
+    ResponseSetup,
     Rttm,
     Setup,
     StatusMessage,
@@ -715,7 +718,10 @@ error_frames = st.builds(
     group_tag=st.none() | I64,
     flags=U8,
 )
-control_frames = setups | status_messages | naks | rttms | error_frames
+response_setups = st.builds(
+    ResponseSetup, session_id=I32, stream_id=I32, response_session_id=I32, flags=U8
+)
+control_frames = setups | status_messages | naks | rttms | error_frames | response_setups
 
 
 @given(control_frames)
@@ -794,6 +800,76 @@ def test_frame_lengths_on_the_wire() -> None:
     err = ErrorFrame(session_id=1, stream_id=2, receiver_id=3, error_code=13, message="rejected")
     assert len(err.encode()) == ERR_HEADER_LENGTH + len("rejected")
     assert err.frame_length == len(err.encode())
+
+
+# ---------------------------------------------------------------------------------------------
+# Response channels (Aeron 1.44+, general availability 1.48.0). The vectors are written out
+# byte by byte from Aeron 1.48.0's own definitions, not from echo's code:
+#   aeron-client/src/main/c/protocol/aeron_udp_protocol.h: aeron_response_setup_header_t is
+#     the 8-byte frame header (int32 frame_length, uint8 version, uint8 flags, int16 type)
+#     then int32 session_id, int32 stream_id, int32 response_session_id, packed, 20 bytes;
+#     AERON_HDR_TYPE_RSP_SETUP 0x0B; AERON_SETUP_HEADER_SEND_RESPONSE_FLAG 0x80.
+#   aeron-client/src/main/java/io/aeron/protocol/ResponseSetupFlyweight.java: HEADER_LENGTH
+#     20; session id at 8, stream id at 12, response session id at 16, little-endian.
+#   aeron-driver/src/main/c/media/aeron_receive_channel_endpoint.c,
+#     aeron_receive_channel_endpoint_send_response_setup: frame_length 20, version 0, flags 0.
+
+RSP_SETUP_VECTOR = bytes.fromhex(
+    "14000000"  # frame_length 20
+    "00"  # version 0
+    "00"  # flags 0
+    "0b00"  # type 0x000B, RSP_SETUP
+    "78563412"  # session id 0x12345678
+    "e9030000"  # stream id 1001
+    "feffffff"  # response session id -2
+)
+
+
+def test_response_setup_matches_aerons_layout() -> None:
+    frame = ResponseSetup(session_id=0x12345678, stream_id=1001, response_session_id=-2)
+    assert RSP_SETUP_LENGTH == 20
+    assert frame.encode() == RSP_SETUP_VECTOR
+    assert parse_datagram_untrusted(RSP_SETUP_VECTOR) == frame
+    assert FrameType(RSP_SETUP_VECTOR[6]) is FrameType.RSP_SETUP
+
+
+def test_response_setup_rejects_short_and_inconsistent_frames() -> None:
+    rejects(RSP_SETUP_VECTOR[:19], "too_short")
+    for bad in (19, 21, 0, -1):
+        wire = bytearray(RSP_SETUP_VECTOR)
+        struct.pack_into("<i", wire, 0, bad)
+        rejects(bytes(wire), "length_mismatch")
+    # Trailing bytes beyond frame_length are ignored, as for every control frame.
+    assert isinstance(parse_datagram_untrusted(RSP_SETUP_VECTOR + bytes(12)), ResponseSetup)
+
+
+def test_setup_asking_for_a_response_channel_matches_aerons_layout() -> None:
+    # SETUP of a request publication (response-correlation-id set): flag 0x80 at offset 5
+    # (SetupFlyweight.SEND_RESPONSE_SETUP_FLAG; the GROUP flag is 0x40).
+    vector = bytes.fromhex(
+        "28000000" "00" "80" "0500"  # frame_length 40, version 0, flags 0x80, type SETUP
+        "00000000"  # term offset 0
+        "78563412"  # session id
+        "e9030000"  # stream id 1001
+        "0a000000"  # initial term id 10
+        "0b000000"  # active term id 11
+        "00000100"  # term length 64 KiB
+        "80050000"  # mtu 1408
+        "00000000"  # ttl 0
+    )
+    setup = Setup(
+        term_offset=0,
+        session_id=0x12345678,
+        stream_id=1001,
+        initial_term_id=10,
+        active_term_id=11,
+        term_length=65536,
+        mtu=1408,
+        flags=SETUP_SEND_RESPONSE_FLAG,
+    )
+    assert SETUP_SEND_RESPONSE_FLAG == 0x80
+    assert setup.encode() == vector
+    assert parse_datagram_untrusted(vector) == setup
 
 
 def test_error_frame_group_tag_flag_follows_group_tag() -> None:
@@ -969,7 +1045,6 @@ def test_rejects_bad_version() -> None:
         FrameType.ATS_DATA,
         FrameType.ATS_SM,
         FrameType.ATS_SETUP,
-        FrameType.RSP_SETUP,
         FrameType.EXT,
         12,
         0x7FFF,
@@ -1166,6 +1241,7 @@ def test_fuzz_random_bytes(data: bytes) -> None:
             FrameType.NAK,
             FrameType.RTTM,
             FrameType.ERR,
+            FrameType.RSP_SETUP,
         ]
     ),
     st.integers(-(2**31), 2**31 - 1),

@@ -24,14 +24,14 @@ from echo.transport.frames import (
     parse_data_run_untrusted,
     parse_data_untrusted,
 )
-from echo.transport.sender import Publication
+from echo.transport.sender import NetworkPublication
 from tests.netlab.fixtures import fresh_netns  # noqa: F401  (fixture)
 
 STREAM = 1001
 
 
-def publication(mtu: int, run_segments: int) -> Publication:
-    state = Publication(
+def publication(mtu: int, run_segments: int) -> NetworkPublication:
+    state = NetworkPublication(
         session_id=7,
         stream_id=STREAM,
         initial_term_id=0,
@@ -44,11 +44,11 @@ def publication(mtu: int, run_segments: int) -> Publication:
     state.run_segments = run_segments
     # Open the window (as an SM would) without going through the connection handshake.
     state.sender_limit = 1 << 19
-    state._newest_sm = 0.0
+    state.liveness.newest_sm = 0.0
     return state
 
 
-def datagrams_sent(state: Publication, messages: list[bytes]) -> list[bytes]:
+def datagrams_sent(state: NetworkPublication, messages: list[bytes]) -> list[bytes]:
     """The datagrams `state` puts on the wire for `messages`, runs cut at their segments."""
     out: list[bytes] = []
 

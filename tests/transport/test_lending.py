@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
-from echo.transport.driver import _LEND_IDLE, SocketEndpoint
+from echo.transport.sockets import LEND_IDLE, ReceiveSocket
 
 STREAM = 1001
 
@@ -26,8 +26,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def endpoint_of(subscription: Subscription) -> SocketEndpoint:
-    return subscription._sep
+def endpoint_of(subscription: Subscription) -> ReceiveSocket:
+    return subscription._channel.socket
 
 
 async def pair(
@@ -43,7 +43,7 @@ async def pair(
 async def lend(pub: Publication, sub: Subscription) -> None:
     """Receive until the driver has lent the subscription's socket to this task."""
     with trio.fail_after(5):
-        while not endpoint_of(sub).lent:
+        while not endpoint_of(sub).lending.lent:
             await pub.send(b"ping")
             assert (await sub.receive()).data == b"ping"
 
@@ -62,11 +62,11 @@ async def test_a_waiting_task_is_lent_the_socket_and_reads_it_itself() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(consume)
             await trio.testing.wait_all_tasks_blocked()
-            assert sep.borrowed  # the consumer itself waits on the socket
+            assert sep.lending.borrowed  # the consumer itself waits on the socket
             for i in range(100):
                 await pub.send(b"%d" % i)
         assert got == [b"%d" % i for i in range(100)]
-        assert sep.lent
+        assert sep.lending.lent
 
 
 async def test_a_task_that_walks_away_gives_the_socket_back() -> None:
@@ -79,8 +79,8 @@ async def test_a_task_that_walks_away_gives_the_socket_back() -> None:
         # Lending has no change notification (it is the driver's internal state): look every
         # lend interval, bounded.
         with trio.fail_after(5):
-            while sep.lent:  # noqa: ASYNC110
-                await trio.sleep(_LEND_IDLE)
+            while sep.lending.lent:  # noqa: ASYNC110
+                await trio.sleep(LEND_IDLE)
         await pub.send(b"later")
         got: list[bytes] = []
         with trio.fail_after(5):
@@ -104,8 +104,8 @@ async def test_poll_reads_a_lent_socket_nobody_waits_on() -> None:
         await trio.testing.wait_all_tasks_blocked()
         # The application is busy (no checkpoint, so no task runs and nothing is read or given
         # back) for longer than the lend idle time...
-        time.sleep(3 * _LEND_IDLE)  # noqa: ASYNC251 - a busy application, on purpose
-        assert sep.lent and not sep.borrowed
+        time.sleep(3 * LEND_IDLE)  # noqa: ASYNC251 - a busy application, on purpose
+        assert sep.lending.lent and not sep.lending.borrowed
         got: list[bytes] = []
         sub.poll(lambda message: got.append(message.data))
         # ...and its next poll reads the socket itself.
@@ -121,7 +121,7 @@ async def test_poll_after_the_driver_closed_a_lent_socket_does_not_touch_it() ->
         sep = endpoint_of(sub)
         receiver._driver.close()
         assert sep.closed and sep.sock.fileno() == -1
-        time.sleep(2 * _LEND_IDLE)  # noqa: ASYNC251 - past the idle time that makes poll read
+        time.sleep(2 * LEND_IDLE)  # noqa: ASYNC251 - past the idle time that makes poll read
         assert sub.poll(lambda message: None) == 0
 
 
@@ -162,7 +162,7 @@ async def test_closing_the_subscription_ends_a_receive_waiting_on_the_lent_socke
         async with trio.open_nursery() as nursery:
             nursery.start_soon(consume)
             await trio.testing.wait_all_tasks_blocked()
-            assert endpoint_of(sub).borrowed
+            assert endpoint_of(sub).lending.borrowed
             await sub.close()
             with trio.fail_after(5):
                 await ended.wait()
@@ -228,7 +228,7 @@ async def test_closing_a_subscription_without_images_ends_a_receive_on_the_lent_
         async with trio.open_nursery() as nursery:
             nursery.start_soon(consume)
             with trio.fail_after(5):
-                while not endpoint_of(other).borrowed:
+                while not endpoint_of(other).lending.borrowed:
                     await pub.send(b"for the other stream's neighbour")
                     await sub.receive()
                     await trio.testing.wait_all_tasks_blocked()
@@ -254,6 +254,6 @@ async def test_timers_still_run_while_in_order_data_skips_servicing() -> None:
             await pub.send(b"%d" % count)
             assert (await sub.receive()).data == b"%d" % count
             count += 1
-        assert endpoint_of(sub).lent
+        assert endpoint_of(sub).lending.lent
         sms = receiver.counters.status_messages_sent - sms_before
         assert sms >= 0.5 / 0.05 - 2, (sms, count)

@@ -98,7 +98,7 @@ async def test_dynamic_mdc_reaches_every_subscriber_in_order() -> None:
         assert sub_a.images[0].source_port == port
         assert server.counters.destinations_added == 2
         # SETUPs to an MDC group carry the group flag, so receivers use group NAK timing.
-        assert sub_a.images[0]._state.is_group
+        assert sub_a.images[0]._link.image.is_group
 
 
 async def test_unicast_publication_with_flow_control_is_refused() -> None:
@@ -139,7 +139,7 @@ async def _slow_and_fast(fc: str, *, slow_tag: int | None = None, fast_tag: int 
                 fast.poll(got.append, fragment_limit=100)
                 received += len(got)
                 await trio.sleep(0 if result > 0 else 0.002)
-        slow_image = slow.images[0]._state
+        slow_image = slow.images[0]._link.image
         return received, slow_image.rebuild_position, offered
 
 
@@ -177,7 +177,7 @@ async def test_a_vanished_receiver_is_dropped_after_the_timeout() -> None:
         async with open_transport(config) as slow_side:
             slow = await slow_side.add_subscription(mdc_sub(port), STREAM)
             await wait_for(lambda: bool(fast.images and slow.images) and pub.is_connected)
-            flow = pub._state.flow_control
+            flow = pub._channel.state.flow_control
             await wait_for(lambda: len(flow.receivers) == 2)  # type: ignore[attr-defined]
             # The slow side goes away without a word: no end-of-stream SM reaches the sender.
             slow_side._driver.close()
@@ -342,7 +342,7 @@ async def _retransmits_after_forged_nak(validate: bool) -> tuple[int, int]:
         nak = Nak(
             session_id=pub.session_id,
             stream_id=STREAM,
-            term_id=pub._state.initial_term_id,
+            term_id=pub._channel.state.initial_term_id,
             term_offset=0,
             # the whole first frame (1000 bytes + header): a NAK that ends inside a frame
             # resends nothing, and retransmits_sent counts only what left

@@ -19,7 +19,8 @@ import trio
 import trio.testing
 
 from echo.transport import Transport, open_transport
-from echo.transport.driver import _BURST_GAP, SocketEndpoint
+from echo.transport.driver import _BURST_GAP
+from echo.transport.sockets import DriverSocket
 
 STREAM = 1001
 
@@ -31,8 +32,8 @@ def closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def endpoint_of(transport: Transport, kind: str) -> SocketEndpoint:
-    """The transport's only socket endpoint whose key starts with `kind` ("sub" or "pub")."""
+def endpoint_of(transport: Transport, kind: str) -> DriverSocket:
+    """The transport's only socket whose key starts with `kind` ("sub" or "pub")."""
     (sep,) = [sep for key, sep in transport._driver.endpoints.items() if key[0] == kind]
     return sep
 

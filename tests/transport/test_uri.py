@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from echo.transport.uri import (
     MAX_URI_LENGTH,
     SUPPORTED_PARAMS,
-    Address,
     ChannelUri,
     ControlMode,
     FlowControlSpec,
+    UriAddress,
     UriError,
     parse_channel_uri,
     parse_flow_control,
@@ -32,7 +32,7 @@ def error_of(text: str) -> str:
 def test_minimal_uri_has_defaults() -> None:
     assert parse_channel_uri("aeron:udp") == ChannelUri()
     assert parse_channel_uri("aeron:udp?endpoint=127.0.0.1:9000") == ChannelUri(
-        endpoint=Address("127.0.0.1", 9000)
+        endpoint=UriAddress("127.0.0.1", 9000)
     )
 
 
@@ -43,8 +43,8 @@ def test_every_param() -> None:
         "|linger=250ms|rcv-wnd=128k|nak-delay=100us|fc=tagged,g:1001/3,t:2s|gtag=-9000000000"
     )
     assert uri == ChannelUri(
-        endpoint=Address("10.0.0.1", 9000),
-        control=Address("fe80::1", 9001),
+        endpoint=UriAddress("10.0.0.1", 9000),
+        control=UriAddress("fe80::1", 9001),
         control_mode=ControlMode.DYNAMIC,
         reliable=False,
         session_id=-17,
@@ -96,25 +96,25 @@ def test_valid_mtu(mtu: str) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("127.0.0.1:0", Address("127.0.0.1", 0)),
-        ("0.0.0.0:65535", Address("0.0.0.0", 65535)),
-        ("[::1]:9000", Address("::1", 9000)),
-        ("[::]:0", Address("::", 0)),
-        ("[fe80::1%eth0]:40123", Address("fe80::1%eth0", 40123)),
-        ("localhost:9000", Address("localhost", 9000)),
-        ("echo-server.example.com:20121", Address("echo-server.example.com", 20121)),
+        ("127.0.0.1:0", UriAddress("127.0.0.1", 0)),
+        ("0.0.0.0:65535", UriAddress("0.0.0.0", 65535)),
+        ("[::1]:9000", UriAddress("::1", 9000)),
+        ("[::]:0", UriAddress("::", 0)),
+        ("[fe80::1%eth0]:40123", UriAddress("fe80::1%eth0", 40123)),
+        ("localhost:9000", UriAddress("localhost", 9000)),
+        ("echo-server.example.com:20121", UriAddress("echo-server.example.com", 20121)),
     ],
 )
-def test_addresses(text: str, expected: Address) -> None:
+def test_addresses(text: str, expected: UriAddress) -> None:
     assert parse_channel_uri(f"aeron:udp?endpoint={text}").endpoint == expected
     assert parse_channel_uri(f"aeron:udp?control={text}").control == expected
     assert str(expected) == text
 
 
 def test_address_str_brackets_ipv6_only() -> None:
-    assert str(Address("::1", 9000)) == "[::1]:9000"
-    assert str(Address("1.2.3.4", 5)) == "1.2.3.4:5"
-    assert str(Address("host", 5)) == "host:5"
+    assert str(UriAddress("::1", 9000)) == "[::1]:9000"
+    assert str(UriAddress("1.2.3.4", 5)) == "1.2.3.4:5"
+    assert str(UriAddress("host", 5)) == "host:5"
 
 
 @pytest.mark.parametrize(
@@ -204,8 +204,17 @@ def test_flow_control_errors(value: str, fragment: str) -> None:
         ("aeron:udp?endpoint=256.1.1.1:9000", ["bad host '256.1.1.1'", "IPv4"]),
         ("aeron:udp?endpoint=bad_-.host.:9000", ["bad host 'bad_-.host.'", "hostname"]),
         ("aeron:udp?control=a b:1", ["bad control 'a b:1'", "hostname"]),
-        ("aeron:udp?control-mode=static", ["bad control-mode 'static'", "dynamic or manual"]),
-        ("aeron:udp?control-mode=response", ["control-mode=response", "not supported"]),
+        (
+            "aeron:udp?control-mode=static",
+            ["bad control-mode 'static'", "dynamic, manual or response"],
+        ),
+        ("aeron:udp?control-mode=Response", ["bad control-mode 'Response'"]),
+        (
+            "aeron:udp?response-correlation-id=9223372036854775808",
+            ["bad response-correlation-id", "int64"],
+        ),
+        ("aeron:udp?response-correlation-id=0x10", ["bad response-correlation-id '0x10'"]),
+        ("aeron:udp?response-correlation-id=", ["empty value for response-correlation-id"]),
         ("aeron:udp?control-mode=dynamic", ["control-mode=dynamic needs control"]),
         (
             "aeron:udp?endpoint=1.2.3.4:5|control-mode=dynamic",
@@ -315,6 +324,8 @@ def test_fuzz_parse_raises_only_uri_error(text: str) -> None:
                 "gtag=7",
                 "linger=0",
                 "nak-delay=1ms",
+                "control-mode=response",
+                "response-correlation-id=-1",
                 "bogus=1",
                 "mtu=33",
                 "=",
@@ -349,7 +360,7 @@ hosts = st.sampled_from(
         "echo.example.org",
     ]
 )
-addresses = st.builds(Address, hosts, st.integers(0, 65535))
+addresses = st.builds(UriAddress, hosts, st.integers(0, 65535))
 durations = st.integers(0, 10**12).map(lambda ns: ns / 1e9)
 flow_controls = st.one_of(
     st.builds(FlowControlSpec, st.just("max")),
@@ -388,6 +399,7 @@ def channel_uris(draw: st.DrawFn) -> ChannelUri:
         nak_delay=draw(st.none() | durations),
         fc=draw(st.none() | flow_controls),
         gtag=draw(st.none() | st.integers(-(2**63), 2**63 - 1)),
+        response_correlation_id=draw(st.none() | st.integers(-(2**63), 2**63 - 1)),
     )
 
 
@@ -424,11 +436,11 @@ def test_durations_snap_to_nanoseconds() -> None:
 
 def test_direct_construction_is_validated() -> None:
     with pytest.raises(UriError, match="port"):
-        Address("1.2.3.4", 70000)
+        UriAddress("1.2.3.4", 70000)
     with pytest.raises(UriError, match="host"):
-        Address("a|b", 1)
+        UriAddress("a|b", 1)
     with pytest.raises(UriError, match="host"):
-        Address("[::1]", 1)
+        UriAddress("[::1]", 1)
     with pytest.raises(UriError, match="mtu"):
         ChannelUri(mtu=100)
     with pytest.raises(UriError, match="term_length"):
@@ -462,6 +474,11 @@ def test_direct_construction_is_validated() -> None:
         "aeron:udp?control=127.0.0.1:9001|control-mode=dynamic|fc=min,g:/2",
         "aeron:udp?control-mode=manual",
         "aeron:udp?control-mode=manual|fc=max",
+        # Response channels (Aeron 1.48): the client's request publication names its response
+        # subscription; the server's response publication names the image it answers.
+        "aeron:udp?endpoint=127.0.0.1:9000|response-correlation-id=17",
+        "aeron:udp?control=127.0.0.1:9001|control-mode=response|response-correlation-id=42",
+        "aeron:udp?control-mode=response|response-correlation-id=-9223372036854775808",
     ],
 )
 def test_valid_publications(text: str) -> None:
@@ -482,6 +499,14 @@ def test_valid_publications(text: str) -> None:
             "unsupported unicast flow control strategy: fc=max",
         ),
         ("aeron:udp?endpoint=127.0.0.1:9000|gtag=5", "gtag is a subscription param"),
+        (
+            "aeron:udp?control=127.0.0.1:9001|control-mode=response",
+            "control-mode=response was specified, but no response-correlation-id set",
+        ),
+        (
+            "aeron:udp?control-mode=response|response-correlation-id=1|fc=min",
+            "a response publication has one receiver",
+        ),
     ],
 )
 def test_invalid_publications(text: str, fragment: str) -> None:
@@ -499,6 +524,9 @@ def test_invalid_publications(text: str, fragment: str) -> None:
         "aeron:udp?control=127.0.0.1:9001|control-mode=dynamic",
         "aeron:udp?endpoint=127.0.0.1:20123|control=127.0.0.1:20122",
         "aeron:udp?endpoint=127.0.0.1:20125|gtag=77",
+        # A client's response subscription (UdpChannel.parse: control-mode=response is enough).
+        "aeron:udp?control=127.0.0.1:9001|control-mode=response",
+        "aeron:udp?control-mode=response",
     ],
 )
 def test_valid_subscriptions(text: str) -> None:
@@ -515,6 +543,10 @@ def test_valid_subscriptions(text: str) -> None:
             "control-mode=manual is for publications",
         ),
         ("aeron:udp?endpoint=1.2.3.4:5|fc=min", "fc is a publication param"),
+        (
+            "aeron:udp?control=1.2.3.4:5|control-mode=response|response-correlation-id=3",
+            "response-correlation-id is a publication param",
+        ),
     ],
 )
 def test_invalid_subscriptions(text: str, fragment: str) -> None:
@@ -528,6 +560,19 @@ def test_is_multi_destination() -> None:
     assert not parse_channel_uri("aeron:udp?endpoint=a:1").is_multi_destination
     assert parse_channel_uri("aeron:udp?control-mode=manual").is_multi_destination
     assert parse_channel_uri("aeron:udp?control=a:1|control-mode=dynamic").is_multi_destination
+    response = parse_channel_uri("aeron:udp?control=a:1|control-mode=response")
+    assert response.is_response and not response.is_multi_destination
+
+
+def test_response_channel_params_round_trip() -> None:
+    text = "aeron:udp?control=10.0.0.1:9001|control-mode=response|response-correlation-id=-7"
+    uri = parse_channel_uri(text)
+    assert uri.control_mode is ControlMode.RESPONSE
+    assert uri.response_correlation_id == -7
+    assert uri.build() == (
+        "aeron:udp?control=10.0.0.1:9001|control-mode=response|reliable=true"
+        "|response-correlation-id=-7"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -565,7 +610,7 @@ def test_echo_subscription_channels(text: str) -> None:
 
 def test_echo_duologue_channel_fields() -> None:
     uri = parse_channel_uri(ECHO_SUBSCRIPTIONS[3])
-    assert uri.control == Address("5.6.7.8", 9011)
+    assert uri.control == UriAddress("5.6.7.8", 9011)
     assert uri.control_mode is ControlMode.DYNAMIC
     assert uri.endpoint is None  # ephemeral data port on the client
     assert uri.session_id == 1234567
@@ -587,3 +632,22 @@ def test_capture_channels(text: str, role: str) -> None:
         uri.check_publication()
     if role in ("sub", "both"):
         uri.check_subscription()
+
+
+async def test_the_transport_refuses_response_channels_until_it_implements_them() -> None:
+    # Parsed and validated as Aeron 1.48 does, but not half-served: a request publication
+    # whose SETUPs lacked flag 0x80, or a response subscription that never saw an RSP_SETUP,
+    # would look connected to a peer waiting for the other half.
+    from echo.transport import open_transport
+
+    async with open_transport() as transport:
+        for channel in (
+            "aeron:udp?endpoint=127.0.0.1:9|response-correlation-id=17",
+            "aeron:udp?control=127.0.0.1:9|control-mode=response|response-correlation-id=4",
+        ):
+            with pytest.raises(UriError, match="response channels"):
+                await transport.add_publication(channel, 1001)
+        with pytest.raises(UriError, match="response channels"):
+            await transport.add_subscription(
+                "aeron:udp?control=127.0.0.1:9|control-mode=response", 1001
+            )

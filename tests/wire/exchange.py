@@ -12,7 +12,8 @@ show every part of the protocol that the issue lists:
   inside a namespace of its own) drops `loss` of all UDP on the input hook, in the kernel,
   from the first echo on: the handshake runs clean (Echo 2.0 does not retry a lost CONNECT),
   the duologue is lossy. `--loss-mode driver` (the default, safe anywhere) makes both
-  transports drop `loss` of what they receive (`test_receive_loss`, seeded) from the start.
+  transports drop `loss` of what they receive (a seeded tests.transport.lossy network behind
+  each transport's socket factory) from the start.
   Either way the datagram crossed loopback first, so the capture holds every original and
   every NAK and retransmit that repaired it;
 * fragmentation: MTU 512 and ~900-byte messages, so every echo is two DATA fragments;
@@ -37,13 +38,14 @@ from typing import Any
 import trio
 
 import echo.client.client as client_module
-import echo.server.server as server_module
+import echo.session.server as server_module  # where the Echo server opens its transport
 from echo.client.client import ClientConfig, EchoClient
 from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
 from echo.timers import echo_timers
 from echo.transport import Publication, Transport, TransportConfig
 from echo.transport.api import open_transport
+from tests.transport.lossy import LossyNetwork
 
 ADDRESS = "127.0.0.1"
 SERVER_PORT = 20100
@@ -74,19 +76,31 @@ def nft_loss_rules(loss: float) -> str:
 class Recorder:
     """Wraps `open_transport` so every transport and publication made is remembered."""
 
-    def __init__(self) -> None:
+    def __init__(self, driver_loss: float = 0.0, seed: int = 0) -> None:
+        self.driver_loss = driver_loss
+        self.seed = seed
         self.transports: list[tuple[str, Transport]] = []
         self.publications: list[tuple[str, Publication]] = []
         self.events: list[dict[str, Any]] = []
 
     def factory(self, role: str) -> Any:
         recorder = self
+        network = (
+            LossyNetwork(self.driver_loss, seed=2 * self.seed + (role == "client"))
+            if self.driver_loss
+            else None
+        )
 
         @contextlib.asynccontextmanager
         async def recording_open_transport(
             config: TransportConfig | None = None,
         ) -> AsyncIterator[Transport]:
-            async with open_transport(config) as transport:
+            opened = (
+                open_transport(config, socket_factory=network)
+                if network is not None
+                else open_transport(config)
+            )
+            async with opened as transport:
                 recorder.transports.append((role, transport))
                 add_publication = transport.add_publication
 
@@ -121,7 +135,8 @@ class ServerEvents:
 
 
 def _publication_record(role: str, publication: Publication) -> dict[str, Any]:
-    state = publication._state  # the transport's own record of the stream (no public getter)
+    # the transport's own record of the stream (no public getter)
+    state = publication._channel.state
     return {
         "role": role,
         "channel": publication.channel,
@@ -136,17 +151,15 @@ def _publication_record(role: str, publication: Publication) -> dict[str, Any]:
 
 
 async def run_exchange(count: int, loss: float, seed: int, loss_mode: str) -> dict[str, Any]:
-    recorder = Recorder()
+    driver_loss = loss if loss_mode == "driver" else 0.0
+    recorder = Recorder(driver_loss, seed)
     server_module.open_transport = recorder.factory("server")  # type: ignore[attr-defined]
     client_module.open_transport = recorder.factory("client")  # type: ignore[attr-defined]
-
-    driver_loss = loss if loss_mode == "driver" else 0.0
 
     def transport_config(seed: int) -> TransportConfig:
         return echo_timers(
             term_length=TERM_LENGTH,
             mtu=MTU,
-            test_receive_loss=driver_loss,
             # The seed also fixes session and term ids: only for the reproducible driver loss.
             seed=seed if loss_mode == "driver" else None,
         )

@@ -1,0 +1,350 @@
+"""The compact binary encoding of logical-channel frames on a session's byte messages.
+
+One session message carries one or more frames back to back. Every frame is a one-byte kind
+followed by unsigned LEB128 varints (and, for DATA and BIND, the payload bytes):
+
+    DATA               01 channel len payload
+    DATA_REFS          02 channel n (handle_type handle*2+sender_created)*n len payload
+    BIND               03 handle_type len value
+    GUARANTEE          10 channel amount
+    ABSOLVE            11 channel amount
+    PLEAD              12 channel target
+    LIMIT_SENDING      13 channel bound          (absolute, see core.py)
+    LIMIT_RECEIVING    14 channel bound          (absolute, see core.py)
+    ANNOUNCE_DROPPING  15 channel
+    APOLOGISE          16 channel
+    FREE_HANDLE        17 handle_type handle*2+mine
+
+DATA, DATA_REFS and BIND belong to a logical channel; the other kinds are the seed's control
+messages and belong to none. The size of a channel message, the unit of every guarantee, is
+`message_size`: its payload bytes plus 2 per handle reference, at least 1 (so an empty message
+still costs buffer space). Framing bytes do not count: they are never buffered.
+
+`decode_frames` parses untrusted bytes and raises nothing but `WireError`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+#: Varints are capped at 63 bits (at most 9 bytes): larger values are a malformed frame.
+MAX_VARINT = (1 << 63) - 1
+
+
+class WireError(Exception):
+    """Bytes that are not a well-formed sequence of channel frames."""
+
+
+class Kind(enum.IntEnum):
+    # Every kind is below 0x20: a channel message never starts with b"ERROR ", which
+    # echo.session reserves for close(reason).
+    DATA = 0x01
+    DATA_REFS = 0x02
+    BIND = 0x03
+    GUARANTEE = 0x10
+    ABSOLVE = 0x11
+    PLEAD = 0x12
+    LIMIT_SENDING = 0x13
+    LIMIT_RECEIVING = 0x14
+    ANNOUNCE_DROPPING = 0x15
+    APOLOGISE = 0x16
+    FREE_HANDLE = 0x17
+
+
+@attrs.frozen
+class HandleRef:
+    """A reference, inside a channel message, to a data handle.
+
+    `sender_created` is seen from the peer that sends the message: True when that peer created
+    (bound) the handle, False when the message's receiver did.
+    """
+
+    handle_type: int
+    handle: int
+    sender_created: bool
+
+
+@attrs.frozen
+class Data:
+    channel: int
+    payload: bytes
+    refs: tuple[HandleRef, ...] = ()
+
+
+@attrs.frozen
+class Bind:
+    """BindHandle: travels on the logical channel whose id is its handle type."""
+
+    handle_type: int
+    value: bytes
+
+    @property
+    def channel(self) -> int:
+        return self.handle_type
+
+
+@attrs.frozen
+class Guarantee:
+    channel: int
+    amount: int
+
+
+@attrs.frozen
+class Absolve:
+    channel: int
+    amount: int
+
+
+@attrs.frozen
+class Plead:
+    channel: int
+    target: int
+
+
+@attrs.frozen
+class LimitSending:
+    channel: int
+    bound: int
+
+
+@attrs.frozen
+class LimitReceiving:
+    channel: int
+    bound: int
+
+
+@attrs.frozen
+class AnnounceDropping:
+    channel: int
+
+
+@attrs.frozen
+class Apologise:
+    channel: int
+
+
+@attrs.frozen
+class FreeHandle:
+    handle_type: int
+    handle: int
+    mine: bool
+
+
+ChannelMessage = Data | Bind
+Control = (
+    Guarantee
+    | Absolve
+    | Plead
+    | LimitSending
+    | LimitReceiving
+    | AnnounceDropping
+    | Apologise
+    | FreeHandle
+)
+Frame = ChannelMessage | Control
+
+_AMOUNT_KINDS: dict[type, Kind] = {
+    Guarantee: Kind.GUARANTEE,
+    Absolve: Kind.ABSOLVE,
+    LimitSending: Kind.LIMIT_SENDING,
+    LimitReceiving: Kind.LIMIT_RECEIVING,
+}
+
+
+def message_size(frame: Data | Bind) -> int:
+    """The bytes a channel message occupies in the receiver's buffer (both peers agree)."""
+    if isinstance(frame, Bind):
+        return max(1, len(frame.value))
+    return max(1, len(frame.payload) + 2 * len(frame.refs))
+
+
+def _varint(value: int, out: bytearray) -> None:
+    if value < 0 or value > MAX_VARINT:
+        raise ValueError(f"varint out of range: {value}")
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def encode(frame: Frame) -> bytes:
+    """The bytes of one frame. Raises ValueError for a value no frame can carry (local misuse)."""
+    if type(frame) is Data and not frame.refs and frame.channel < 0x80:
+        # The hot path: a plain message on one of the first 128 channels.
+        n = len(frame.payload)
+        if n < 0x80:
+            return bytes((Kind.DATA, frame.channel, n)) + frame.payload
+        if n < 0x4000:
+            return bytes((Kind.DATA, frame.channel, (n & 0x7F) | 0x80, n >> 7)) + frame.payload
+    out = bytearray()
+    if isinstance(frame, Data):
+        if frame.refs:
+            out.append(Kind.DATA_REFS)
+            _varint(frame.channel, out)
+            _varint(len(frame.refs), out)
+            for ref in frame.refs:
+                _varint(ref.handle_type, out)
+                _varint(ref.handle * 2 + int(ref.sender_created), out)
+        else:
+            out.append(Kind.DATA)
+            _varint(frame.channel, out)
+        _varint(len(frame.payload), out)
+        out += frame.payload
+    elif isinstance(frame, Bind):
+        out.append(Kind.BIND)
+        _varint(frame.handle_type, out)
+        _varint(len(frame.value), out)
+        out += frame.value
+    elif isinstance(frame, Guarantee | Absolve | LimitSending | LimitReceiving):
+        out.append(_AMOUNT_KINDS[type(frame)])
+        _varint(frame.channel, out)
+        _varint(frame.bound if isinstance(frame, LimitSending | LimitReceiving) else frame.amount,
+                out)
+    elif isinstance(frame, Plead):
+        out.append(Kind.PLEAD)
+        _varint(frame.channel, out)
+        _varint(frame.target, out)
+    elif isinstance(frame, AnnounceDropping):
+        out.append(Kind.ANNOUNCE_DROPPING)
+        _varint(frame.channel, out)
+    elif isinstance(frame, Apologise):
+        out.append(Kind.APOLOGISE)
+        _varint(frame.channel, out)
+    elif isinstance(frame, FreeHandle):
+        out.append(Kind.FREE_HANDLE)
+        _varint(frame.handle_type, out)
+        _varint(frame.handle * 2 + int(frame.mine), out)
+    else:  # pragma: no cover - the union is closed
+        raise TypeError(f"not a channel frame: {frame!r}")
+    return bytes(out)
+
+
+class _Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def varint(self) -> int:
+        data, pos = self.data, self.pos
+        value = 0
+        shift = 0
+        while True:
+            if pos >= len(data):
+                raise WireError("truncated varint")
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                break
+            shift += 7
+            if shift > 56:
+                raise WireError("varint longer than 9 bytes")
+        if value > MAX_VARINT:
+            raise WireError("varint out of range")
+        self.pos = pos
+        return value
+
+    def payload(self) -> bytes:
+        length = self.varint()
+        end = self.pos + length
+        if end > len(self.data):
+            raise WireError(f"payload of {length} bytes runs past the end of the message")
+        chunk = self.data[self.pos : end]
+        self.pos = end
+        return chunk
+
+
+def encode_plain(channel: int, payload: bytes) -> bytes:
+    """encode(Data(channel, payload)) without making the record (the per-message path)."""
+    n = len(payload)
+    if channel < 0x80 and n < 0x4000:
+        if n < 0x80:
+            return bytes((Kind.DATA, channel, n)) + payload
+        return bytes((Kind.DATA, channel, (n & 0x7F) | 0x80, n >> 7)) + payload
+    return encode(Data(channel, payload))
+
+
+def decode_frames(data: bytes) -> list[Frame]:
+    """Parse one session message (untrusted bytes) into its frames.
+
+    Raises only WireError; the work is O(len(data)).
+    """
+    return [Data(*f) if isinstance(f, tuple) else f for f in decode_frames_raw(data)]
+
+
+def decode_frames_raw(data: bytes) -> list[Frame | tuple[int, bytes]]:
+    """decode_frames, but a plain DATA frame (no references) is a (channel, payload) tuple.
+
+    Untrusted bytes; raises only WireError.
+    """
+    if not data:
+        raise WireError("empty message")
+    frames: list[Frame | tuple[int, bytes]] = []
+    reader = _Reader(bytes(data))
+    raw = reader.data
+    end = len(raw)
+    while reader.pos < end:
+        pos = reader.pos
+        code = raw[pos]
+        # The hot path: DATA with a one-byte channel and a one- or two-byte length.
+        if code == 0x01 and pos + 3 < end and raw[pos + 1] < 0x80:
+            n = raw[pos + 2]
+            start = pos + 3
+            if n >= 0x80:
+                n2 = raw[pos + 3]
+                if n2 < 0x80:
+                    n = (n & 0x7F) | (n2 << 7)
+                    start = pos + 4
+                else:
+                    n = -1
+            if n >= 0 and start + n <= end:
+                frames.append((raw[pos + 1], raw[start : start + n]))
+                reader.pos = start + n
+                continue
+        reader.pos += 1
+        frame: Frame
+        if code == Kind.DATA:
+            channel = reader.varint()
+            frames.append((channel, reader.payload()))
+            continue
+        elif code == Kind.DATA_REFS:
+            channel = reader.varint()
+            count = reader.varint()
+            # Every ref takes at least two bytes: a count beyond that is a lie, not a big loop.
+            if count == 0 or count * 2 > len(reader.data) - reader.pos:
+                raise WireError(f"bad reference count {count}")
+            refs = []
+            for _ in range(count):
+                handle_type = reader.varint()
+                packed = reader.varint()
+                refs.append(HandleRef(handle_type, packed >> 1, bool(packed & 1)))
+            frame = Data(channel, reader.payload(), tuple(refs))
+        elif code == Kind.BIND:
+            handle_type = reader.varint()
+            frame = Bind(handle_type, reader.payload())
+        elif code == Kind.GUARANTEE:
+            frame = Guarantee(reader.varint(), reader.varint())
+        elif code == Kind.ABSOLVE:
+            frame = Absolve(reader.varint(), reader.varint())
+        elif code == Kind.PLEAD:
+            frame = Plead(reader.varint(), reader.varint())
+        elif code == Kind.LIMIT_SENDING:
+            frame = LimitSending(reader.varint(), reader.varint())
+        elif code == Kind.LIMIT_RECEIVING:
+            frame = LimitReceiving(reader.varint(), reader.varint())
+        elif code == Kind.ANNOUNCE_DROPPING:
+            frame = AnnounceDropping(reader.varint())
+        elif code == Kind.APOLOGISE:
+            frame = Apologise(reader.varint())
+        elif code == Kind.FREE_HANDLE:
+            handle_type = reader.varint()
+            packed = reader.varint()
+            frame = FreeHandle(handle_type, packed >> 1, bool(packed & 1))
+        else:
+            raise WireError(f"unknown frame kind 0x{code:02x}")
+        frames.append(frame)
+    return frames

@@ -1,0 +1,130 @@
+"""Game servers as the lobby sees them (issue 18 item 2): announcements and the choice at start.
+
+Game servers announce themselves and their free capacity on a topic (soft state, seed 002):
+each announcement lives `ttl` seconds unless repeated, so a game server that dies simply stops
+being chosen. The owner's `StartGame` picks the live server with the most free slots that fits
+the lobby (ties: the lowest server id), and counts those slots as taken until that server's next
+announcement, so two lobbies starting at once do not both fill the same last slots.
+
+Announcement wire form (the topic record): u8 version 1, str8 server id, str8 address
+("host:port" where it admits sessions), u16 free slots.
+
+Pure module: no trio, no clock.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+from echo.lobby.protocol import LobbyProtocolError
+
+ANNOUNCEMENT_VERSION: Final = 1
+
+
+@attrs.frozen
+class GameServerAnnouncement:
+    server_id: str
+    address: str
+    free_slots: int
+
+
+def encode_announcement(a: GameServerAnnouncement) -> bytes:
+    """Raises LobbyProtocolError for fields that do not fit."""
+    out = bytearray((ANNOUNCEMENT_VERSION,))
+    for text in (a.server_id, a.address):
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise LobbyProtocolError("not encodable as UTF-8") from None
+        if not 1 <= len(data) <= 255:
+            raise LobbyProtocolError("server ids and addresses are 1..255 bytes")
+        out += bytes((len(data),)) + data
+    if isinstance(a.free_slots, bool) or not 0 <= a.free_slots <= 0xFFFF:
+        raise LobbyProtocolError("free slots is a u16")
+    out += a.free_slots.to_bytes(2, "big")
+    return bytes(out)
+
+
+def parse_announcement_untrusted(data: bytes | bytearray | memoryview) -> GameServerAnnouncement:
+    """Decode a topic record. Raises only LobbyProtocolError."""
+    raw = bytes(data)
+    if len(raw) < 1 + 2 + 2 + 2 or len(raw) > 1 + 2 * 256 + 2:
+        raise LobbyProtocolError(f"an announcement of {len(raw)} bytes")
+    if raw[0] != ANNOUNCEMENT_VERSION:
+        raise LobbyProtocolError(f"unknown announcement version {raw[0]}")
+    pos = 1
+    texts: list[str] = []
+    for _ in range(2):
+        if pos >= len(raw):
+            raise LobbyProtocolError("truncated")
+        n = raw[pos]
+        chunk = raw[pos + 1 : pos + 1 + n]
+        if n == 0 or len(chunk) != n:
+            raise LobbyProtocolError("an empty or truncated field")
+        try:
+            texts.append(chunk.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise LobbyProtocolError("a field is not UTF-8") from None
+        pos += 1 + n
+    if len(raw) != pos + 2:
+        raise LobbyProtocolError("free slots missing or trailing bytes")
+    return GameServerAnnouncement(texts[0], texts[1], int.from_bytes(raw[pos:], "big"))
+
+
+@attrs.define
+class _Entry:
+    announcement: GameServerAnnouncement
+    expires_at: float
+    reserved: int = 0
+
+
+class GameServerDirectory:
+    """The live game servers, from their announcements."""
+
+    def __init__(self, *, ttl: float = 5.0) -> None:
+        if ttl <= 0:
+            raise ValueError("an announcement lives a positive time")
+        self.ttl = ttl
+        self._servers: dict[str, _Entry] = {}
+
+    def announce(self, a: GameServerAnnouncement, now: float) -> None:
+        """A (repeated) announcement: it replaces the last one, and any reservation, since the
+        server counts its own sessions, including those of tickets it admitted."""
+        self._servers[a.server_id] = _Entry(a, now + self.ttl)
+
+    def withdraw(self, server_id: str) -> None:
+        self._servers.pop(server_id, None)
+
+    def live(self, now: float) -> list[GameServerAnnouncement]:
+        self._expire(now)
+        return [e.announcement for e in sorted(self._servers.values(), key=_by_id)]
+
+    def free_slots(self, server_id: str, now: float) -> int | None:
+        self._expire(now)
+        e = self._servers.get(server_id)
+        return None if e is None else e.announcement.free_slots - e.reserved
+
+    def pick(self, needed: int, now: float) -> GameServerAnnouncement | None:
+        """The live server with the most free slots >= `needed`, which are then reserved."""
+        self._expire(now)
+        best: _Entry | None = None
+        for e in sorted(self._servers.values(), key=_by_id):
+            free = e.announcement.free_slots - e.reserved
+            if free >= needed and (
+                best is None or free > best.announcement.free_slots - best.reserved
+            ):
+                best = e
+        if best is None:
+            return None
+        best.reserved += needed
+        return best.announcement
+
+    def _expire(self, now: float) -> None:
+        for server_id in [s for s, e in self._servers.items() if e.expires_at <= now]:
+            del self._servers[server_id]
+
+
+def _by_id(e: _Entry) -> str:
+    return e.announcement.server_id

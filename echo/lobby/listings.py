@@ -1,0 +1,136 @@
+"""Listings of other lobby servers' lobbies, so that a search sees every server (issue 18 item 4).
+
+Each lobby server publishes, on a topic, a record per listed lobby (public and unlocked) when it
+changes and again before `ttl` runs out (soft state, seed 002), and a "gone" record when a lobby
+stops being listed. Every lobby server keeps a `ListingBoard` of the records it receives; its
+registry's search walks its own lobbies and the board together, in lobby-id order, so one
+cursor pages through both. A server that dies stops refreshing and its listings expire.
+
+Topic record: u8 version 1, u8 kind; kind 0 is a listing (u64 id, str8 name, u16 members,
+u16 max, map indexed metadata, str8 home), kind 1 "gone" (u64 id, str8 home).
+
+Pure module: no trio, no clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from typing import Final, TypeAlias
+
+import attrs
+
+from echo.lobby.protocol import (
+    LobbyListing,
+    LobbyProtocolError,
+    _Reader,
+    _Writer,
+)
+
+RECORD_VERSION: Final = 1
+_LISTED: Final = 0
+_GONE: Final = 1
+MAX_RECORD_BYTES: Final = 16 * 1024
+
+
+@attrs.frozen
+class ListingGone:
+    lobby_id: int
+    home: str
+
+
+ListingRecord: TypeAlias = LobbyListing | ListingGone
+
+
+def encode_listing_record(record: ListingRecord) -> bytes:
+    """Raises LobbyProtocolError for a record that does not fit."""
+    w = _Writer(None)
+    w.u8(RECORD_VERSION)
+    if isinstance(record, LobbyListing):
+        w.u8(_LISTED)
+        w.listing(record)
+    elif isinstance(record, ListingGone):
+        w.u8(_GONE)
+        w.u64(record.lobby_id)
+        w.str8(record.home)
+    else:
+        raise LobbyProtocolError(f"not a listing record: {record!r}")
+    data = b"".join(w.parts)
+    if len(data) > MAX_RECORD_BYTES:
+        raise LobbyProtocolError(f"a listing record of {len(data)} bytes")
+    return data
+
+
+def parse_listing_record_untrusted(data: bytes | bytearray | memoryview) -> ListingRecord:
+    """Decode a topic record. Raises only LobbyProtocolError."""
+    if not 2 <= len(data) <= MAX_RECORD_BYTES:
+        raise LobbyProtocolError(f"a listing record of {len(data)} bytes")
+    r = _Reader(bytes(data))
+    version = r.u8()
+    if version != RECORD_VERSION:
+        raise LobbyProtocolError(f"unknown listing record version {version}")
+    kind = r.u8()
+    record: ListingRecord
+    if kind == _LISTED:
+        record = r.listing()
+    elif kind == _GONE:
+        record = ListingGone(r.u64(), r.str8())
+    else:
+        raise LobbyProtocolError(f"unknown listing record kind {kind}")
+    r.end()
+    if not record.home:
+        raise LobbyProtocolError("a listing record names its home server")
+    return record
+
+
+@attrs.define
+class _Held:
+    listing: LobbyListing
+    expires_at: float
+
+
+class ListingBoard:
+    """Other servers' listed lobbies, as last heard; records from `self_id` are ignored (this
+    server's own lobbies are searched in its registry)."""
+
+    def __init__(self, self_id: str, *, ttl: float = 10.0) -> None:
+        if ttl <= 0:
+            raise ValueError("a listing lives a positive time")
+        self.self_id = self_id
+        self.ttl = ttl
+        self._held: dict[int, _Held] = {}
+        self._ids: list[int] = []  # sorted keys of _held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def apply(self, record: ListingRecord, now: float) -> None:
+        if record.home == self.self_id:
+            return
+        held = self._held.get(record.lobby_id)
+        if isinstance(record, ListingGone):
+            # Only the server that listed it may withdraw it: after a failover, the old home's
+            # late "gone" must not remove the new home's listing.
+            if held is not None and held.listing.home == record.home:
+                self._drop(record.lobby_id)
+            return
+        if held is None:
+            bisect.insort(self._ids, record.lobby_id)
+        self._held[record.lobby_id] = _Held(record, now + self.ttl)
+
+    def expire(self, now: float) -> None:
+        for lobby_id in [i for i, h in self._held.items() if h.expires_at <= now]:
+            self._drop(lobby_id)
+
+    def walk(self, after: int, now: float) -> Iterator[LobbyListing]:
+        """Live listings with ids above `after`, ascending."""
+        ids = self._ids
+        for i in range(bisect.bisect_right(ids, after), len(ids)):
+            held = self._held.get(ids[i])
+            if held is not None and held.expires_at > now:
+                yield held.listing
+
+    def _drop(self, lobby_id: int) -> None:
+        del self._held[lobby_id]
+        at = bisect.bisect_left(self._ids, lobby_id)
+        del self._ids[at]

@@ -1,0 +1,151 @@
+"""A member's own copy of its lobby (issue 18 item 4): the soft state that outlives the home.
+
+Every member keeps a `LobbyReplica`, starts it from the `LobbySnapshot` the server sends when it
+joins, and feeds it every update of the updates channel. Updates carry the version they
+produce; the replica applies exactly the next version, ignores older ones (a duplicate or a
+reordered message after a snapshot) and reports a gap when one is missing, so the member asks
+for a snapshot again (a `JoinLobby` for a lobby one is in answers with one).
+
+When the lobby's home dies, the member sends `recreate_request()` to the next server of the
+ring (`echo.lobby.home`); the server's merge rule is `LobbyRegistry._recreate` (state.py) and
+the README.
+
+Pure module: no trio, no clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+from echo.lobby.protocol import (
+    AttributesChanged,
+    LobbySnapshot,
+    LockChanged,
+    MemberBanned,
+    MemberJoined,
+    MemberLeft,
+    MemberState,
+    MetadataChanged,
+    OwnerChanged,
+    PresenceChanged,
+    ReadyChanged,
+    RecreateLobby,
+    Update,
+    Value,
+)
+
+
+class ApplyResult(enum.Enum):
+    APPLIED = "applied"
+    STALE = "stale"  # an older version than the replica's: ignored
+    GAP = "gap"  # a version is missing: the replica is unchanged; ask for a snapshot
+    OTHER_LOBBY = "other_lobby"  # an update for a different lobby id: ignored
+    LEFT = "left"  # this member left (or was kicked, banned, dropped): the replica is closed
+    CLOSED = "closed"  # the replica was already closed
+
+
+class LobbyReplica:
+    """The lobby state as one member (`me`) knows it."""
+
+    def __init__(self, me: str, snapshot: LobbySnapshot, seat: bytes = b"") -> None:
+        self.me = me
+        self.seat = seat  # from this member's LobbyJoined; needed to recreate the lobby
+        self.closed = False
+        self._load(snapshot)
+
+    def _load(self, s: LobbySnapshot) -> None:
+        self.lobby_id = s.lobby_id
+        self.version = s.version
+        self.name = s.name
+        self.max_members = s.max_members
+        self.private = s.private
+        self.join_code = s.join_code
+        self.locked = s.locked
+        self.owner = s.owner
+        self.metadata: dict[str, Value] = dict(s.metadata)
+        self.bans: list[str] = list(s.bans)
+        self.members: dict[str, MemberState] = {
+            m.member_id: m for m in sorted(s.members, key=lambda m: m.join_seq)
+        }
+
+    def snapshot(self) -> LobbySnapshot:
+        return LobbySnapshot(
+            lobby_id=self.lobby_id,
+            version=self.version,
+            name=self.name,
+            max_members=self.max_members,
+            private=self.private,
+            join_code=self.join_code,
+            locked=self.locked,
+            owner=self.owner,
+            metadata=dict(self.metadata),
+            bans=tuple(self.bans),
+            members=tuple(self.members.values()),
+        )
+
+    def recreate_request(self, request_id: int) -> RecreateLobby:
+        """What this member sends to the lobby's next home when the home died."""
+        return RecreateLobby(request_id, self.snapshot(), self.seat)
+
+    def apply(self, update: Update) -> ApplyResult:
+        if self.closed:
+            return ApplyResult.CLOSED
+        if update.lobby_id != self.lobby_id:
+            return ApplyResult.OTHER_LOBBY
+        if isinstance(update, LobbySnapshot):
+            if update.version < self.version:
+                return ApplyResult.STALE
+            self._load(update)
+            return ApplyResult.APPLIED
+        if update.version <= self.version:
+            return ApplyResult.STALE
+        if update.version != self.version + 1:
+            return ApplyResult.GAP
+        self.version = update.version
+        match update:
+            case MemberJoined():
+                self.members[update.member.member_id] = update.member
+            case MemberLeft():
+                self.members.pop(update.member_id, None)
+                if update.member_id == self.me:
+                    self.closed = True
+                    return ApplyResult.LEFT
+            case OwnerChanged():
+                self.owner = update.owner
+            case MetadataChanged():
+                _apply_changes(self.metadata, update.changes)
+            case LockChanged():
+                self.locked = update.locked
+            case AttributesChanged():
+                m = self.members.get(update.member_id)
+                if m is not None:
+                    attributes = dict(m.attributes)
+                    _apply_changes(attributes, update.changes)
+                    self.members[m.member_id] = MemberState(
+                        m.member_id, m.join_seq, m.ready, m.presence, attributes
+                    )
+            case ReadyChanged():
+                m = self.members.get(update.member_id)
+                if m is not None:
+                    self.members[m.member_id] = MemberState(
+                        m.member_id, m.join_seq, update.ready, m.presence, m.attributes
+                    )
+            case PresenceChanged():
+                m = self.members.get(update.member_id)
+                if m is not None:
+                    self.members[m.member_id] = MemberState(
+                        m.member_id, m.join_seq, m.ready, update.presence, m.attributes
+                    )
+            case MemberBanned():
+                if update.member_id not in self.bans:
+                    self.bans.append(update.member_id)
+        return ApplyResult.APPLIED
+
+
+def _apply_changes(target: dict[str, Value], changes: Mapping[str, Value | None]) -> None:
+    for key, v in changes.items():
+        if v is None:
+            target.pop(key, None)
+        else:
+            target[key] = v

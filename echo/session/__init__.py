@@ -1,0 +1,57 @@
+"""echo.session: the duologue machinery of Echo 2.0 as a library for any application.
+
+Server side: `SessionServer(config, app)` (or `serve(config, app)`) runs the all-clients
+channel, HELLO / CONNECT / ERROR admission with every check of the Echo server (validated
+addresses, malformed HELLOs, full server, per-IP and per-IPv6-prefix limits, eviction of
+never-joined duologues, an optional `admit(peer, credentials)` hook), the port and session
+allocators, expiry and shutdown goodbyes, and calls `app(session)` once per joined session.
+
+Client side: `async with connect(server, port, control_port) as session:` runs the handshake
+and gives the same `Session` shape.
+
+Pure parts (no trio, no clock): `admission`, `allocators`, `limits`, `config`, `machine`.
+Layering: imports only `echo.transport` and `echo.protocol` (and stdlib, attrs, structlog, trio).
+"""
+
+from echo.session.admission import Admission, Decision, JoinVerdict, Slot
+from echo.session.client import connect
+from echo.session.config import ServerConfig
+from echo.session.server import (
+    Admit,
+    Application,
+    SessionServer,
+    serve,
+    server_transport_config,
+)
+from echo.session.session import (
+    HandshakeTimeout,
+    LostContact,
+    ProtocolViolation,
+    Rejected,
+    Session,
+    SessionClosed,
+    SessionCounters,
+    SessionError,
+)
+
+__all__ = [
+    "Admission",
+    "Admit",
+    "Application",
+    "Decision",
+    "HandshakeTimeout",
+    "JoinVerdict",
+    "LostContact",
+    "ProtocolViolation",
+    "Rejected",
+    "ServerConfig",
+    "Session",
+    "SessionClosed",
+    "SessionCounters",
+    "SessionError",
+    "SessionServer",
+    "Slot",
+    "connect",
+    "serve",
+    "server_transport_config",
+]

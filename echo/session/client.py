@@ -1,0 +1,351 @@
+"""`connect()`: the client side of a session, the pure `HandshakeMachine` run over the transport.
+
+    async with echo.session.connect("203.0.113.7", 9000, 9001) as session:
+        await session.send(b"...")
+        reply = await session.receive()
+
+Raises `Rejected` (the server's reason), `HandshakeTimeout` (what it waited for),
+`LostContact` (the all-clients channel went away) or `ProtocolViolation` (a reply the
+handshake cannot accept). Leaving the block closes the session (the stream ends; no ERROR).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from echo.protocol import ECHO_STREAM_ID, RESERVED_SESSION_HIGH, RESERVED_SESSION_LOW
+from echo.session.machine import (
+    Action,
+    CloseAllClients,
+    Failed,
+    Failure,
+    FailureKind,
+    HandshakeMachine,
+    HandshakeState,
+    OpenAllClients,
+    OpenDuologue,
+    Opened,
+    SendHello,
+)
+from echo.session.session import (
+    DEFAULT_RECEIVE_BATCH,
+    DEFAULT_SEND_TIMEOUT,
+    HandshakeTimeout,
+    LostContact,
+    ProtocolViolation,
+    Rejected,
+    Session,
+    SessionError,
+)
+from echo.session.timers import echo_timers
+from echo.transport import (
+    Image,
+    Message,
+    Publication,
+    SendError,
+    Subscription,
+    Transport,
+    TransportConfig,
+    open_transport,
+)
+
+#: Messages read from the all-clients channel per poll: it carries every client's replies.
+_READ_BATCH = 256
+
+
+def client_transport_config(base: TransportConfig | None = None) -> TransportConfig:
+    """Auto session ids of a client stay out of the duologue range, as on the server."""
+    return attrs.evolve(
+        base or echo_timers(),
+        reserved_session_low=RESERVED_SESSION_LOW,
+        reserved_session_high=RESERVED_SESSION_HIGH,
+    )
+
+
+def _host(server: str) -> str:
+    return f"[{server}]" if ":" in server else server
+
+
+def failure_error(failure: Failure, timeout: float) -> SessionError:
+    """The exception `connect` raises for a failed handshake."""
+    if failure.kind is FailureKind.REJECTED:
+        return Rejected(failure.detail)
+    if failure.kind is FailureKind.TIMED_OUT:
+        return HandshakeTimeout(failure.detail, timeout)
+    if failure.kind is FailureKind.CONNECTION:
+        return LostContact(failure.message)
+    return ProtocolViolation(failure.message)
+
+
+class _Pair:
+    """A channel's publication + subscription, and whether its image went away."""
+
+    def __init__(self) -> None:
+        self.publication: Publication | None = None
+        self.subscription: Subscription | None = None
+        self.lost = False
+
+    @property
+    def connected(self) -> bool:
+        return (
+            self.publication is not None
+            and self.subscription is not None
+            and self.publication.is_connected
+            and bool(self.subscription.images)
+        )
+
+    def on_image_gone(self, image: Image) -> None:
+        self.lost = True
+
+
+async def _close_pair(pair: _Pair) -> None:
+    if pair.subscription is not None:
+        await pair.subscription.close()
+    if pair.publication is not None and not pair.publication.is_closed:
+        await pair.publication.close(timeout=0.5)
+
+
+@asynccontextmanager
+async def connect(
+    server: str = "127.0.0.1",
+    port: int = 9000,
+    control_port: int = 9001,
+    *,
+    credentials: bytes = b"",
+    timeout: float = 10.0,
+    stream_id: int = ECHO_STREAM_ID,
+    transport: Transport | None = None,
+    transport_config: TransportConfig | None = None,
+    receive_batch: int = DEFAULT_RECEIVE_BATCH,
+    send_timeout: float = DEFAULT_SEND_TIMEOUT,
+    pad: int | None = None,
+) -> AsyncIterator[Session]:
+    """Say HELLO to `server` (an IP literal), join the duologue it assigns, yield the Session.
+
+    `credentials` are opaque bytes for the server's admission hook (they travel in the HELLO,
+    base64url); `timeout` bounds each step of the handshake. Many sessions can share one
+    `transport` (a game's bots, a load test); without one, the session opens its own.
+    """
+    if transport is None:
+        try:
+            async with open_transport(client_transport_config(transport_config)) as own:
+                async with _connect(
+                    own, server, port, control_port, credentials, timeout, stream_id,
+                    receive_batch, send_timeout, pad,
+                ) as session:  # fmt: skip
+                    yield session
+        except BaseExceptionGroup as group:
+            # The transport's nursery wraps whatever crosses it; a caller of connect() should
+            # see Rejected (or their own exception) itself, as with a transport of their own.
+            sole = _sole(group)
+            if sole is None:
+                raise
+            raise sole from None
+    else:
+        async with _connect(
+            transport, server, port, control_port, credentials, timeout, stream_id,
+            receive_batch, send_timeout, pad,
+        ) as session:  # fmt: skip
+            yield session
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception inside nested single-member groups, if that is what `group` is."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        if len(found.exceptions) != 1:
+            return None
+        found = found.exceptions[0]
+    if isinstance(found, trio.Cancelled):
+        return None
+    return found
+
+
+@asynccontextmanager
+async def _connect(
+    transport: Transport,
+    server: str,
+    port: int,
+    control_port: int,
+    credentials: bytes,
+    timeout: float,
+    stream_id: int,
+    receive_batch: int,
+    send_timeout: float,
+    pad: int | None,
+) -> AsyncIterator[Session]:
+    machine = HandshakeMachine(
+        pad=secrets.randbits(32) if pad is None else pad, timeout=timeout, credentials=credentials
+    )
+    all_clients = _Pair()
+    duologue = _Pair()
+    session: Session | None = None
+    try:
+        failure: Exception | None = None
+        # The nursery holds the all-clients publication's goodbye (its linger) while the
+        # duologue connects; it ends with the handshake, so an exception of the caller's
+        # block is never wrapped in an ExceptionGroup.
+        async with trio.open_nursery() as nursery:
+            try:
+                opened = await _handshake(
+                    transport, machine, server, port, control_port, stream_id, all_clients,
+                    duologue, nursery,
+                )  # fmt: skip
+            except Exception as error:  # raised below, outside the nursery
+                failure = error
+        if failure is not None:
+            raise failure
+        assert duologue.publication is not None and duologue.subscription is not None
+        session = Session(
+            transport=transport,
+            publication=duologue.publication,
+            subscription=duologue.subscription,
+            session_id=opened.session_id,
+            peer=(server, opened.data_port),
+            opened_at=trio.current_time(),
+            receive_batch=receive_batch,
+            send_timeout=send_timeout,
+        )
+        images = duologue.subscription.images
+        session.image = images[0] if images else None
+        live = session
+
+        def image_gone(image: Image) -> None:
+            if image is live.image:
+                timed_out = image.close_reason == "timed_out"
+                live._peer_gone(
+                    "lost contact with the server" if timed_out else "closed by the server",
+                    lost=timed_out,
+                )
+
+        duologue.subscription.on_image_unavailable = image_gone
+        if session.image is None:
+            live._peer_gone("closed by the server")
+        yield session
+    finally:
+        with trio.CancelScope(shield=True):
+            if session is not None:
+                with trio.move_on_after(2.0):
+                    await session.close()
+            await _close_pair(all_clients)
+            await _close_pair(duologue)
+            if session is not None:
+                session._release()
+            if duologue.subscription is not None:
+                duologue.subscription.on_image_unavailable = None
+
+
+async def _handshake(
+    transport: Transport,
+    machine: HandshakeMachine,
+    server: str,
+    port: int,
+    control_port: int,
+    stream_id: int,
+    all_clients: _Pair,
+    duologue: _Pair,
+    nursery: trio.Nursery,
+) -> Opened:
+    host = _host(server)
+    pending: list[Action] = machine.start(trio.current_time())
+    while True:
+        while pending:
+            action = pending.pop(0)
+            if isinstance(action, OpenAllClients):
+                all_clients.subscription = await transport.add_subscription(
+                    f"aeron:udp?control={host}:{control_port}|control-mode=dynamic",
+                    stream_id,
+                    on_image_unavailable=all_clients.on_image_gone,
+                )
+                all_clients.publication = await transport.add_publication(
+                    f"aeron:udp?endpoint={host}:{port}", stream_id
+                )
+            elif isinstance(action, SendHello):
+                assert all_clients.publication is not None
+                try:
+                    await all_clients.publication.send(action.data, timeout=1.0)
+                except SendError as error:
+                    pending += machine.on_send_failed(
+                        f"could not send to the server ({error.name})", trio.current_time()
+                    )
+            elif isinstance(action, CloseAllClients):
+                # The subscription at once (its end-of-stream SM removes us from the server's
+                # MDC destinations, so we stop receiving everyone's replies); the publication
+                # says goodbye in the background.
+                pair_sub, all_clients.subscription = all_clients.subscription, None
+                pair_pub, all_clients.publication = all_clients.publication, None
+                if pair_sub is not None:
+                    await pair_sub.close()
+                if pair_pub is not None:
+                    nursery.start_soon(_close_publication, pair_pub)
+            elif isinstance(action, OpenDuologue):
+                session_id = action.session_id
+                duologue.subscription = await transport.add_subscription(
+                    f"aeron:udp?control={host}:{action.control_port}|control-mode=dynamic"
+                    f"|session-id={session_id}",
+                    stream_id,
+                    on_image_unavailable=duologue.on_image_gone,
+                )
+                duologue.publication = await transport.add_publication(
+                    f"aeron:udp?endpoint={host}:{action.data_port}|session-id={session_id}",
+                    stream_id,
+                )
+            elif isinstance(action, Opened):
+                return action
+            elif isinstance(action, Failed):
+                raise failure_error(action.failure, machine.timeout)
+        deadline = machine.next_deadline()
+        with trio.move_on_at(math.inf if deadline is None else deadline):
+            pending += await _next_event(machine, all_clients, duologue)
+        if not pending and deadline is not None and trio.current_time() >= deadline:
+            pending += machine.on_timer(trio.current_time())
+
+
+async def _next_event(
+    machine: HandshakeMachine, all_clients: _Pair, duologue: _Pair
+) -> list[Action]:
+    """Wait for what the machine needs to hear next (the caller bounds the wait)."""
+    state = machine.state
+    pair = duologue if state is HandshakeState.JOINING else all_clients
+    if pair.lost:
+        now = trio.current_time()
+        if state is HandshakeState.JOINING:
+            return machine.on_duologue_closed(now)
+        return machine.on_all_clients_closed(now)
+    publication, subscription = pair.publication, pair.subscription
+    assert publication is not None and subscription is not None
+    if state is HandshakeState.AWAITING_CONNECT:
+        received: list[Message] = []
+        subscription.poll(received.append, fragment_limit=_READ_BATCH)
+        actions: list[Action] = []
+        for message in received:
+            actions += machine.on_all_clients_message(message.data, trio.current_time())
+            if actions:
+                return actions
+        if len(received) < _READ_BATCH:
+            await subscription.wait_activity()
+        return []
+    if pair.connected:
+        now = trio.current_time()
+        if state is HandshakeState.CONNECTING:
+            return machine.on_all_clients_connected(publication.session_id, now)
+        return machine.on_duologue_connected(now)
+    if not publication.is_connected:
+        try:
+            await publication.wait_connected()
+        except trio.ClosedResourceError:
+            await trio.sleep_forever()
+    else:
+        await subscription.wait_activity()
+    return []
+
+
+async def _close_publication(publication: Publication) -> None:
+    if not publication.is_closed:
+        await publication.close(timeout=0.5)

@@ -1,0 +1,124 @@
+"""Echo 2.0 server configuration (the guide's EchoServerConfiguration, reference §7.2).
+
+Validation happens at construction so a bad command line fails before any socket is bound, with
+a message naming the CLI flag to change. The guide hard-coded the per-address limit (3) and the
+duologue expiry (10 s) (§7.9); both are options here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from typing import Any
+
+import attrs
+
+from echo.protocol import ECHO_STREAM_ID
+
+
+def _port(flag: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[int], value: int) -> None:
+        _require_int(flag, value)
+        if not 1 <= value <= 65535:
+            raise ValueError(f"{flag} must be within 1..65535, got {value}")
+
+    return check
+
+
+def _at_least_one(flag: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[int], value: int) -> None:
+        _require_int(flag, value)
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
+
+    return check
+
+
+def _require_int(flag: str, value: object) -> None:
+    # bool is an int subclass; `--max-clients True` is a bug, not 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{flag} must be an integer, got {value!r}")
+
+
+def _check_address(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
+    # A literal, not a host name: it is both the bind address and (through NAT) the address
+    # clients are told to use, and resolving names is the driver's business, not the config's.
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"--address must be an IP address literal, got {value!r}") from None
+
+
+def _check_expiry(_inst: object, _attr: attrs.Attribute[float], value: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"--duologue-expiry must be a positive number of seconds, got {value!r}")
+
+
+def _check_ipv6_prefix(_inst: object, _attr: attrs.Attribute[int], value: int) -> None:
+    _require_int("--ipv6-prefix", value)
+    if not 0 <= value <= 128:
+        raise ValueError(f"--ipv6-prefix must be within 0..128, got {value}")
+
+
+def _check_stream_id(_inst: object, _attr: attrs.Attribute[int], value: int) -> None:
+    _require_int("stream_id", value)
+    if not -(2**31) <= value <= 2**31 - 1:
+        raise ValueError(f"stream_id must be an int32, got {value}")
+
+
+@attrs.frozen
+class ServerConfig:
+    """Everything `echo-server` needs to know.
+
+    address            IP the server binds and clients reach (--address)
+    port               all-clients subscription data port; clients send HELLO here (--port)
+    control_port       all-clients publication MDC control port (--control-port)
+    clients_base_port  duologue ports are [base, base + 2 * max_clients) (--clients-base-port)
+    max_clients        live duologues at most; beyond that "server full" (--max-clients)
+    max_per_ip         live duologues per address key (--max-per-ip)
+    duologue_expiry    seconds a duologue may wait for its client (--duologue-expiry)
+    ipv6_prefix        IPv6 clients are counted per network of this many bits (--ipv6-prefix)
+    stream_id          the stream id of every channel (the guide's 0x2044F002)
+    """
+
+    address: str = attrs.field(default="127.0.0.1", validator=_check_address)
+    port: int = attrs.field(default=9000, validator=_port("--port"))
+    control_port: int = attrs.field(default=9001, validator=_port("--control-port"))
+    clients_base_port: int = attrs.field(default=9010, validator=_port("--clients-base-port"))
+    max_clients: int = attrs.field(default=16, validator=_at_least_one("--max-clients"))
+    max_per_ip: int = attrs.field(default=3, validator=_at_least_one("--max-per-ip"))
+    duologue_expiry: float = attrs.field(default=10.0, validator=_check_expiry)
+    ipv6_prefix: int = attrs.field(default=64, validator=_check_ipv6_prefix)
+    stream_id: int = attrs.field(default=ECHO_STREAM_ID, validator=_check_stream_id)
+
+    def __attrs_post_init__(self) -> None:
+        # Cross-field checks: the two all-clients ports and the duologue range must be disjoint,
+        # or the server would try to bind one port twice.
+        if self.port == self.control_port:
+            raise ValueError(f"--port and --control-port must differ (both are {self.port})")
+        last = self.clients_base_port + self.clients_port_count - 1
+        if last > 65535:
+            raise ValueError(
+                f"--clients-base-port {self.clients_base_port} with --max-clients "
+                f"{self.max_clients} needs ports up to {last}, beyond 65535"
+            )
+        for flag, value in (("--port", self.port), ("--control-port", self.control_port)):
+            if self.clients_base_port <= value <= last:
+                raise ValueError(
+                    f"{flag} {value} lies inside the duologue port range "
+                    f"{self.clients_base_port}..{last} (--clients-base-port, --max-clients)"
+                )
+
+    @property
+    def clients_port_count(self) -> int:
+        """Two ports per duologue: data and control (seed §4.5)."""
+        return 2 * self.max_clients
+
+    @property
+    def clients_port_range(self) -> range:
+        return range(self.clients_base_port, self.clients_base_port + self.clients_port_count)

@@ -1,0 +1,297 @@
+"""The client's handshake as a pure state machine: HELLO, CONNECT, join (seed 000 §4.4).
+
+Sans-I/O in the style of aioquic: the machine owns no sockets, tasks or clock. The driver
+(`echo.session.client.connect`) feeds it what the transport reports, each with ``now``, and
+executes the returned actions in order:
+
+=====================  ===================================================================
+action                 what the driver does
+=====================  ===================================================================
+`OpenAllClients`       open the all-clients subscription (``control=<server>:<control port>|
+                       control-mode=dynamic``) and publication (``endpoint=<server>:<port>``);
+                       once both are connected: ``on_all_clients_connected(pub.session_id)``
+`SendHello` (data)     send `data` on the all-clients publication
+`CloseAllClients`      close the all-clients pub/sub (idempotent)
+`OpenDuologue`         open the duologue pub/sub with the session id; once both are
+                       connected: ``on_duologue_connected``
+`Opened` (session id)  the handshake is done: hand the duologue to the application
+`Failed` (failure)     close what is open and report `failure`
+=====================  ===================================================================
+
+Every wait is bounded by ``timeout``; ``next_deadline()`` says when ``on_timer`` is due.
+Events that come late or twice are ignored (``[]``); calls only a driver bug explains raise
+`LocalProtocolError`. The Echo client's machine (`echo.client.machine`) is this handshake
+followed by echoes.
+
+Pure module: no trio, no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Final, TypeAlias
+
+import attrs
+
+from echo.protocol import (
+    INT32_MAX,
+    INT32_MIN,
+    RESERVED_SESSION_HIGH,
+    RESERVED_SESSION_LOW,
+    U32_MAX,
+    AllClientsError,
+    BadMessage,
+    Connect,
+    Hello,
+    decrypt_session,
+    format_message,
+    parse_all_clients_reply_untrusted,
+)
+
+# Long server texts are cut in failure messages so a hostile server cannot flood a log line.
+PREVIEW_CHARS: Final = 80
+
+
+class LocalProtocolError(Exception):
+    """The driver called the machine in a way no network behaviour can explain (a bug)."""
+
+
+class HandshakeState(enum.Enum):
+    IDLE = "idle"
+    CONNECTING = "connecting"  # all-clients pub + sub opening
+    AWAITING_CONNECT = "awaiting_connect"  # HELLO sent, waiting for our CONNECT / ERROR
+    JOINING = "joining"  # duologue pub + sub opening
+    OPEN = "open"  # handed to the application
+    FAILED = "failed"
+
+
+class FailureKind(enum.Enum):
+    REJECTED = "rejected"  # the server answered ERROR on the all-clients channel
+    TIMED_OUT = "timed_out"
+    PROTOCOL = "protocol"  # a bad reply, or a session id outside the reserved range
+    CONNECTION = "connection"  # a channel closed or a send gave up
+
+
+@attrs.frozen
+class Failure:
+    kind: FailureKind
+    message: str
+    #: what the handshake was waiting for (TIMED_OUT, CONNECTION); the server's text (REJECTED)
+    detail: str = ""
+
+
+@attrs.frozen
+class OpenAllClients:
+    pass
+
+
+@attrs.frozen
+class SendHello:
+    data: bytes
+
+
+@attrs.frozen
+class CloseAllClients:
+    pass
+
+
+@attrs.frozen
+class OpenDuologue:
+    data_port: int
+    control_port: int
+    session_id: int
+
+
+@attrs.frozen
+class Opened:
+    session_id: int
+    data_port: int
+    control_port: int
+
+
+@attrs.frozen
+class Failed:
+    failure: Failure
+
+
+Action: TypeAlias = OpenAllClients | SendHello | CloseAllClients | OpenDuologue | Opened | Failed
+
+WAITING_FOR: Final = {
+    HandshakeState.CONNECTING: "the all-clients channel to connect",
+    HandshakeState.AWAITING_CONNECT: "CONNECT from the server",
+    HandshakeState.JOINING: "the duologue to connect",
+}
+
+
+class HandshakeMachine:
+    """One handshake: see the module docstring."""
+
+    def __init__(self, *, pad: int, timeout: float = 10.0, credentials: bytes = b"") -> None:
+        if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad <= U32_MAX:
+            raise ValueError(f"pad must be a u32, got {pad!r}")
+        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        # Refused here, not after the all-clients channel connected: a local mistake.
+        self._hello = format_message(Hello(pad, credentials))
+        self._pad = pad
+        self._timeout = float(timeout)
+        self._state = HandshakeState.IDLE
+        self._deadline: float | None = None
+        self._client_session: int | None = None
+        self._prefix = b""
+        self._connect: Connect | None = None
+        self._session_id: int | None = None
+        self.failure: Failure | None = None
+
+    @property
+    def state(self) -> HandshakeState:
+        return self._state
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @property
+    def session_id(self) -> int | None:
+        """The decrypted duologue session id, once the CONNECT arrived."""
+        return self._session_id
+
+    @property
+    def client_session(self) -> int | None:
+        return self._client_session
+
+    def next_deadline(self) -> float | None:
+        return self._deadline
+
+    # ---- local inputs
+
+    def start(self, now: float) -> list[Action]:
+        if self._state is not HandshakeState.IDLE:
+            raise LocalProtocolError(f"start() called twice (state {self._state.name})")
+        self._state = HandshakeState.CONNECTING
+        self._deadline = now + self._timeout
+        return [OpenAllClients()]
+
+    def on_timer(self, now: float) -> list[Action]:
+        self._require_started("on_timer")
+        state = self._state
+        if state not in WAITING_FOR or self._deadline is None or now < self._deadline:
+            return []
+        waiting_for = WAITING_FOR[state]
+        return self._fail(
+            FailureKind.TIMED_OUT,
+            f"timed out after {self._timeout} s waiting for {waiting_for}",
+            waiting_for,
+        )
+
+    def on_send_failed(self, reason: str, now: float) -> list[Action]:
+        self._require_started("on_send_failed")
+        if self._state not in WAITING_FOR:
+            return []
+        return self._fail(
+            FailureKind.CONNECTION, f"send failed: {reason}", WAITING_FOR[self._state]
+        )
+
+    # ---- all-clients channel
+
+    def on_all_clients_connected(self, client_session: int, now: float) -> list[Action]:
+        self._require_started("on_all_clients_connected")
+        if self._state is not HandshakeState.CONNECTING:
+            return []
+        if (
+            isinstance(client_session, bool)
+            or not isinstance(client_session, int)
+            or not INT32_MIN <= client_session <= INT32_MAX
+        ):
+            raise LocalProtocolError(f"client_session must be an int32, got {client_session!r}")
+        self._client_session = client_session
+        # Replies to every client share the channel; ours start with "<our session> " (§4.4).
+        self._prefix = f"{client_session} ".encode()
+        self._state = HandshakeState.AWAITING_CONNECT
+        self._deadline = now + self._timeout
+        return [SendHello(self._hello)]
+
+    def on_all_clients_message(self, data: bytes, now: float) -> list[Action]:
+        """A message on the all-clients subscription (bytes from the network, untrusted)."""
+        self._require_started("on_all_clients_message")
+        if self._state is not HandshakeState.AWAITING_CONNECT:
+            return []
+        if data[: len(self._prefix)] != self._prefix:
+            return []  # a reply to another client: checked before parsing (N clients, N replies)
+        reply = parse_all_clients_reply_untrusted(data)
+        if isinstance(reply, BadMessage):
+            return self._fail(
+                FailureKind.PROTOCOL, f"bad reply from the server ({reply.reason}): {preview(data)}"
+            )
+        if reply.client_session != self._client_session:
+            return []
+        if isinstance(reply, AllClientsError):
+            return self._fail(FailureKind.REJECTED, reply.message, reply.message)
+        session = decrypt_session(reply.encrypted_session, self._pad)
+        if not RESERVED_SESSION_LOW <= session <= RESERVED_SESSION_HIGH:
+            # Duologue ids come from the reserved range; anything else would collide with the
+            # transport's automatic session ids (seed §4.5).
+            return self._fail(
+                FailureKind.PROTOCOL,
+                f"server assigned duologue session {session}, outside the reserved range "
+                f"{RESERVED_SESSION_LOW}..{RESERVED_SESSION_HIGH}",
+            )
+        self._connect = reply
+        self._session_id = session
+        self._state = HandshakeState.JOINING
+        self._deadline = now + self._timeout
+        return [CloseAllClients(), OpenDuologue(reply.data_port, reply.control_port, session)]
+
+    def on_all_clients_closed(self, now: float) -> list[Action]:
+        self._require_started("on_all_clients_closed")
+        if self._state not in (HandshakeState.CONNECTING, HandshakeState.AWAITING_CONNECT):
+            return []
+        waiting_for = WAITING_FOR[self._state]
+        return self._fail(
+            FailureKind.CONNECTION,
+            f"the all-clients channel closed while waiting for {waiting_for}",
+            waiting_for,
+        )
+
+    # ---- duologue
+
+    def on_duologue_connected(self, now: float) -> list[Action]:
+        self._require_started("on_duologue_connected")
+        if self._state is not HandshakeState.JOINING:
+            return []
+        assert self._connect is not None and self._session_id is not None
+        self._state = HandshakeState.OPEN
+        self._deadline = None
+        return [Opened(self._session_id, self._connect.data_port, self._connect.control_port)]
+
+    def on_duologue_closed(self, now: float) -> list[Action]:
+        self._require_started("on_duologue_closed")
+        if self._state is not HandshakeState.JOINING:
+            return []  # once open, a closed duologue is the session's business
+        return self._fail(
+            FailureKind.CONNECTION,
+            "the duologue closed before it connected",
+            WAITING_FOR[HandshakeState.JOINING],
+        )
+
+    # ---- internals
+
+    def _fail(self, kind: FailureKind, message: str, detail: str = "") -> list[Action]:
+        closes: list[Action] = []
+        if self._state in (HandshakeState.CONNECTING, HandshakeState.AWAITING_CONNECT):
+            closes.append(CloseAllClients())
+        self.failure = Failure(kind, message, detail)
+        self._state = HandshakeState.FAILED
+        self._deadline = None
+        return [*closes, Failed(self.failure)]
+
+    def _require_started(self, method: str) -> None:
+        if self._state is HandshakeState.IDLE:
+            raise LocalProtocolError(f"{method}() called before start()")
+
+
+def preview(data: bytes | bytearray | memoryview) -> str:
+    raw = bytes(data[: PREVIEW_CHARS + 1])
+    text = raw[:PREVIEW_CHARS].decode("utf-8", "backslashreplace")
+    return repr(text) + ("..." if len(raw) > PREVIEW_CHARS else "")

@@ -1,0 +1,305 @@
+"""`Session`: one joined duologue as an application sees it, the same shape on both ends.
+
+A session is a publication (to the peer) and a subscription (from the peer) with one session
+id, on one stream id. `send` offers into the publication; `receive` reads the subscription.
+
+Receive queue, bounded: a session keeps no queue of its own beyond one poll's batch
+(`receive_batch` messages, 16 by default). Everything else waits in the transport's receiver
+window (2 MiB of term buffer): an application that reads slowly, or not at all, stops consuming,
+its status messages stop opening the window, and the peer's publication is back-pressured
+(`offer` returns BACK_PRESSURED) — the flow control of the Aeron protocol, not a growing list.
+
+Closing: `close(reason)` sends ``ERROR <reason>`` (Echo 2.0's duologue error, seed 000 §4.4)
+when a reason is given, then ends the stream; a peer's ``ERROR <text>`` closes the session on
+this end with that reason. So messages that start with ``ERROR `` are reserved and `send`
+refuses them.
+
+Later layers (logical channels, issue 16) add more streams, by stream id, to the same two
+ports and session id; a `Session` carries the transport and addresses they need
+(`transport`, `stream_id`), and this module does not assume it owns the only stream.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+import attrs
+import trio
+
+from echo.protocol import DuologueError, format_message, parse_duologue_reply_untrusted
+from echo.transport import Image, Message, Publication, SendError, Subscription, Transport
+
+#: Messages read from the subscription per poll; the bound on a session's own queue.
+DEFAULT_RECEIVE_BATCH: Final = 16
+#: How long `send` retries an offer that meets back pressure before the session gives up.
+DEFAULT_SEND_TIMEOUT: Final = 0.5
+#: How long `close(reason)` waits for the peer to acknowledge everything, the ERROR included.
+CLOSE_LINGER: Final = 1.0
+
+_ERROR_PREFIX: Final = b"ERROR "
+
+
+class SessionError(Exception):
+    """Base of everything echo.session raises about a session or a handshake."""
+
+
+class Rejected(SessionError):
+    """The server refused the HELLO; `reason` is its ERROR text ("server full", ...)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"rejected by the server: {reason}")
+        self.reason = reason
+
+
+class HandshakeTimeout(SessionError):
+    """A step of the handshake did not happen in time; `waiting_for` says which."""
+
+    def __init__(self, waiting_for: str, timeout: float) -> None:
+        super().__init__(f"timed out after {timeout} s waiting for {waiting_for}")
+        self.waiting_for = waiting_for
+        self.timeout = timeout
+
+
+class ProtocolViolation(SessionError):
+    """The server sent something the handshake cannot accept (a bad reply, an id out of range)."""
+
+
+class SessionClosed(SessionError):
+    """The session is closed; `reason` says why (the peer's ERROR text, "client gone", ...)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class LostContact(SessionClosed):
+    """Nothing heard from the peer for the transport's liveness timeout (or, in a handshake,
+    the all-clients channel went away)."""
+
+
+@attrs.define
+class SessionCounters:
+    """Per-session counts; the application reads them, the session bumps them."""
+
+    messages_sent: int = 0
+    bytes_sent: int = 0
+    messages_received: int = 0
+    bytes_received: int = 0
+    #: messages from another address than the peer's, dropped before the application saw them
+    foreign_dropped: int = 0
+
+
+class Session:
+    """One duologue: `send`, `receive`, `async for`, `close`. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        transport: Transport,
+        publication: Publication,
+        subscription: Subscription,
+        session_id: int,
+        peer: tuple[str, int],
+        opened_at: float,
+        owner_ip: str | None = None,
+        receive_batch: int = DEFAULT_RECEIVE_BATCH,
+        send_timeout: float = DEFAULT_SEND_TIMEOUT,
+        on_close: Callable[[Session], None] | None = None,
+    ) -> None:
+        if receive_batch < 1:
+            raise ValueError(f"receive_batch must be >= 1, got {receive_batch}")
+        self.transport = transport
+        self.publication = publication
+        self.subscription = subscription
+        self.session_id = session_id
+        self.stream_id = publication.stream_id
+        self.peer = peer
+        self.opened_at = opened_at
+        self.counters = SessionCounters()
+        self.close_reason: str | None = None
+        #: the peer's stream, while it is up
+        self.image: Image | None = None
+        self._owner_ip = owner_ip
+        self._batch_size = receive_batch
+        self._send_timeout = send_timeout
+        self._batch: deque[Message] = deque()
+        self._on_close = on_close
+        self._closing = False
+        self._closed_event = trio.Event()
+        # The transport's count of datagrams read when the last poll came back short: if it
+        # has not moved since, no datagram arrived anywhere (this task did not yield and no
+        # socket was read), so `receive` waits at once instead of polling for nothing first.
+        # With 1,000 sessions every empty poll is paid 1,000 times over.
+        self._polled_at_count = -1
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def is_closed(self) -> bool:
+        return self.close_reason is not None
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    def _mark_closed(self, reason: str) -> bool:
+        """Closed from now on, for `reason`; False if it already was."""
+        if self.close_reason is not None:
+            return False
+        self.close_reason = reason
+        self._closed_event.set()
+        if self._on_close is not None:
+            self._on_close(self)
+        return True
+
+    def _peer_gone(self, reason: str, *, lost: bool = False) -> None:
+        """The transport says the peer's stream ended (end of stream, liveness timeout)."""
+        self._lost = lost
+        self._mark_closed(reason)
+
+    _lost = False
+
+    def _closed_error(self) -> SessionClosed:
+        reason = self.close_reason or "closed"
+        return LostContact(reason) if self._lost else SessionClosed(reason)
+
+    def _release(self) -> None:
+        """The server or client is done with this session: drop the references that make
+        cycles (the callbacks hold the duologue that holds this session), so it is freed by
+        reference counting, not by a pass of the cyclic collector."""
+        self._on_close = None
+        self.image = None
+        self._batch.clear()
+
+    # ---------------------------------------------------------------- sending
+
+    async def send(self, data: bytes) -> None:
+        """Send one message (at most the publication's `max_message_length` bytes).
+
+        Raises SessionClosed once the session is closed, or when back pressure outlasts
+        `send_timeout` (the session is then closed, reason "send failed"); ValueError for a
+        message that starts with ``ERROR `` (reserved for `close`) or is too long.
+        """
+        if self.close_reason is not None:
+            raise self._closed_error()
+        if data.startswith(_ERROR_PREFIX):
+            raise ValueError("messages starting with b'ERROR ' are reserved for close(reason)")
+        publication = self.publication
+        if publication.offer(data) <= 0:
+            # Back pressure or a term rotation: retry (and so yield) a while.
+            try:
+                await publication.send(data, timeout=self._send_timeout)
+            except SendError:
+                self._mark_closed("send failed")
+                raise self._closed_error() from None
+            except trio.ClosedResourceError:
+                self._mark_closed("closed")
+                raise self._closed_error() from None
+        counters = self.counters
+        counters.messages_sent += 1
+        counters.bytes_sent += len(data)
+
+    # ---------------------------------------------------------------- receiving
+
+    def _take(self) -> bytes | None:
+        """The next message already read, or None. Plain function: on the path of every
+        message, where a coroutine frame more is a measurable share of a round trip."""
+        batch = self._batch
+        owner = self._owner_ip
+        while batch:
+            message = batch.popleft()
+            if owner is not None and message.source_ip != owner:
+                self.counters.foreign_dropped += 1
+                continue
+            data = message.data
+            if data.startswith(_ERROR_PREFIX):
+                error = parse_duologue_reply_untrusted(data)
+                if isinstance(error, DuologueError):
+                    # The peer's close(reason): nothing follows it.
+                    batch.clear()
+                    self._mark_closed(error.message or "closed by peer")
+                    return None
+            counters = self.counters
+            counters.messages_received += 1
+            counters.bytes_received += len(data)
+            return data
+        return None
+
+    async def receive(self) -> bytes:
+        """The next message from the peer; raises SessionClosed (or LostContact) once closed."""
+        while True:
+            data = self._take()
+            if data is not None:
+                return data
+            if self.close_reason is not None:
+                raise self._closed_error()
+            subscription = self.subscription
+            counters = self.transport.counters
+            if counters.datagrams_received == self._polled_at_count:
+                await subscription.wait_activity()
+                if self.close_reason is not None:
+                    continue
+            n = subscription.poll(self._batch.append, fragment_limit=self._batch_size)
+            self._polled_at_count = counters.datagrams_received if n < self._batch_size else -1
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return _Messages(self)
+
+    # ---------------------------------------------------------------- closing
+
+    async def close(self, reason: str = "") -> None:
+        """Close the session (idempotent). A non-empty `reason` reaches the peer as ERROR.
+
+        Waits up to CLOSE_LINGER seconds for the peer to acknowledge what was sent.
+        """
+        if self._closing:
+            await self._closed_event.wait()
+            return
+        self._closing = True
+        publication = self.publication
+        already = self.close_reason is not None
+        self._mark_closed(reason or "closed")
+        # Nothing more is read from a closed session: closing the subscription now wakes any
+        # task of the application still waiting in `receive` (the transport tells its waiters).
+        await self.subscription.close()
+        if already or publication.is_closed:
+            return
+        if reason:
+            try:
+                await publication.send(format_message(DuologueError(_one_line(reason))))
+            except (SendError, trio.ClosedResourceError):
+                pass
+        try:
+            await publication.close(timeout=CLOSE_LINGER)
+        except trio.ClosedResourceError:
+            pass
+
+
+class _Messages:
+    """`async for data in session`: a plain iterator object, cheaper per message than an async
+    generator (no generator frame to resume)."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def __aiter__(self) -> _Messages:
+        return self
+
+    async def __anext__(self) -> bytes:
+        session = self._session
+        data = session._take()  # a message of the last poll: no coroutine for `receive`
+        if data is not None:
+            return data
+        try:
+            return await session.receive()
+        except SessionClosed:
+            raise StopAsyncIteration from None
+
+
+def _one_line(reason: str) -> str:
+    """`reason` as a valid ERROR text: one line, bounded (the wire regex uses Java's `.`)."""
+    text = " ".join(reason.split())
+    return text[:900] if text else "closed"

@@ -1,0 +1,323 @@
+"""The seam between the api and the driver: one channel object per publication/subscription.
+
+The driver wires a stream (sockets, endpoints, the pure state) and hands the api a channel;
+`api.Publication` and `api.Subscription` call only their channel (offer, poll, wait, close),
+never the driver's sockets, its scheduling or the pure state. The channel is where an
+application task meets the driver: it offers into the pure publication and asks the driver to
+flush, polls images into messages, and waits for the driver's notification (or on a lent
+socket, see sockets.Lending).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from echo.transport.destinations import Address
+from echo.transport.message import Message, Origin, format_address
+from echo.transport.receiver import ImageAvailable, ImageEvent, PublicationImage
+from echo.transport.sender import NetworkPublication
+
+if TYPE_CHECKING:
+    from echo.transport.driver import Driver
+    from echo.transport.sockets import ReceiveSocket, SendSocket
+
+#: `close` waits this long past the linger for the last status messages before it gives up
+_CLOSE_GRACE = 1.0
+
+# Message(data, *origin) without the named tuple's keyword handling: one per message delivered.
+_new_message = tuple.__new__
+
+
+class Waiters:
+    """Wakes every task waiting for 'something changed' on a channel."""
+
+    __slots__ = ("_lot",)
+
+    def __init__(self) -> None:
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def notify(self) -> None:
+        if self._lot:
+            self._lot.unpark_all()
+
+    async def wait(self) -> None:
+        await self._lot.park()
+
+
+class PublicationChannel:
+    """One publication as the driver runs it: its pure state on its send socket."""
+
+    def __init__(
+        self, driver: Driver, udp: SendSocket, state: NetworkPublication, uri: str
+    ) -> None:
+        self._driver = driver
+        #: the channel URI it was added with
+        self.uri = uri
+        self.socket = udp
+        self.state = state
+        self._waiters = Waiters()
+        self.session_id = state.session_id
+        self.stream_id = state.stream_id
+        self.max_message_length = state.max_message_length
+        self.max_payload_length = state.max_payload
+        self.term_length = state.term_length
+        self.mtu = state.mtu
+
+    @property
+    def position(self) -> int:
+        return self.state.position
+
+    @property
+    def local_address(self) -> str:
+        return format_address(self.socket.local_address)
+
+    def is_connected(self) -> bool:
+        return self.state.is_connected(self._driver.now())
+
+    def is_closed(self) -> bool:
+        return not self.state.is_active
+
+    def offer(self, data: bytes | bytearray | memoryview, flush: bool) -> int:
+        driver = self._driver
+        now = driver.now()
+        result = self.state.offer(data, now)
+        if result > 0:
+            if flush:
+                driver.flush(self.socket, self.state, now)
+            else:
+                # The caller has more to offer right away: let them share datagrams.
+                driver.wake(self.socket)
+        return result
+
+    async def wait(self) -> None:
+        """Until the driver has next serviced this publication's socket."""
+        await self._waiters.wait()
+
+    def notify(self) -> None:
+        self._waiters.notify()
+
+    # ------------------------------------------------------------ destinations (MDC)
+
+    @property
+    def is_manual(self) -> bool:
+        return self.socket.endpoint.manual is not None
+
+    def add_destination(self, address: Address) -> None:
+        manual = self.socket.endpoint.manual
+        if manual is None:
+            raise ValueError("add_destination needs control-mode=manual")
+        manual.add(address)
+        self.state.trigger_setup()
+        self._driver.wake(self.socket)
+
+    def remove_destination(self, address: Address) -> None:
+        manual = self.socket.endpoint.manual
+        if manual is None:
+            raise ValueError("remove_destination needs control-mode=manual")
+        manual.remove(address)
+
+    @property
+    def destinations(self) -> list[Address]:
+        return self.socket.endpoint.destinations
+
+    # ------------------------------------------------------------ closing
+
+    async def close(self, timeout: float | None) -> bool:
+        """Drain, announce end-of-stream and linger; True if every receiver got everything."""
+        state = self.state
+        state.close(self._driver.now())
+        self._driver.wake(self.socket)
+        limit = state.timers.linger + _CLOSE_GRACE if timeout is None else timeout
+        delivered = False
+        with trio.move_on_after(limit):
+            while not state.is_done:
+                delivered = delivered or state.delivered
+                await self._waiters.wait()
+        delivered = delivered or state.delivered
+        if state.is_lingering:
+            # Out of time while waiting for the receivers' proof, everything sent: still say
+            # where the stream ends, or the receivers learn it only from their timeouts.
+            self.socket.endpoint.announce_end(state, self.socket.send)
+        state.abort()
+        self._driver.release_publication(self)
+        return delivered
+
+
+class ImageLink:
+    """One image of a subscription as the api sees it: read-only facts and `reject`."""
+
+    __slots__ = (
+        "_channel",
+        "image",
+        "join_position",
+        "origin",
+        "session_id",
+        "source_address",
+        "source_ip",
+        "source_port",
+        "stream_id",
+    )
+
+    def __init__(self, image: PublicationImage, channel: SubscriptionChannel) -> None:
+        self.image = image
+        self._channel = channel
+        self.session_id = image.session_id
+        self.stream_id = image.stream_id
+        address = image.control_address
+        self.source_ip: str = address[0]
+        self.source_port: int = address[1]
+        self.source_address = format_address(address)
+        #: the fields every Message from this image carries after its data
+        self.origin: Origin = (
+            self.session_id,
+            self.stream_id,
+            self.source_address,
+            self.source_ip,
+            self.source_port,
+        )
+        self.join_position = image.join_position
+
+    @property
+    def position(self) -> int:
+        return self.image.subscriber_position
+
+    @property
+    def is_end_of_stream(self) -> bool:
+        return self.image.is_end_of_stream
+
+    def reject(self) -> None:
+        self._channel.reject(self)
+
+
+class SubscriptionChannel:
+    """One subscription (a stream id) as the driver runs it on its receive socket."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        udp: ReceiveSocket,
+        stream_id: int,
+        uri: str,
+    ) -> None:
+        self._driver = driver
+        #: the channel URI it was added with
+        self.uri = uri
+        self.socket = udp
+        self.stream_id = stream_id
+        self._waiters = Waiters()
+        self.images: list[ImageLink] = []
+        self._by_image: dict[int, ImageLink] = {}
+        self._round_robin = 0
+        self._closed = False
+        #: the api's image callbacks: a link came, a link went (with the reason's name)
+        self.on_available: Callable[[ImageLink], None] | None = None
+        self.on_unavailable: Callable[[ImageLink, str], None] | None = None
+
+    @property
+    def local_address(self) -> str:
+        return format_address(self.socket.local_address)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self.socket.closed
+
+    def on_image_event(self, event: ImageEvent) -> None:
+        """An image of this stream came or went (the driver, while servicing the socket)."""
+        if isinstance(event, ImageAvailable):
+            link = ImageLink(event.image, self)
+            self.images.append(link)
+            self._by_image[id(event.image)] = link
+            if self.on_available is not None:
+                self.on_available(link)
+        else:
+            found = self._by_image.pop(id(event.image), None)
+            if found is None:
+                return
+            self.images.remove(found)
+            if self.on_unavailable is not None:
+                self.on_unavailable(found, event.reason.value)
+        self._waiters.notify()
+
+    def reject(self, link: ImageLink) -> None:
+        udp = self.socket
+        udp.endpoint.reject_image(link.session_id, link.stream_id, self._driver.now(), udp.send)
+        # Not serviced inline: this may run inside an image callback, i.e. inside the driver.
+        self._driver.wake(udp)
+
+    def poll(self, handler: Callable[[Message], object], fragment_limit: int) -> int:
+        """Deliver up to `fragment_limit` fragments' worth of messages; never blocks."""
+        udp = self.socket
+        if udp.lending.lent:
+            self._driver.drain_if_stale(udp)
+        links = self.images
+        count = len(links)
+        if not count:
+            return 0
+        fragments = 0
+        due: list[PublicationImage] = []
+        start = self._round_robin % count
+        self._round_robin += 1
+        for i in range(count):
+            link = links[(start + i) % count]
+            image = link.image
+            if image.rebuild_position <= image.subscriber_position:
+                continue  # nothing new: skip making the delivery function
+
+            def deliver(data: bytes, origin: Origin = link.origin) -> None:
+                handler(_new_message(Message, (data, *origin)))
+
+            fragments += image.poll_messages(deliver, fragment_limit - fragments)
+            if image.status_message_due():
+                due.append(image)
+            if fragments >= fragment_limit:
+                break
+        if due:
+            # Consumption crossed the window/4 threshold (or freed a sender waiting at the
+            # window's edge): send the SM now, not after a pass of the timer loop; the sender
+            # may be idle until it comes.
+            endpoint = udp.endpoint
+            for image in due:
+                endpoint.touch(image.session_id, image.stream_id)
+            driver = self._driver
+            driver.service(udp, driver.now())
+        return fragments
+
+    async def wait(self) -> None:
+        """Wait until the socket has been serviced: on the socket, in this task, if the driver
+        lends it (one task switch per datagram fewer), else until the reader task says so."""
+        udp = self.socket
+        if await self._driver.read_as_application(udp):
+            return
+        lending = udp.lending
+        lending.waiters += 1
+        try:
+            await self._waiters.wait()
+        finally:
+            lending.waiters -= 1
+
+    def stop_waiting(self) -> None:
+        """The waiting task goes off to do something else (it has what it waited for)."""
+        udp = self.socket
+        if udp.lending.waiters:
+            self._driver.stop_waiting(udp)
+
+    def notify(self) -> None:
+        self._waiters.notify()
+
+    def detach(self) -> None:
+        """Forget the api's callbacks: they hold the api object, which holds this channel, a
+        reference cycle that would keep the socket and its images for the cyclic collector."""
+        self.on_available = None
+        self.on_unavailable = None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._driver.wake_borrower(self.socket)
+        self._driver.release_subscription(self)
+        self.detach()
+        self._waiters.notify()

@@ -1,0 +1,396 @@
+"""An image: one publication (session) as a subscription sees it (Aeron's PublicationImage).
+
+It rebuilds the publication's log from DATA frames, and asks its parts what to send: the loss
+detector which gaps to NAK (loss.py), the status scheduler when to send a status message
+(status.py), the fragment assembler what messages are complete (assembly.py). Pure, like
+publication.py: `now` is passed in and output goes through an injected `send(datagram,
+address) -> int`; an image never sends a source more than it received from it (budgeted).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Callable
+
+from echo.transport.assembly import FragmentAssembler
+from echo.transport.config import DEFAULT_RECEIVER_WINDOW, ReceiverTimers
+from echo.transport.counters import Counters
+from echo.transport.destinations import Address
+from echo.transport.frames import (
+    BEGIN_END_AND_EOS_FLAGS,
+    DATA_HEADER_STRUCT,
+    SM_EOS_FLAG,
+    UNFRAGMENTED_FLAGS,
+    FrameType,
+    Nak,
+    StatusMessage,
+)
+from echo.transport.logbuffer import (
+    PARTITION_COUNT,
+    TermBuffers,
+    compute_position,
+    i32,
+    insert_packet,
+    position_bits_to_shift,
+    rebuild_offset,
+)
+from echo.transport.loss import LossDetector, RepairTimer
+from echo.transport.status import StatusScheduler
+
+#: sends one datagram; returns 1 if it left, 0 if it was lost on the way out (send error),
+#: or -1 (sender.WOULD_BLOCK): socket buffer full, nothing sent, try again later
+Send = Callable[[bytes | memoryview, Address], int]
+Deliver = Callable[[bytes], None]
+
+#: the window a receiver offers is at most half a term: a sender may run that far past the
+#: consumption position, into the next term but never into the partition being cleaned
+_WINDOW_TERM_DIVISOR = 2
+# i32 wrap of a term-id difference (compute_position, inlined on the per-datagram path)
+_I32_SIGN = 0x80000000
+_U32 = 0xFFFFFFFF
+
+
+class ImageState(enum.Enum):
+    ACTIVE = "active"
+    END_OF_STREAM = "end_of_stream"  # the publisher closed and everything was consumed
+    TIMED_OUT = "timed_out"  # no packet for the liveness timeout
+    CLOSED = "closed"  # the subscription went away
+
+
+class PublicationImage:
+    """One publication (session) as seen by a subscription: Aeron's PublicationImage."""
+
+    def __init__(
+        self,
+        *,
+        session_id: int,
+        stream_id: int,
+        initial_term_id: int,
+        active_term_id: int,
+        term_offset: int,
+        term_length: int,
+        mtu: int,
+        control_address: Address,
+        receiver_id: int,
+        counters: Counters,
+        now: float,
+        rcv_wnd: int = DEFAULT_RECEIVER_WINDOW,
+        is_group: bool = False,
+        reliable: bool = True,
+        group_tag: int | None = None,
+        timers: ReceiverTimers | None = None,
+        rng: random.Random | None = None,
+        budgeted: bool = False,
+    ) -> None:
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.initial_term_id = initial_term_id
+        self.term_length = term_length
+        self.mtu = mtu
+        self.control_address = control_address
+        self.receiver_id = receiver_id
+        self.counters = counters
+        self.is_group = is_group
+        self.reliable = reliable
+        self.group_tag = group_tag
+        self.timers = timers or ReceiverTimers()
+        self.rng = rng or random.Random()
+        self.bits = position_bits_to_shift(term_length)
+        self.mask = term_length - 1
+        self.window = min(rcv_wnd, term_length // _WINDOW_TERM_DIVISOR)
+        self.log = TermBuffers(term_length)
+        self.terms = self.log.terms
+
+        join = compute_position(active_term_id, term_offset, self.bits, initial_term_id)
+        self.join_position = join
+        self.subscriber_position = join
+        self.rebuild_position = join
+        self.hwm = join
+        self.status = StatusScheduler(
+            join, self.window, mtu, self.timers.status_message_interval, now
+        )
+        self._join_term = join >> self.bits
+        self._subscriber_term = self._join_term
+        self.state = ImageState.ACTIVE
+        self.eos_position: int | None = None
+        self._last_packet = now
+        # Gaps and when to NAK them; the repair time NAK retries wait for (loss.py).
+        self.repair = RepairTimer(self.timers)
+        self.loss = LossDetector(self.timers, self.rng, is_group, self.repair)
+        # Anti-amplification: the source of a SETUP is not validated (it may be forged), so
+        # the image never sends it more bytes than it has received from it.
+        self.budgeted = budgeted
+        self.budget = 0
+        self.starved = False
+        self.assembler = FragmentAssembler()
+        self.created = now
+
+    # ---------------------------------------------------------------- network input
+
+    def on_data(
+        self,
+        heartbeat: bool,
+        flags: int,
+        term_offset: int,
+        term_id: int,
+        packet: bytes | memoryview,
+        now: float,
+        whole_data: bool = False,
+    ) -> bool:
+        """A DATA/PAD datagram of this session (already validated by the frame parser).
+
+        `whole_data`: the packet is known to be complete DATA frames only (a coalesced run),
+        so the rebuild position can move past it without walking its frames. Returns whether
+        `poll` has anything to look at now: not after data that simply arrived in order.
+        """
+        self._last_packet = now
+        # compute_position, inlined: this runs for every datagram.
+        position = (
+            (((term_id - self.initial_term_id + _I32_SIGN) & _U32) - _I32_SIGN)
+            << self.bits
+        ) + term_offset
+        status = self.status
+        sm_position = status.last_sm_position
+        window_end = sm_position + self.term_length // _WINDOW_TERM_DIVISOR
+        if heartbeat:
+            self.counters.heartbeats_received += 1
+            if self.subscriber_position <= position <= window_end:
+                if position > self.hwm:
+                    self.hwm = position
+                    self.loss.dirty = True
+                if flags == BEGIN_END_AND_EOS_FLAGS:
+                    self.eos_position = position
+            status.on_heartbeat(position, self.subscriber_position, now)
+            return True
+        length = len(packet)
+        if position < sm_position:
+            self.counters.flow_control_underruns += 1
+            return True
+        if position + length > window_end:
+            self.counters.flow_control_overruns += 1
+            return True
+        if term_offset + length > self.term_length:
+            self.counters.invalid("beyond_term")
+            return True
+        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+        if not insert_packet(term, term_offset, packet):
+            self.counters.duplicate_data += 1
+            return True
+        if self.repair.naked:
+            self.repair.on_repair(position, now)
+        end = position + length
+        if end > self.hwm:
+            self.hwm = end
+            status.on_new_data(end)
+        if position <= self.rebuild_position:
+            if whole_data and end > self.rebuild_position:
+                self.rebuild_position = end
+            if self.rebuild_position < self.hwm or not whole_data:
+                self._advance_rebuild()
+        self.loss.dirty = True
+        return (
+            self.rebuild_position < self.hwm
+            or bool(self.loss.gaps)
+            or now >= status.deadline
+            or self.eos_position is not None
+        )
+
+    def on_setup(self, now: float) -> None:
+        # A repeated SETUP means our SM was lost: answer soon.
+        self._last_packet = now
+        self.status.on_setup(now)
+
+    def _advance_rebuild(self) -> None:
+        while self.rebuild_position < self.hwm:
+            position = self.rebuild_position
+            term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+            offset = position & self.mask
+            limit = min(self.term_length, offset + (self.hwm - position))
+            reached = rebuild_offset(term, offset, limit)
+            if reached == offset:
+                break
+            self.rebuild_position = position + (reached - offset)
+        if self.rebuild_position > self.hwm:
+            # A PAD frame's header stands for the rest of its term.
+            self.hwm = self.rebuild_position
+
+    # ---------------------------------------------------------------- the application side
+
+    def poll_messages(self, deliver: Deliver, fragment_limit: int) -> int:
+        """Deliver complete messages from the rebuilt log; returns the fragments consumed.
+
+        Like Aeron's Image.poll with a FragmentAssembler: never crosses a term boundary in one
+        call, skips PAD frames, and reassembles B..E fragments per session.
+        """
+        position = self.subscriber_position
+        available = self.rebuild_position - position
+        if available <= 0:
+            return 0
+        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+        start = position & self.mask
+        end = min(self.term_length, start + available)
+        offset, fragments = self.assembler.poll(term, start, end, fragment_limit, deliver)
+        self.subscriber_position = position + (offset - start)
+        self._clean_behind()
+        return fragments
+
+    def _clean_behind(self) -> None:
+        term_count = self.subscriber_position >> self.bits
+        if term_count == self._subscriber_term:
+            return
+        self._subscriber_term = term_count
+        # Data can arrive up to half a term past the SM position, i.e. into the next term, whose
+        # partition last held the term three back. Zero it before anything lands there.
+        upcoming = term_count + 1
+        if upcoming - PARTITION_COUNT >= self._join_term:
+            self.log.clean(upcoming % PARTITION_COUNT)
+
+    @property
+    def is_end_of_stream(self) -> bool:
+        return self.eos_position is not None and self.subscriber_position >= self.eos_position
+
+    # ---------------------------------------------------------------- output and timers
+
+    def _status_message(self, flags: int = 0) -> bytes:
+        position = self.subscriber_position
+        return StatusMessage(
+            session_id=self.session_id,
+            stream_id=self.stream_id,
+            consumption_term_id=i32(self.initial_term_id + (position >> self.bits)),
+            consumption_term_offset=position & self.mask,
+            receiver_window=self.window,
+            receiver_id=self.receiver_id,
+            group_tag=self.group_tag,
+            flags=flags,
+        ).encode()
+
+    def credit(self, size: int) -> None:
+        self.budget += size
+        self.starved = False
+
+    def _send(self, datagram: bytes, send: Send) -> int:
+        if self.budgeted:
+            if self.budget < len(datagram):
+                # Nothing more may go to this source until it sends us something: stop
+                # asking to be polled (the next datagram from it credits us and polls us).
+                self.counters.amplification_limited += 1
+                self.starved = True
+                return -1
+            self.budget -= len(datagram)
+        return send(datagram, self.control_address)
+
+    def poll(self, now: float, send: Send) -> None:
+        if self.state is not ImageState.ACTIVE:
+            return
+        counters = self.counters
+        if now - self._last_packet > self.timers.liveness_timeout:
+            self.state = ImageState.TIMED_OUT
+            return
+        if self.is_end_of_stream:
+            # Tell the sender we have it all and are going: it can stop lingering.
+            sent = self._send(self._status_message(SM_EOS_FLAG), send)
+            if sent > 0:
+                counters.status_messages_sent += sent
+            self.state = ImageState.END_OF_STREAM
+            return
+
+        if self.rebuild_position < self.hwm:
+            self._detect_loss(now, send)
+        else:
+            self.loss.clear()
+
+        consumption = self.subscriber_position
+        status = self.status
+        if not self.starved and status.due(consumption, self.hwm, now):
+            sent = self._send(self._status_message(), send)
+            if sent >= 0:
+                counters.status_messages_sent += sent
+                status.sent(consumption, self.hwm, now, self.repair.retry_delay())
+
+    @property
+    def last_sm_position(self) -> int:
+        """The consumption position our last status message reported."""
+        return self.status.last_sm_position
+
+    def status_message_due(self) -> bool:
+        """Has consumption moved far enough that the sender should hear of it now?"""
+        return self.status.threshold_reached(self.subscriber_position, self.hwm)
+
+    def _detect_loss(self, now: float, send: Send) -> None:
+        loss = self.loss
+        if loss.dirty:
+            # A legitimate sender never runs more than our window past what we reported, so
+            # gaps are only looked for that far: a forged frame far ahead cannot make us scan
+            # (or NAK) megabytes of an empty term.
+            end = min(self.hwm, self.rebuild_position + self.window)
+            loss.scan(self.terms, self.bits, self.rebuild_position, end, now)
+        for gap in loss.due(now):
+            position, length = gap
+            term_id = i32(self.initial_term_id + (position >> self.bits))
+            gap_offset = position & self.mask
+            if not self.reliable:
+                # reliable=false: give up on the gap and pad over it (Aeron's tryFillGap).
+                term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+                DATA_HEADER_STRUCT.pack_into(
+                    term,
+                    gap_offset,
+                    length,
+                    0,
+                    UNFRAGMENTED_FLAGS,
+                    FrameType.PAD,
+                    gap_offset,
+                    self.session_id,
+                    self.stream_id,
+                    term_id,
+                    0,
+                )
+                loss.filled(gap)
+                self._advance_rebuild()
+                continue
+            nak = Nak(
+                session_id=self.session_id,
+                stream_id=self.stream_id,
+                term_id=term_id,
+                term_offset=gap_offset,
+                length=length,
+            )
+            sent = self._send(nak.encode(), send)
+            if sent >= 0:
+                self.counters.naks_sent += sent
+            loss.nak_sent(gap, sent >= 0, now)
+
+    def next_deadline(self, now: float) -> float:
+        if self.state is not ImageState.ACTIVE:
+            return now
+        liveness = self._last_packet + self.timers.liveness_timeout
+        if self.starved:
+            return liveness  # nothing can be sent before the source sends us more
+        status = self.status
+        deadline = min(status.deadline, liveness)
+        if self.is_end_of_stream:
+            return now
+        if self.rebuild_position < self.hwm:
+            if self.loss.dirty:
+                return now
+            deadline = min(deadline, self.loss.next_deadline())
+        elif self.loss.gaps:
+            return now
+        consumption = self.subscriber_position
+        if status.window_update_due(consumption, self.hwm, now):
+            return now
+        return min(deadline, status.window_update_at(consumption, self.hwm))
+
+    def say_goodbye(self, send: Send) -> None:
+        """Repeat the end-of-stream SM for a lingering publisher (budgeted like any SM)."""
+        sent = self._send(self._status_message(SM_EOS_FLAG), send)
+        if sent > 0:
+            self.counters.status_messages_sent += sent
+
+    def close(self, send: Send) -> None:
+        """The subscription is going: tell the sender (an end-of-stream SM) and stop."""
+        if self.state is ImageState.ACTIVE:
+            sent = self._send(self._status_message(SM_EOS_FLAG), send)
+            if sent > 0:
+                self.counters.status_messages_sent += sent
+            self.state = ImageState.CLOSED

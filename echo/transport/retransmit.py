@@ -1,0 +1,77 @@
+"""Retransmit handling for a publication: which NAKed ranges to resend, and which NAKs to
+ignore because a resend of the same bytes is on its way (Aeron's RetransmitHandler).
+
+Pure: `now` is passed in; nothing here sends. The publication validates a NAK against its log,
+asks `on_nak` whether to resend, and sends what `due` returns.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+Range = tuple[int, int]  # (position, length)
+
+
+@attrs.define
+class _Retransmit:
+    position: int
+    length: int
+    sent: bool = False
+    linger_until: float = 0.0
+
+
+class RetransmitHandler:
+    """Resends in flight: each NAKed range is sent once, then lingers for `linger` seconds, in
+    which NAKs overlapping it are taken for duplicates (from a receiver, or a group, that has
+    not yet seen the resend) and ignored."""
+
+    __slots__ = ("_actions", "linger", "max_in_flight")
+
+    def __init__(self, max_in_flight: int, linger: float) -> None:
+        self.max_in_flight = max_in_flight
+        self.linger = linger
+        self._actions: list[_Retransmit] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._actions)
+
+    def on_nak(self, position: int, length: int, now: float) -> bool:
+        """A NAK for [position, position + length): True if it is to be resent."""
+        end = position + length
+        live = [a for a in self._actions if not a.sent or now < a.linger_until]
+        for action in live:
+            if position < action.position + action.length and action.position < end:
+                return False  # being resent, or just was
+        self._actions = live
+        if len(live) >= self.max_in_flight:
+            return False
+        live.append(_Retransmit(position, length))
+        return True
+
+    def due(self, now: float) -> list[Range]:
+        """The ranges to resend now; from here they linger. Lingering that is over is dropped."""
+        ranges: list[Range] = []
+        keep: list[_Retransmit] = []
+        linger_until = now + self.linger
+        for action in self._actions:
+            if not action.sent:
+                ranges.append((action.position, action.length))
+                action.sent = True
+                action.linger_until = linger_until
+                keep.append(action)
+            elif now < action.linger_until:
+                keep.append(action)
+        self._actions = keep
+        return ranges
+
+    def next_deadline(self, now: float) -> float:
+        """`now` if a resend is waiting, else when the first linger ends (inf: none)."""
+        deadline = math.inf
+        for action in self._actions:
+            if not action.sent:
+                return now
+            if action.linger_until < deadline:
+                deadline = action.linger_until
+        return deadline

@@ -1,0 +1,123 @@
+"""The sender's term scanner: whole frames out of a publication's log into datagrams (Aeron's
+TermScanner), and runs of equal datagrams for one system call (UDP GSO).
+
+Pure: the datagrams go to an `emit` the caller supplies (publication.py's Emit); nothing here
+counts or schedules.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Protocol
+
+from echo.transport.frames import DATA_HEADER_LENGTH, FRAME_ALIGNMENT, FrameType
+from echo.transport.logbuffer import PARTITION_COUNT, scan_for_availability
+
+# Bound the datagrams one call may send so that one busy stream cannot starve the others.
+MAX_DATAGRAMS_PER_SCAN = 512
+# A run of datagrams handed over at once (UDP GSO) stays within one UDP payload.
+MAX_RUN_BYTES = 65000
+_FRAME_LENGTH_AND_TYPE = struct.Struct("<i2xH")
+_ALIGN = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
+_DATA = FrameType.DATA
+
+
+class Emit(Protocol):
+    """Hands one datagram to the network, or, with `segment`, a run of datagrams of `segment`
+    bytes each (the last may be shorter) lying back to back in `datagram`. Returns how many
+    datagrams left (all destinations together), or WOULD_BLOCK (-1): the socket buffer is
+    full, try again later."""
+
+    def __call__(self, datagram: bytes | memoryview, segment: int = 0) -> int: ...
+
+
+class TermScanner:
+    """Sends frames of one log (3 terms of `1 << bits` bytes) in MTU-sized datagrams."""
+
+    __slots__ = ("bits", "blocked", "mask", "mtu", "run_segments", "terms", "wire_datagrams")
+
+    def __init__(self, terms: list[memoryview], bits: int, mtu: int) -> None:
+        self.terms = terms
+        self.bits = bits
+        self.mask = (1 << bits) - 1
+        self.mtu = mtu
+        #: datagrams that may go to `emit` as one run (0 or 1: one at a time); set when the
+        #: socket can send runs (UDP GSO)
+        self.run_segments = 0
+        #: what the last `send` put on the wire, and whether it stopped on a full socket
+        self.wire_datagrams = 0
+        self.blocked = False
+
+    def send(self, position: int, end: int, emit: Emit) -> int:
+        """Send whole frames from `position` until `end`; returns the position reached.
+
+        Each datagram is as many whole frames as fit in the MTU. With `run_segments` set,
+        datagrams that follow one another in the term with the same length (the last of a run
+        may be shorter) go to `emit` together as one run, which the driver sends with one
+        system call (UDP GSO): the datagrams on the wire are the same.
+        """
+        sent = 0
+        wire = 0
+        self.blocked = False
+        mtu = self.mtu
+        bits = self.bits
+        mask = self.mask
+        terms = self.terms
+        run_segments = self.run_segments
+        while position < end and sent < MAX_DATAGRAMS_PER_SCAN:
+            term = terms[(position >> bits) % PARTITION_COUNT]
+            offset = position & mask
+            available, padding = scan_for_availability(term, offset, min(mtu, end - position))
+            if available == 0:
+                break
+            stop = offset + available
+            count = 1
+            if run_segments > 1 and not padding:
+                stop, count = self._extend_run(term, offset, stop, available, end - position)
+            copies = emit(term[offset:stop], available) if count > 1 else emit(term[offset:stop])
+            if copies < 0:
+                self.blocked = True
+                break
+            wire += copies
+            sent += count
+            position += stop - offset + padding
+        self.wire_datagrams = wire
+        return position
+
+    def _extend_run(
+        self, term: memoryview, offset: int, stop: int, segment: int, room: int
+    ) -> tuple[int, int]:
+        """How far a run of `segment`-byte datagrams starting at `offset` goes (see send)."""
+        count = 1
+        limit = offset + min(room, MAX_RUN_BYTES)
+        mtu = self.mtu
+        unpack_from = _FRAME_LENGTH_AND_TYPE.unpack_from
+        # A frame of `segment` bytes fills a datagram by itself when not even a bare header
+        # would fit beside it: then each such frame is one datagram, no scan needed.
+        alone = segment + DATA_HEADER_LENGTH > mtu
+        while count < self.run_segments and stop < limit:
+            if alone and stop + segment <= limit:
+                # The common case of a big message: a datagram that is one full-size fragment.
+                frame_length, frame_type = unpack_from(term, stop)
+                if frame_type == _DATA and (frame_length + _ALIGN) & ~_ALIGN == segment:
+                    stop += segment
+                    count += 1
+                    continue
+            more, padding = scan_for_availability(term, stop, min(mtu, limit - stop))
+            if more == 0 or padding or more > segment:
+                break  # the term's end, the flow-control limit, a PAD, or a longer datagram
+            stop += more
+            count += 1
+            if more < segment:
+                break  # a shorter datagram ends the run
+        return stop, count
+
+    def next_frame_fits(self, position: int, room: int) -> bool:
+        """Does the frame at `position` fit in `room` bytes (flow control)?
+
+        Aeron sends only whole frames, so a limit that falls inside the next frame leaves
+        the sender with nothing to send until an SM moves it.
+        """
+        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+        available, _ = scan_for_availability(term, position & self.mask, min(self.mtu, room))
+        return available > 0

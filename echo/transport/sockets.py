@@ -1,0 +1,367 @@
+"""The driver's UDP sockets: one class per direction, and what the driver keeps per socket.
+
+A `SendSocket` carries the publications of one send channel endpoint (`sender.SendEndpoint`);
+a `ReceiveSocket` the subscriptions of one receive channel endpoint (`receiver.ReceiveEndpoint`)
+and the `Lending` record of who reads it. Each has its `send` function (sendto, or sendmsg with
+UDP GSO for runs of datagrams) that counts what it sends and reports a full socket buffer. The
+driver (driver.py) schedules them and reads them; channels.py hands them to the api.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import socket
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from echo.transport.counters import Counters
+from echo.transport.destinations import Address
+from echo.transport.receiver import ImageEvent, ReceiveEndpoint
+from echo.transport.sender import WOULD_BLOCK, Send, SendEndpoint
+
+if TYPE_CHECKING:
+    from echo.transport.channels import PublicationChannel, SubscriptionChannel
+
+# UDP generic segmentation and receive offload (Linux 4.18 / 5.0; linux/udp.h).
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+#: datagrams one sendmsg may carry (the kernel's UDP_MAX_SEGMENTS)
+GSO_MAX_SEGMENTS = 64
+_U16 = struct.Struct("=H")
+_I32_NATIVE = struct.Struct("=i")
+GRO_CMSG_SPACE = socket.CMSG_SPACE(_I32_NATIVE.size)
+_NOTHING_QUEUED = bytes(4)
+# sendmsg errors that mean "no runs on this route", after which datagrams go one by one
+_NO_GSO_ERRORS = frozenset((errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.EMSGSIZE))
+
+#: Lending (see driver.py): the socket goes back to its reader task once nobody has waited on
+#: it for LEND_IDLE. Checks start LEND_IDLE apart and back off (x LEND_BACKOFF) to
+#: LEND_CHECK_MAX while the borrower keeps coming back.
+LEND_IDLE = 0.001
+LEND_CHECK_MAX = 1.0
+LEND_BACKOFF = 2
+
+
+try:
+    import fcntl
+    import termios
+
+    def more_waiting(sock: socket.socket) -> bool:
+        """Is a datagram queued on `sock`? (FIONREAD: the next one's size, 0 if none.)"""
+        try:
+            return bool(
+                fcntl.ioctl(sock.fileno(), termios.FIONREAD, _NOTHING_QUEUED) != _NOTHING_QUEUED
+            )
+        except (OSError, ValueError):
+            return True  # cannot tell (or closed meanwhile): the read that follows says
+
+except ImportError:  # pragma: no cover - Windows
+
+    def more_waiting(sock: socket.socket) -> bool:
+        return True
+
+
+def gro_segment(ancillary: list[tuple[int, int, bytes]], size: int) -> int:
+    """The segment size of a coalesced read (the UDP_GRO control message), else `size`."""
+    for level, kind, data in ancillary:
+        if level == SOL_UDP and kind == UDP_GRO and len(data) >= _I32_NATIVE.size:
+            segment = _I32_NATIVE.unpack_from(data)[0]
+            if segment > 0:
+                return int(segment)
+    return size or 1
+
+
+#: opens a non-blocking UDP socket bound to (host, port): (bind, family, rcvbuf, sndbuf). The
+#: driver's only way to a socket, so a test can hand it one that loses, delays or records.
+SocketFactory = Callable[[tuple[str, int], int, int, int], socket.socket]
+
+
+def open_udp_socket(
+    bind: tuple[str, int],
+    family: int,
+    rcvbuf: int,
+    sndbuf: int,
+    sock: socket.socket | None = None,
+) -> socket.socket:
+    """A non-blocking UDP socket bound to `bind`; a clear OSError if it cannot be. `sock`: a
+    socket (of a subclass) to set up instead of a new plain one."""
+    if sock is None:
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        for option, size in ((socket.SO_RCVBUF, rcvbuf), (socket.SO_SNDBUF, sndbuf)):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, option, size)
+            except OSError:
+                pass
+        sock.bind(bind)
+    except OSError as error:
+        sock.close()
+        host, port = bind[0], bind[1]
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise OSError(error.errno, f"cannot bind UDP {where}: {error.strerror}") from None
+    return sock
+
+
+class TimerHandle:
+    """What the driver's timer heaps hold instead of the socket itself: a closed socket empties
+    it, so an entry left in a heap does not keep a closed stream alive until it falls due."""
+
+    __slots__ = ("socket",)
+
+    def __init__(self, owner: DriverSocket) -> None:
+        self.socket: DriverSocket | None = owner
+
+
+def _send_nothing(datagram: bytes | memoryview, address: Address, segment: int = 0) -> int:
+    return 0  # the socket is closed: what it would send is dropped, nothing leaves
+
+
+class DriverSocket:
+    """A bound UDP socket and the driver's bookkeeping for it (SendSocket, ReceiveSocket)."""
+
+    endpoint: SendEndpoint | ReceiveEndpoint
+    #: datagrams may arrive coalesced (UDP GRO, receive sockets): read them with their size
+    gro = False
+    #: receive sockets: who reads the socket (None: always its reader task)
+    lending: Lending | None = None
+
+    def __init__(self, sock: socket.socket, key: Any, counters: Counters) -> None:
+        self.sock = sock
+        self.key = key
+        #: the deadline the timer heap holds for this socket (inf: none)
+        self.scheduled = math.inf
+        self.last_flush = -math.inf
+        #: the driver's tick when an offer last sent from this socket at once
+        self.flush_tick = -1
+        #: the socket buffer was full: nothing is sent until it is writable again
+        self.blocked = False
+        #: a task waits for the socket to become writable again (blocked is set)
+        self.awaiting_writable = False
+        self.closed = False
+        self.local_address: Address = sock.getsockname()
+        self.send: Send = self._make_send(counters)
+        self.timer_handle = TimerHandle(self)
+
+    def _make_send(self, counters: Counters) -> Send:
+        sendto = self.sock.sendto
+        sendmsg = self.sock.sendmsg
+
+        # Three closures that call each other one way only (send -> send_run -> send_one): no
+        # cycle among them, so they go with the socket when it closes (see Driver.unregister).
+        def send_one(datagram: bytes | memoryview, address: Address) -> int:
+            try:
+                sent = sendto(datagram, address)
+            except BlockingIOError:
+                counters.send_would_block += 1
+                self.blocked = True
+                return WOULD_BLOCK
+            except OSError:
+                # EPERM from a firewall, ENETUNREACH, an ICMP error reported late: the datagram is
+                # lost, which the protocol recovers from. It must never end a task, and it did
+                # not go on the wire: 0, so no frame counter counts it.
+                counters.send_errors += 1
+                return 0
+            counters.datagrams_sent += 1
+            counters.bytes_sent += sent
+            return 1
+
+        def send_run(datagram: bytes | memoryview, address: Address, segment: int) -> int:
+            # Datagrams of `segment` bytes back to back (the last may be shorter): one
+            # sendmsg with UDP_SEGMENT, the kernel (or the NIC) cuts them apart.
+            length = len(datagram)
+            try:
+                sent = sendmsg([datagram], [(SOL_UDP, UDP_SEGMENT, _U16.pack(segment))], 0, address)
+            except BlockingIOError:
+                counters.send_would_block += 1
+                self.blocked = True
+                return WOULD_BLOCK
+            except OSError as error:
+                if error.errno not in _NO_GSO_ERRORS:
+                    counters.send_errors += 1
+                    return 0
+                # This route cannot take runs (no checksum offload, a segment larger than the
+                # path MTU, ...): send this one datagram by datagram and stop making runs.
+                self.stop_runs()
+                view = memoryview(datagram)
+                total = 0
+                for start in range(0, length, segment):
+                    one = send_one(view[start : start + segment], address)
+                    if one < 0:
+                        return WOULD_BLOCK
+                    total += one
+                return total
+            count = -(-length // segment)
+            counters.datagrams_sent += count
+            counters.bytes_sent += sent
+            counters.gso_runs_sent += 1
+            return count
+
+        def send(datagram: bytes | memoryview, address: Address, segment: int = 0) -> int:
+            if segment:
+                return send_run(datagram, address, segment)
+            return send_one(datagram, address)
+
+        return send
+
+    def quiet_after_read(self) -> bool:
+        """May the driver skip servicing the socket after the datagrams it just read?"""
+        return False
+
+    def stop_runs(self) -> None:
+        """The route refused a run of datagrams (UDP GSO): send them one by one from now on."""
+
+    def enable_offload(self) -> None:
+        """UDP GSO (send) or GRO (receive) where the OS has them."""
+
+    def close(self) -> None:
+        """Close the socket and break the reference cycles through it (its send closure, the
+        emitter the send endpoint caches, the channels), so that a closed stream's socket and
+        term buffers are freed now, by reference counting, not by a later pass of the cyclic
+        collector (100-200 ms when a thousand clients leave at once)."""
+        self.closed = True
+        trio.lowlevel.notify_closing(self.sock)
+        self.sock.close()
+        self.send = _send_nothing
+        self.timer_handle.socket = None
+
+
+class SendSocket(DriverSocket):
+    """The socket of one send channel endpoint and the publications' channels on it."""
+
+    endpoint: SendEndpoint
+
+    def __init__(self, sock: socket.socket, key: Any, endpoint: SendEndpoint) -> None:
+        self.endpoint = endpoint
+        super().__init__(sock, key, endpoint.counters)
+        #: told each time the endpoint has been serviced (a publication's waiters)
+        self.channels: list[PublicationChannel] = []
+
+    def stop_runs(self) -> None:
+        endpoint = self.endpoint
+        if endpoint.run_segments:
+            endpoint.set_run_segments(0)
+            endpoint.counters.gso_disabled += 1
+
+    def enable_offload(self) -> None:
+        try:
+            # Setting the socket's default segment size to 0 (none) only proves support.
+            self.sock.setsockopt(SOL_UDP, UDP_SEGMENT, 0)
+            self.endpoint.set_run_segments(GSO_MAX_SEGMENTS)
+        except OSError:
+            pass  # not Linux, or an old kernel: one datagram per system call
+
+    def close(self) -> None:
+        super().close()
+        self.channels = []
+        self.endpoint.forget_send()
+
+
+class Lending:
+    """Who reads a receive socket: its reader task, or an application task it lends it to.
+
+    An application task waiting for a subscription (`receive`, `wait_activity`) would be woken
+    by the reader task after each datagram: one more pass of trio's scheduler on every
+    message's path. Instead, once the reader sees such a task, it lends it the socket and
+    sleeps: the task then waits on the socket itself and handles what arrives, as a plain trio
+    UDP program does. The socket goes back to the reader when no task has waited on it for
+    LEND_IDLE; meanwhile the timer loop and `poll` read it if they need fresh data, so nothing
+    waits on a task that walked away. (The driver keeps the timers; this is the state.)
+    """
+
+    __slots__ = (
+        "borrowed",
+        "check_at",
+        "check_interval",
+        "lent",
+        "reader_lot",
+        "returned_at",
+        "waiters",
+    )
+
+    def __init__(self) -> None:
+        #: the reader task has handed the socket to application tasks and sleeps
+        self.lent = False
+        self.reader_lot = trio.lowlevel.ParkingLot()
+        #: an application task is waiting on the socket right now
+        self.borrowed = False
+        #: when the last application task stopped waiting on it
+        self.returned_at = -math.inf
+        #: the pending lend check (while lent there is always one) and its backoff
+        self.check_at = math.inf
+        self.check_interval = LEND_IDLE
+        #: application tasks parked until this socket is serviced by someone else
+        self.waiters = 0
+
+    def lend(self, now: float) -> float:
+        """The reader hands the socket out; returns when to check whether it is still used."""
+        self.lent = True
+        self.returned_at = now
+        self.check_interval = LEND_IDLE
+        return now + LEND_IDLE
+
+    def check(self, now: float) -> float | None:
+        """A lend check fell due: when to check again, or None (give the socket back now)."""
+        if self.borrowed:
+            # In use: look again later, less and less often while it stays in use.
+            self.check_interval = min(LEND_BACKOFF * self.check_interval, LEND_CHECK_MAX)
+            return now + self.check_interval
+        if now - self.returned_at >= LEND_IDLE:
+            return None
+        return self.returned_at + LEND_IDLE
+
+    def stale(self, now: float) -> bool:
+        """Lent, and nobody has waited on it for LEND_IDLE: datagrams may wait unread."""
+        return self.lent and not self.borrowed and now - self.returned_at >= LEND_IDLE
+
+    def give_back(self) -> None:
+        """The reader task waits on the socket again (no application task does now)."""
+        self.lent = False
+        self.check_at = math.inf
+        self.reader_lot.unpark_all()
+
+
+class ReceiveSocket(DriverSocket):
+    """The socket of one receive channel endpoint, its subscriptions' channels and its
+    lending."""
+
+    endpoint: ReceiveEndpoint
+
+    def __init__(self, sock: socket.socket, key: Any, endpoint: ReceiveEndpoint) -> None:
+        self.endpoint = endpoint
+        super().__init__(sock, key, endpoint.counters)
+        self.lending: Lending = Lending()
+        #: the subscriptions on this socket by stream id: image events and notifications
+        self.subscriptions: dict[int, SubscriptionChannel] = {}
+
+    def enable_offload(self) -> None:
+        try:
+            self.sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+            self.gro = True
+        except OSError:
+            pass  # not Linux, or an old kernel: one datagram per system call
+
+    def quiet_after_read(self) -> bool:
+        # An application task reads the lent socket and the datagrams were data in order: no
+        # SM or NAK is due, no image came or went, nobody else to wake.
+        lending = self.lending
+        return lending.lent and not lending.waiters and self.endpoint.quiet()
+
+    def dispatch(self, events: list[ImageEvent]) -> None:
+        subscriptions = self.subscriptions
+        for event in events:
+            channel = subscriptions.get(event.image.stream_id)
+            if channel is not None:
+                channel.on_image_event(event)
+
+    def close(self) -> None:
+        super().close()
+        self.lending.reader_lot.unpark_all()  # a reader that lent the socket out sees it closed
+        for subscription in self.subscriptions.values():
+            subscription.detach()
+        self.subscriptions = {}

@@ -1,0 +1,283 @@
+"""How the driver wires a stream: a channel URI becomes a socket, an endpoint, the pure state
+and the channel object the api holds (channels.py).
+
+Streams whose URIs name the same local address share a socket and its endpoint (Aeron's send
+and receive channel endpoints): a socket's key says which. Closing the last stream of a socket
+closes it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from echo.transport.channels import PublicationChannel, SubscriptionChannel
+from echo.transport.config import TransportConfig
+from echo.transport.flow_control import make_flow_control
+from echo.transport.logbuffer import check_term_length
+from echo.transport.receiver import ReceiveEndpoint, StreamInterest
+from echo.transport.sender import NetworkPublication, SendEndpoint, SendMode
+from echo.transport.sockets import ReceiveSocket, SendSocket
+from echo.transport.uri import (
+    ChannelUri,
+    ControlMode,
+    UriAddress,
+    UriError,
+    parse_channel_uri,
+)
+
+if TYPE_CHECKING:
+    import random
+
+    from echo.transport.driver import Driver
+
+#: candidates `next_session_id` tries before it declares the id space full
+_SESSION_ID_TRIES = 1 << 16
+#: receiver ids are positive i64 (Aeron's correlation ids)
+_I64_POSITIVE = 0x7FFFFFFFFFFFFFFF
+_I32_MIN = -(2**31)
+_I32_MAX = 2**31 - 1
+
+
+class StreamIds:
+    """Session ids for publications, receiver ids for receive endpoints, initial term ids."""
+
+    def __init__(self, config: TransportConfig, rng: random.Random) -> None:
+        self._rng = rng
+        self._low = config.reserved_session_low
+        self._high = config.reserved_session_high
+        self._next_session = self._random_unreserved()
+        self._receiver_id_base = rng.getrandbits(63)
+        self._receiver_ids = 0
+
+    def next_session_id(self, taken: set[int]) -> int:
+        """A session id outside the reserved range, not used by another publication here.
+
+        Aeron jumps to `high + 1` when its counter enters the reserved range, so with Echo's
+        range [1, 2^31 - 1] every such client got -2^31 and two of them clashed on the server.
+        Here a counter that enters the reserved range restarts at a random allowed value.
+        """
+        low, high = self._low, self._high
+        for _ in range(_SESSION_ID_TRIES):
+            candidate = self._next_session
+            self._next_session = ((candidate + 1 - _I32_MIN) % 2**32) + _I32_MIN
+            if low <= candidate <= high:
+                self._next_session = self._random_unreserved()
+                continue
+            if candidate not in taken:
+                return candidate
+        raise RuntimeError("no free session id outside the reserved range")
+
+    def _random_unreserved(self) -> int:
+        low, high = self._low, self._high
+        below = max(0, low - _I32_MIN)  # how many ids lie under the range
+        above = max(0, _I32_MAX - high)
+        pick = self._rng.randrange(below + above)
+        return _I32_MIN + pick if pick < below else high + 1 + (pick - below)
+
+    def next_receiver_id(self) -> int:
+        self._receiver_ids += 1
+        return (self._receiver_id_base + self._receiver_ids) & _I64_POSITIVE
+
+    def initial_term_id(self) -> int:
+        return self._rng.randrange(_I32_MIN, _I32_MAX + 1)
+
+
+async def _resolve(address: UriAddress) -> tuple[int, tuple[str, int]]:  # family, sockaddr
+    host = address.host
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            infos = await trio.socket.getaddrinfo(host, address.port, type=socket.SOCK_DGRAM)
+        except OSError as error:
+            raise UriError(f"cannot resolve host {host!r}: {error}") from None
+        family, _, _, _, sockaddr = infos[0]
+        return family, (str(sockaddr[0]), int(sockaddr[1]))
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    return family, (str(ip), address.port)
+
+
+def _wildcard(family: int) -> tuple[str, int]:
+    return ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
+
+
+def _refuse_response_channels(uri: ChannelUri) -> None:
+    # The URI and the frames (RSP_SETUP, SETUP_SEND_RESPONSE_FLAG) are Aeron 1.48's; the
+    # matching of responses to requests is not built yet, and a channel that half works
+    # would look connected to a peer that waits for its RSP_SETUP.
+    if uri.is_response or uri.response_correlation_id is not None:
+        raise UriError(
+            f"{uri.build()}: response channels (control-mode=response,"
+            " response-correlation-id) are not supported by this transport yet"
+        )
+
+
+def _sessions_taken(driver: Driver) -> set[int]:
+    return {publication.session_id for publication in driver.publications()}
+
+
+async def _send_socket(driver: Driver, uri_text: str) -> tuple[SendSocket, bool]:
+    """The send socket a publication on `uri_text` goes out of (shared by key), and whether the
+    channel is multi-destination."""
+    uri = parse_channel_uri(uri_text)
+    if uri.control_mode is ControlMode.DYNAMIC:
+        assert uri.control is not None
+        family, bind = await _resolve(uri.control)
+        key: object = ("pub-mdc", bind)
+        mode = SendMode.DYNAMIC
+        remote = None
+    elif uri.control_mode is ControlMode.MANUAL:
+        if uri.control is not None:
+            family, bind = await _resolve(uri.control)
+            key = ("pub-mdc", bind)
+        else:
+            family, bind = socket.AF_INET, ("0.0.0.0", 0)
+            key = ("pub-manual", object())
+        mode = SendMode.MANUAL
+        remote = None
+    else:
+        assert uri.endpoint is not None
+        family, remote = await _resolve(uri.endpoint)
+        bind = _wildcard(family)
+        key = ("pub", remote)
+        mode = SendMode.UNICAST
+    udp = driver.endpoints.get(key)
+    if not isinstance(udp, SendSocket):
+        config = driver.config
+        sock = driver.open_socket(bind, family)
+        endpoint = SendEndpoint(
+            mode=mode,
+            counters=driver.counters,
+            remote=remote,
+            destination_timeout=config.destination_timeout,
+            max_destinations=config.max_destinations,
+            cookies=driver.cookies,
+            limiter=driver.limiter,
+        )
+        udp = SendSocket(sock, key, endpoint)
+        driver.register(udp)
+    return udp, uri.control_mode is not None
+
+
+async def open_publication(driver: Driver, channel: str, stream_id: int) -> PublicationChannel:
+    uri = parse_channel_uri(channel)
+    uri.check_publication()
+    _refuse_response_channels(uri)
+    config = driver.config
+    term_length = uri.term_length or config.term_length
+    check_term_length(term_length)
+    udp, multi = await _send_socket(driver, channel)
+    ids = driver.ids
+    if uri.session_id is not None:
+        session_id = uri.session_id
+        if session_id in _sessions_taken(driver):
+            raise UriError(f"{channel}: existing publication has clashing session-id {session_id}")
+    else:
+        session_id = ids.next_session_id(_sessions_taken(driver))
+    timers = config.sender_timers()
+    if uri.linger is not None:
+        timers = attrs.evolve(timers, linger=uri.linger)
+    state = NetworkPublication(
+        session_id=session_id,
+        stream_id=stream_id,
+        initial_term_id=(
+            uri.init_term_id if uri.init_term_id is not None else ids.initial_term_id()
+        ),
+        term_length=term_length,
+        mtu=uri.mtu or config.mtu,
+        flow_control=make_flow_control(uri.fc, multi_destination=multi),
+        counters=driver.counters,
+        now=driver.now(),
+        is_group=multi,
+        timers=timers,
+        max_retransmits=config.max_retransmits,
+        ttl=0,
+    )
+    udp.endpoint.add(state)
+    publication = PublicationChannel(driver, udp, state, channel)
+    udp.channels.append(publication)
+    driver.wake(udp)
+    return publication
+
+
+async def open_subscription(driver: Driver, channel: str, stream_id: int) -> SubscriptionChannel:
+    uri = parse_channel_uri(channel)
+    uri.check_subscription()
+    _refuse_response_channels(uri)
+    config = driver.config
+    control: tuple[str, int] | None = None
+    family: int = socket.AF_INET
+    if uri.control is not None:
+        family, control = await _resolve(uri.control)
+    if uri.endpoint is not None:
+        family, bind = await _resolve(uri.endpoint)
+        key: object = ("sub", bind, control)
+    else:
+        bind = _wildcard(family)
+        key = ("sub", object(), control)
+    udp = driver.endpoints.get(key)
+    if not isinstance(udp, ReceiveSocket):
+        sock = driver.open_socket(bind, family)
+        endpoint = ReceiveEndpoint(
+            counters=driver.counters,
+            receiver_id=driver.ids.next_receiver_id(),
+            now=driver.now(),
+            control=control,
+            group_tag=uri.gtag,
+            timers=config.receiver_timers(uri.nak_delay),
+            rng=driver.rng,
+            limit_amplification=config.validate_addresses,
+            max_images=config.max_images,
+            limiter=driver.limiter,
+        )
+        udp = ReceiveSocket(sock, key, endpoint)
+        driver.register(udp)
+    interest = StreamInterest(
+        stream_id=stream_id,
+        session_id=uri.session_id,
+        reliable=uri.reliable,
+        rcv_wnd=uri.rcv_wnd or config.rcv_wnd,
+        group_tag=uri.gtag,
+        max_term_length=config.max_receiver_term_length,
+    )
+    udp.endpoint.add_interest(interest, driver.now())
+    subscription = SubscriptionChannel(driver, udp, stream_id, channel)
+    udp.subscriptions[stream_id] = subscription
+    driver.wake(udp)
+    return subscription
+
+
+def release_publication(driver: Driver, publication: PublicationChannel) -> None:
+    udp = publication.socket
+    udp.endpoint.remove(publication.state)
+    if publication in udp.channels:
+        udp.channels.remove(publication)
+    if not udp.channels:
+        driver.unregister(udp)
+
+
+def release_subscription(driver: Driver, subscription: SubscriptionChannel) -> None:
+    udp = subscription.socket
+    udp.endpoint.remove_interest(subscription.stream_id, udp.send)
+    driver.service(udp, driver.now())
+    subscriptions = udp.subscriptions
+    subscriptions.pop(subscription.stream_id, None)
+    if not subscriptions:
+        driver.unregister(udp)
+
+
+def shut_down(driver: Driver) -> None:
+    """Close everything at once, telling peers: EOS heartbeats and EOS status messages."""
+    for udp in driver.sockets:
+        if isinstance(udp, SendSocket):
+            endpoint = udp.endpoint
+            for publication in udp.channels:
+                endpoint.announce_end(publication.state, udp.send)
+        elif isinstance(udp, ReceiveSocket):
+            udp.endpoint.close(udp.send)
+    driver.close()

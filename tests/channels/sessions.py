@@ -1,0 +1,106 @@
+"""Sessions for the channel tests and benchmark: anything with send/receive/close.
+
+`pipe_pair`: an in-memory reliable ordered pipe with an optional one-way delay (modelled with
+trio sleeps, so autojump_clock makes it exact). `transport_pair`: two echo.transport
+publication/subscription pairs on loopback, one per direction, wrapped in the same shape (the
+transport may drop datagrams at random with TransportConfig.test_receive_loss; Aeron repairs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+from collections.abc import AsyncIterator
+
+import trio
+
+from echo.transport import Publication, Subscription, TransportConfig, open_transport
+
+
+class PipeClosed(Exception):
+    """The stand-in for echo.session.SessionClosed."""
+
+
+class PipeSession:
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.peer: PipeSession | None = None
+        self._send, self._receive = trio.open_memory_channel[tuple[float, bytes | None, str]](
+            math.inf)
+        self.closed_reason: str | None = None
+        self.sent_messages = 0
+
+    async def send(self, data: bytes) -> None:
+        if self.closed_reason is not None:
+            raise PipeClosed(self.closed_reason)
+        assert self.peer is not None
+        self.sent_messages += 1
+        self.peer._send.send_nowait((trio.current_time() + self.delay, bytes(data), ""))
+        await trio.lowlevel.checkpoint()
+
+    async def receive(self) -> bytes:
+        if self.closed_reason is not None:
+            raise PipeClosed(self.closed_reason)
+        due, data, reason = await self._receive.receive()
+        await trio.sleep_until(due)
+        if data is None:
+            self.closed_reason = reason
+            raise PipeClosed(reason)
+        return data
+
+    async def close(self, reason: str = "") -> None:
+        if self.closed_reason is None:
+            self.closed_reason = reason
+            assert self.peer is not None
+            self.peer._send.send_nowait((trio.current_time() + self.delay, None, reason))
+        await trio.lowlevel.checkpoint()
+
+
+def pipe_pair(delay: float = 0.0) -> tuple[PipeSession, PipeSession]:
+    a, b = PipeSession(delay), PipeSession(delay)
+    a.peer, b.peer = b, a
+    return a, b
+
+
+class TransportSession:
+    """One direction out (a publication), one in (a subscription)."""
+
+    def __init__(self, pub: Publication, sub: Subscription) -> None:
+        self.pub, self.sub = pub, sub
+        self.closed_reason: str | None = None
+
+    async def send(self, data: bytes) -> None:
+        await self.pub.send(data, timeout=30)
+
+    async def receive(self) -> bytes:
+        if self.closed_reason is not None:
+            raise PipeClosed(self.closed_reason)
+        return bytes((await self.sub.receive()).data)
+
+    async def close(self, reason: str = "") -> None:
+        self.closed_reason = reason
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def transport_pair(
+    config: TransportConfig | None = None, stream_id: int = 0x2044F00C
+) -> AsyncIterator[tuple[TransportSession, TransportSession]]:
+    config = config or TransportConfig()
+    port_a, port_b = free_port(), free_port()
+    uri_a = f"aeron:udp?endpoint=127.0.0.1:{port_a}"
+    uri_b = f"aeron:udp?endpoint=127.0.0.1:{port_b}"
+    async with open_transport(config) as ta, open_transport(config) as tb:
+        sub_a = await ta.add_subscription(uri_a, stream_id)
+        sub_b = await tb.add_subscription(uri_b, stream_id)
+        pub_ab = await ta.add_publication(uri_b, stream_id)
+        pub_ba = await tb.add_publication(uri_a, stream_id)
+        await pub_ab.wait_connected(timeout=10)
+        await pub_ba.wait_connected(timeout=10)
+        yield TransportSession(pub_ab, sub_a), TransportSession(pub_ba, sub_b)

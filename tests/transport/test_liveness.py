@@ -1,0 +1,65 @@
+"""Unit tests of liveness.py: the receivers a publication has heard from, and their timeouts."""
+
+from __future__ import annotations
+
+import math
+
+from echo.transport.liveness import RECEIVER_EXPIRY_CHECK_INTERVAL, ReceiverLiveness
+
+TIMEOUT = 5.0
+
+
+def test_alive_while_some_receiver_sent_an_sm_within_the_timeout() -> None:
+    liveness = ReceiverLiveness(TIMEOUT, now=0.0)
+    assert not liveness.is_alive(0.0) and not liveness
+    liveness.on_status_message(1, 0, now=1.0)
+    assert liveness.is_alive(1.0 + TIMEOUT)
+    assert not liveness.is_alive(1.0 + TIMEOUT + 0.001)
+    liveness.on_status_message(2, 0, now=3.0)  # a second receiver keeps it alive longer
+    assert liveness.is_alive(3.0 + TIMEOUT)
+
+
+def test_a_silent_receiver_is_dropped_at_the_next_check_after_its_timeout() -> None:
+    liveness = ReceiverLiveness(TIMEOUT, now=0.0)
+    liveness.on_status_message(1, 0, now=0.0)
+    liveness.on_status_message(2, 0, now=0.0)
+    liveness.on_status_message(2, 0, now=4.0)
+    assert liveness.expiry == TIMEOUT  # the first receiver's
+    assert liveness.expire(TIMEOUT + 0.01)
+    assert set(liveness.receivers) == {2}
+    assert liveness.expiry == 4.0 + TIMEOUT
+    # Checked at most every RECEIVER_EXPIRY_CHECK_INTERVAL: not again at once.
+    assert not liveness.expire(TIMEOUT + 0.02)
+    assert liveness.expire(TIMEOUT + 0.01 + RECEIVER_EXPIRY_CHECK_INTERVAL)
+    assert liveness.expire(100.0) and not liveness and liveness.newest_sm == -math.inf
+
+
+def test_a_goodbye_forgets_the_receiver_and_its_sm_time() -> None:
+    liveness = ReceiverLiveness(TIMEOUT, now=0.0)
+    liveness.on_status_message(1, 0, now=1.0)
+    liveness.on_status_message(2, 0, now=2.0)
+    liveness.forget(2)
+    assert liveness.newest_sm == 1.0
+    liveness.forget(7)  # unknown: nothing happens
+    assert set(liveness.receivers) == {1}
+
+
+def test_positions_only_move_forward_and_say_who_has_the_tail() -> None:
+    liveness = ReceiverLiveness(TIMEOUT, now=0.0)
+    liveness.on_status_message(1, 4096, now=1.0)
+    liveness.on_status_message(1, 1024, now=1.1)  # a reordered, older SM
+    liveness.on_status_message(2, 2048, now=1.0)
+    assert liveness.receivers[1].position == 4096
+    assert not liveness.all_at(4096) and liveness.all_at(2048)
+
+
+def test_a_lingering_publication_waits_for_the_tail_or_two_sms_without_it() -> None:
+    liveness = ReceiverLiveness(TIMEOUT, now=0.0)
+    liveness.on_status_message(1, 0, now=0.0)
+    liveness.on_status_message(1, 512, now=0.1)
+    liveness.start_lingering()
+    assert not liveness.all_caught_up(1024)
+    liveness.on_status_message(1, 512, now=0.3)
+    assert not liveness.all_caught_up(1024)
+    liveness.on_status_message(1, 512, now=0.5)  # a second SM with a stale position
+    assert liveness.all_caught_up(1024)

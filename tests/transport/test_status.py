@@ -1,0 +1,106 @@
+"""Unit tests of status.py: when an image sends its status messages."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from echo.transport.status import PROBE_REPEAT, WINDOW_UPDATE_MIN_GAP, StatusScheduler
+
+WINDOW = 64 * 1024
+MTU = 1408
+INTERVAL = 0.2
+
+
+def scheduler(now: float = 0.0) -> StatusScheduler:
+    return StatusScheduler(join=0, window=WINDOW, mtu=MTU, interval=INTERVAL, now=now)
+
+
+def test_the_first_sm_is_due_at_once_then_every_interval() -> None:
+    status = scheduler(now=1.0)
+    assert status.due(0, 0, 1.0)  # it is what connects the sender
+    status.sent(0, 0, 1.0, retry_delay=0.01)
+    assert not status.due(0, 0, 1.0 + INTERVAL / 2)
+    assert status.due(0, 0, 1.0 + INTERVAL)
+
+
+def test_a_quarter_window_of_consumption_is_reported_at_once() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    quarter = WINDOW // 4
+    assert not status.threshold_reached(quarter - 32, hwm=quarter)
+    assert status.threshold_reached(quarter, hwm=quarter)
+    assert status.due(quarter, quarter, 0.001)
+    status.sent(quarter, quarter, 0.001, retry_delay=0.01)
+    assert status.last_sm_position == quarter
+    assert not status.threshold_reached(quarter, hwm=quarter)
+
+
+def test_a_sender_at_the_window_edge_gets_a_window_update_at_most_once_per_gap() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    edge_hwm = WINDOW - MTU  # the sender used up (nearly) the whole window
+    assert status.threshold_reached(100, edge_hwm)  # any consumption is news to it
+    assert status.due(100, edge_hwm, 0.0005) is False  # but not sooner than the gap
+    assert status.window_update_at(100, edge_hwm) == pytest.approx(WINDOW_UPDATE_MIN_GAP)
+    assert status.due(100, edge_hwm, WINDOW_UPDATE_MIN_GAP)
+    # Far from the edge, a little consumption waits for the periodic SM.
+    assert not status.window_update_due(100, 1000, 1.0)
+    assert status.window_update_at(100, 1000) == math.inf
+
+
+def test_a_heartbeat_at_the_edge_pulls_the_sm_in() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.on_heartbeat(WINDOW - MTU, 0, now=0.05)  # the sender idles at the edge
+    assert status.deadline == pytest.approx(0.05)
+
+
+def test_an_idle_heartbeat_inside_the_window_does_not() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.on_heartbeat(1000, 0, now=0.05)
+    assert status.deadline == pytest.approx(INTERVAL)
+
+
+def test_repeated_probes_from_one_position_pull_the_sm_in() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.on_heartbeat(1000, 0, now=0.05)
+    status.on_heartbeat(1000, 0, now=0.05 + PROBE_REPEAT * 2)  # an idle sender's next beat
+    assert status.deadline == pytest.approx(INTERVAL)
+    status.on_heartbeat(1000, 0, now=0.05 + PROBE_REPEAT * 2.5)  # a blocked sender's probe
+    assert status.deadline == pytest.approx(0.05 + PROBE_REPEAT * 2.5)
+
+
+def test_a_repeated_setup_means_our_sm_was_lost() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.on_setup(now=0.03)
+    assert status.deadline == 0.03
+
+
+def test_a_window_opening_sm_is_repeated_until_data_from_beyond_the_old_edge() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    hwm = WINDOW - MTU  # the sender stopped at the edge of the window we gave it
+    status.sent(WINDOW // 2, hwm, 1.0, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.003)  # a repair time, not the interval
+    status.sent(WINDOW // 2, hwm, 1.003, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.003 + 0.006)  # backing off
+    status.on_new_data(WINDOW + 100)  # data beyond the old edge: the sender has the SM
+    status.sent(WINDOW // 2, WINDOW + 100, 1.01, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.01 + INTERVAL)
+
+
+def test_a_heartbeat_where_everything_is_consumed_is_answered_at_once() -> None:
+    # A closing publication waits for an SM that shows its tail consumed (the proof of
+    # delivery close() reports): a heartbeat at our consumed position, beyond what our last SM
+    # said, is answered now, not at the periodic SM.
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.on_heartbeat(1000, 500, now=0.05)  # not consumed yet: wait
+    assert status.deadline == pytest.approx(INTERVAL)
+    status.on_heartbeat(1000, 1000, now=0.06)
+    assert status.deadline == pytest.approx(0.06)
