@@ -12,8 +12,9 @@ C2: one-way throughput of 1 KiB messages on one channel (optimistic sends, a con
     Target: >= 0.8 x.
 
 Both ends run in one process (one trio run), each with its own transport and sockets; loss is
-the transport's test-side receive drop (TransportConfig.test_receive_loss), which Aeron's NAKs
-repair. Each figure is repeated (--repeat) and reported as the median with the min..max spread.
+a test-side receive drop (tests/transport/lossy.py's LossyNetwork socket factory), which
+Aeron's NAKs repair. Each figure is repeated (--repeat) and reported as the median with the
+min..max spread.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import trio
 
 from bench.harness import Result, Settings, percentile
 from echo.channels import ChannelSpec, open_channels
-from echo.transport import TransportConfig
 from tests.channels.sessions import transport_pair
 
 CONTROL, BULK = 0, 1
@@ -43,10 +43,9 @@ BULK_CONSUME_INTERVAL = 1 / 200
 
 async def _c1_phase(duration: float, loss: float, saturated: bool, seed: int) -> list[float]:
     """Control round trips (seconds) over `duration`, the bulk channel saturated or idle."""
-    config = TransportConfig(test_receive_loss=loss, seed=seed)
     samples: list[float] = []
     bulk_sent = 0
-    async with transport_pair(config) as (a, b):
+    async with transport_pair(loss=loss, seed=seed) as (a, b):
         async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
 
             async def bulk_sender() -> None:

@@ -2,8 +2,9 @@
 
 `pipe_pair`: an in-memory reliable ordered pipe with an optional one-way delay (modelled with
 trio sleeps, so autojump_clock makes it exact). `transport_pair`: two echo.transport
-publication/subscription pairs on loopback, one per direction, wrapped in the same shape (the
-transport may drop datagrams at random with TransportConfig.test_receive_loss; Aeron repairs).
+publication/subscription pairs on loopback, one per direction, wrapped in the same shape (with
+`loss`, each transport's sockets drop that fraction of what they receive, tests/transport/lossy.py;
+Aeron repairs it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator
 import trio
 
 from echo.transport import Publication, Subscription, TransportConfig, open_transport
+from tests.transport.lossy import LossyNetwork
 
 
 class PipeClosed(Exception):
@@ -90,13 +92,20 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def transport_pair(
-    config: TransportConfig | None = None, stream_id: int = 0x2044F00C
+    config: TransportConfig | None = None,
+    stream_id: int = 0x2044F00C,
+    *,
+    loss: float = 0.0,
+    seed: int = 0,
 ) -> AsyncIterator[tuple[TransportSession, TransportSession]]:
     config = config or TransportConfig()
     port_a, port_b = free_port(), free_port()
     uri_a = f"aeron:udp?endpoint=127.0.0.1:{port_a}"
     uri_b = f"aeron:udp?endpoint=127.0.0.1:{port_b}"
-    async with open_transport(config) as ta, open_transport(config) as tb:
+    async with (
+        open_transport(config, socket_factory=LossyNetwork(loss, seed)) as ta,
+        open_transport(config, socket_factory=LossyNetwork(loss, seed + 1)) as tb,
+    ):
         sub_a = await ta.add_subscription(uri_a, stream_id)
         sub_b = await tb.add_subscription(uri_b, stream_id)
         pub_ab = await ta.add_publication(uri_b, stream_id)

@@ -6,7 +6,6 @@ import pytest
 import trio
 
 from echo.channels import ChannelsClosed, ChannelSpec, HandleRef, open_channels
-from echo.transport import TransportConfig
 from tests.channels.sessions import pipe_pair, transport_pair
 
 CONTROL, BULK, HANDLES = 0, 1, 2
@@ -175,9 +174,8 @@ async def test_peer_closing_the_session_ends_channel_operations(autojump_clock):
 @pytest.mark.parametrize("loss", [0.0, 0.05])
 async def test_over_a_real_transport_pair(loss):
     """Bulk saturated by a slow consumer over loopback Aeron streams; control keeps answering."""
-    config = TransportConfig(test_receive_loss=loss, seed=5)
     with trio.fail_after(60):
-        async with transport_pair(config) as (a, b):
+        async with transport_pair(loss=loss, seed=5) as (a, b):
             async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
                 received = []
 
