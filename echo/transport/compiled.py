@@ -35,6 +35,12 @@ COMPILED_MODULES: Final = (
     "echo.transport.flow_control",
     "echo.transport.destinations",
     "echo.transport.counters",
+    "echo.transport.loss",
+    "echo.transport.retransmit",
+    "echo.transport.assembly",
+    "echo.transport.status",
+    "echo.transport.scanner",
+    "echo.transport.liveness",
 )
 
 #: written by the build beside this file: {"echo.transport.frames": "<sha256 of frames.py>", ...}
