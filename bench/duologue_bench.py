@@ -200,8 +200,8 @@ def duologue_client(
 async def _duologue_client(
     ctl: Control, port: int, control_port: int, server_pid: int, duration: float
 ) -> dict[str, Any]:
-    from echo.client.client import client_transport_config
     from echo.protocol import Echo, format_message, parse_duologue_reply_untrusted
+    from echo.session.client import client_transport_config
     from echo.transport import open_transport
 
     server_cpu_before = 0.0
@@ -305,7 +305,9 @@ def duologue_echo(settings: Settings) -> list[Result]:
         # The CLI: N echoes, about `duration` seconds' worth, and a --count 0 run whose time
         # (interpreter start, handshake, exit) is subtracted from it.
         count = max(100, int(summary["round_trips_per_s"] * settings.duration / 2))
-        _, fixed = run_echo_client(server, 0, client.cpu, limit)
+        # Interpreter start-up varies by more than the echoes take on a loaded machine: the
+        # fastest of three --count 0 runs is the fixed cost least inflated by other work.
+        fixed = min(run_echo_client(server, 0, client.cpu, limit)[1] for _ in range(3))
         cli, total = run_echo_client(server, count, client.cpu, limit)
         server_peak_rss = server.peak_rss_mib()
     extra: dict[str, Any] = {
@@ -327,9 +329,13 @@ def cli_results(cli: dict[str, Any], count: int, total: float, fixed: float) -> 
     """round trips/s, p50, p99 of an `echo-client --json` run (its ms shown as µs)."""
     name = f"echo_client_cli_{MESSAGE_SIZE}"
     echoing = total - fixed
-    if echoing <= 0:
-        raise BenchError(f"echo-client: {count} echoes took {total:.2f} s, none took {fixed:.2f} s")
+    # Start-up noise larger than the echoing itself: the wall-time difference says nothing, so
+    # the rate is the client's own median round trip (one echo outstanding at a time), marked.
+    estimated = echoing <= 0
+    if estimated:
+        echoing = count * cli["rtt_ms"]["p50"] / 1000
     extra = {
+        "rate_from_p50": estimated,
         "count": count,
         "elapsed_s": round(total, 3),
         "count_0_elapsed_s": round(fixed, 3),
