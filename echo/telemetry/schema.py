@@ -95,6 +95,17 @@ EVENT_FIELDS: Final[Mapping[str, Mapping[str, FieldType]]] = {
         "lifetime_s": _F,
         "messages": _I,
     },
+    # The lobby service (issue 18): `echo-lobby --events` writes these next to the same common
+    # fields; `lobby_id` is the lobby's 63-bit id, `member_id` the authenticated member name.
+    "lobby_server_started": {"address": _S, "port": _I, "control_port": _I},
+    "lobby_server_stopped": {"reason": _S, "lobbies_open": _I},
+    "lobby_created": {"lobby_id": _I, "member_id": _S, "max_members": _I, "visibility": _S},
+    "lobby_joined": {"lobby_id": _I, "member_id": _S, "members": _I},
+    "lobby_left": {"lobby_id": _I, "member_id": _S, "members": _I, "reason": _S},
+    "lobby_chat": {"lobby_id": _I, "member_id": _S, "bytes": _I},
+    "lobby_started": {"lobby_id": _I, "members": _I, "game_server": _S},
+    "lobby_deleted": {"lobby_id": _I, "reason": _S},
+    "lobby_refused": {"member_id": _S, "request": _S, "code": _S},
     "client_summary": {
         "server": _S,
         "sent": _I,
