@@ -151,9 +151,11 @@ class ImageLink:
 
     __slots__ = (
         "_channel",
+        "correlation_id",
         "image",
         "join_position",
         "origin",
+        "requested_response",
         "session_id",
         "source_address",
         "source_ip",
@@ -179,6 +181,10 @@ class ImageLink:
             self.source_port,
         )
         self.join_position = image.join_position
+        #: unique within the transport: what a response publication names to answer this
+        #: image (response-correlation-id), Aeron's image correlation id
+        self.correlation_id = channel.new_correlation_id()
+        self.requested_response = image.requested_response
 
     @property
     def position(self) -> int:
@@ -187,6 +193,10 @@ class ImageLink:
     @property
     def is_end_of_stream(self) -> bool:
         return self.image.is_end_of_stream
+
+    @property
+    def subscription_socket(self) -> ReceiveSocket:
+        return self._channel.socket
 
     def reject(self) -> None:
         self._channel.reject(self)
@@ -201,8 +211,14 @@ class SubscriptionChannel:
         udp: ReceiveSocket,
         stream_id: int,
         uri: str,
+        session_id: int | None = None,
+        registration_id: int = 0,
     ) -> None:
         self._driver = driver
+        #: the session-id filter it was added with (None: every session of the stream)
+        self.session_id = session_id
+        #: what a request publication names as its response-correlation-id
+        self.registration_id = registration_id
         #: the channel URI it was added with
         self.uri = uri
         self.socket = udp
@@ -212,6 +228,7 @@ class SubscriptionChannel:
         self._by_image: dict[int, ImageLink] = {}
         self._round_robin = 0
         self._closed = False
+        self._news = False
         #: the api's image callbacks: a link came, a link went (with the reason's name)
         self.on_available: Callable[[ImageLink], None] | None = None
         self.on_unavailable: Callable[[ImageLink, str], None] | None = None
@@ -224,8 +241,21 @@ class SubscriptionChannel:
     def closed(self) -> bool:
         return self._closed or self.socket.closed
 
+    def new_correlation_id(self) -> int:
+        return self._driver.ids.next_receiver_id()
+
+    def has_news(self) -> bool:
+        """Did an image come or go, or has one a message to poll, since the last look?"""
+        if self._news:
+            self._news = False
+            return True
+        return any(
+            link.image.rebuild_position > link.image.subscriber_position for link in self.images
+        )
+
     def on_image_event(self, event: ImageEvent) -> None:
         """An image of this stream came or went (the driver, while servicing the socket)."""
+        self._news = True
         if isinstance(event, ImageAvailable):
             link = ImageLink(event.image, self)
             self.images.append(link)

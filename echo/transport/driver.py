@@ -99,6 +99,8 @@ class Driver:
         self.cookies = CookieJar() if config.validate_addresses else None
         self.limiter = RateLimiter(config.unvalidated_reply_rate, config.unvalidated_reply_burst)
         self.ids = StreamIds(config, self.rng)
+        #: response subscriptions by registration id: where an RSP_SETUP is routed
+        self.response_subscriptions: dict[int, SubscriptionChannel] = {}
 
     # ---------------------------------------------------------------- streams (wiring.py)
 
@@ -213,8 +215,7 @@ class Driver:
                 if udp.lending.borrowed:
                     # An image came or went while an application task waits on the socket.
                     self.wake_borrower(udp)
-            for subscription in udp.subscriptions.values():
-                subscription.notify()
+            udp.notify_subscriptions()
         self._schedule(udp, now)
 
     def _schedule(self, udp: DriverSocket, now: float) -> None:
