@@ -102,4 +102,3 @@ def register_response_subscription(driver: Driver, subscription: SubscriptionCha
 
 def forget_response_subscription(driver: Driver, subscription: SubscriptionChannel) -> None:
     driver.response_subscriptions.pop(subscription.registration_id, None)
-
