@@ -204,8 +204,6 @@ class SessionServer:
         """Serve until cancelled; `stop()` ends it gracefully. `task_status.started(self)`."""
         config = self.config
         host = _url_host(config.address)
-        if config.shared:
-            check_ports_free(config.address, tuple(config.clients_port_range))
         async with open_transport(self.transport_config) as transport:
             self.transport = transport
             self.all_clients_pub = await transport.add_publication(
@@ -215,6 +213,8 @@ class SessionServer:
             self.all_clients_sub = await transport.add_subscription(
                 f"aeron:udp?endpoint={host}:{config.port}", config.stream_id
             )
+            if config.shared:
+                check_ports_free(config.address, tuple(config.clients_port_range))
             self.events.emit(
                 "server_started",
                 address=config.address,

@@ -67,6 +67,8 @@ def check_ports_free(address: str, ports: tuple[int, ...]) -> None:
             try:
                 probe.bind((address, port))
             except OSError as error:
+                where = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
                 raise OSError(
-                    error.errno, f"shared duologue port {address}:{port} is not free: {error}"
+                    error.errno,
+                    f"cannot bind UDP {where} (a shared duologue port): {error.strerror}",
                 ) from None

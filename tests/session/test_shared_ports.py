@@ -172,5 +172,7 @@ async def test_a_shared_port_held_by_another_program_fails_at_start() -> None:
     config = shared_config(free_base(4))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blocker:
         blocker.bind(("127.0.0.1", config.clients_base_port + 1))
-        with pytest.raises(OSError, match="shared duologue port"):
+        with pytest.RaisesGroup(
+            pytest.RaisesExc(OSError, match="shared duologue port"), flatten_subgroups=True
+        ):
             await es.SessionServer(config, echo_app).run()
