@@ -228,7 +228,6 @@ class SubscriptionChannel:
         self._by_image: dict[int, ImageLink] = {}
         self._round_robin = 0
         self._closed = False
-        self._news = False
         #: the api's image callbacks: a link came, a link went (with the reason's name)
         self.on_available: Callable[[ImageLink], None] | None = None
         self.on_unavailable: Callable[[ImageLink, str], None] | None = None
@@ -244,18 +243,8 @@ class SubscriptionChannel:
     def new_correlation_id(self) -> int:
         return self._driver.ids.next_receiver_id()
 
-    def has_news(self) -> bool:
-        """Did an image come or go, or has one a message to poll, since the last look?"""
-        if self._news:
-            self._news = False
-            return True
-        return any(
-            link.image.rebuild_position > link.image.subscriber_position for link in self.images
-        )
-
     def on_image_event(self, event: ImageEvent) -> None:
         """An image of this stream came or went (the driver, while servicing the socket)."""
-        self._news = True
         if isinstance(event, ImageAvailable):
             link = ImageLink(event.image, self)
             self.images.append(link)

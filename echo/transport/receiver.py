@@ -140,6 +140,9 @@ class ReceiveEndpoint:
         self._finished: dict[tuple[int, int], PublicationImage] = {}
         self._goodbyes: list[PublicationImage] = []
         self._touched: set[tuple[int, int]] = set()
+        #: images that received a datagram since the socket's subscriptions were last told
+        #: (sockets.ReceiveSocket.notify_subscriptions wakes only theirs)
+        self.fresh: set[tuple[int, int]] = set()
         self._next_cleanup = now
         self.max_images = max_images
 
@@ -226,6 +229,7 @@ class ReceiveEndpoint:
                 image.budget += len(data)
                 starved = image.starved
                 image.starved = False
+                self.fresh.add(key)
                 if image.on_data(heartbeat, flags, term_offset, term_id, data, now) or starved:
                     self._touched.add(key)
                 return
@@ -274,6 +278,7 @@ class ReceiveEndpoint:
         image.budget += len(data)
         starved = image.starved
         image.starved = False
+        self.fresh.add(key)
         if image.on_data(False, flags, term_offset, term_id, data, now, whole_data=True) or starved:
             self._touched.add(key)
         return -(-len(data) // segment)

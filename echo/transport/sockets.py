@@ -368,13 +368,21 @@ class ReceiveSocket(DriverSocket):
         subscriptions share a server's port (response channels): those wake only for their
         own image's news, not for every datagram of every session."""
         subscriptions = self.subscriptions
+        fresh = self.endpoint.fresh
         if len(subscriptions) == 1:
             for channel in subscriptions.values():
                 channel.notify()
+            fresh.clear()
             return
         for (_, session_id), channel in subscriptions.items():
-            if session_id is None or channel.has_news():
+            if session_id is None:
                 channel.notify()
+        # An image that came or went woke its channel already (on_image_event).
+        for session_id, stream_id in fresh:
+            found = subscriptions.get((stream_id, session_id))
+            if found is not None:
+                found.notify()
+        fresh.clear()
 
     def close(self) -> None:
         super().close()
