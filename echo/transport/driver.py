@@ -464,8 +464,10 @@ class Driver:
     def stop_waiting(self, udp: ReceiveSocket) -> None:
         """An application task that waited on `udp` goes off to do something else."""
         lending = udp.lending
-        if lending.lent and lending.waiters:
-            # Other tasks are parked waiting for this socket, and nobody reads it now.
+        if lending.lent and lending.waiters and not lending.borrowed:
+            # Other tasks are parked waiting for this socket, and nobody reads it now. (With
+            # many subscriptions on one socket, a shared server port, another task may be
+            # reading it: the reader task must not wait on the same socket beside it.)
             lending.give_back()
 
     def drain_if_stale(self, udp: ReceiveSocket) -> None:

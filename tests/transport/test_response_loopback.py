@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 
 import trio
+import trio.lowlevel
 import trio.testing
 
 from echo.transport import Image, Publication, TransportConfig, open_transport
@@ -153,3 +154,71 @@ async def test_a_stranger_on_the_same_host_cannot_take_a_live_response_stream() 
             await stranger.recv(2048)
             raise AssertionError("the stranger received a datagram of the response stream")
         stranger.close()
+
+
+async def test_many_session_subscriptions_on_one_socket_receive_at_once() -> None:
+    # One task per session reads its own subscription, all on one socket (the shared request
+    # port): one of them reads the socket for everyone (the driver lends it) while the others
+    # wait; a task that got its message must not hand the socket back to the driver's reader
+    # while another task is still reading it (trio.BusyResourceError killed the server).
+    port, _ = _free_ports()
+    sessions = list(range(1000, 1006))
+    rounds = 30
+    async with open_transport() as server, open_transport() as client:
+        subscriptions = [
+            await server.add_subscription(
+                f"aeron:udp?endpoint=127.0.0.1:{port}|session-id={session}", STREAM
+            )
+            for session in sessions
+        ]
+        publications = [
+            await client.add_publication(
+                f"aeron:udp?endpoint=127.0.0.1:{port}|session-id={session}", STREAM
+            )
+            for session in sessions
+        ]
+        assert len({s.local_address for s in subscriptions}) == 1
+        got: dict[int, list[bytes]] = {session: [] for session in sessions}
+
+        async def read(session: int, subscription: object) -> None:
+            for _ in range(rounds):
+                message = await subscription.receive()  # type: ignore[attr-defined]
+                assert message.session_id == session
+                got[session].append(message.data)
+
+        with trio.fail_after(60):
+            for publication in publications:
+                await publication.wait_connected()
+            async with trio.open_nursery() as nursery:
+                for session, subscription in zip(sessions, subscriptions, strict=True):
+                    nursery.start_soon(read, session, subscription)
+                for index in range(rounds):
+                    for publication in publications:
+                        await publication.send(b"%d:%d" % (publication.session_id, index))
+                    await trio.lowlevel.checkpoint()
+        for session in sessions:
+            assert got[session] == [b"%d:%d" % (session, i) for i in range(rounds)]
+
+
+async def test_a_task_that_stops_waiting_leaves_the_socket_to_the_task_reading_it() -> None:
+    # The rule behind the test above, without its timing: with many subscriptions on one
+    # socket, a task that got its message stops waiting while another task still reads the
+    # socket (borrowed); giving the socket back to the driver's reader then would make two
+    # tasks wait on one fd. Given back only when nobody reads it.
+    port, _ = _free_ports()
+    async with open_transport() as server:
+        subscription = await server.add_subscription(
+            f"aeron:udp?endpoint=127.0.0.1:{port}|session-id=1", STREAM
+        )
+        await server.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}|session-id=2", STREAM)
+        udp = subscription._channel.socket
+        lending = udp.lending
+        lending.lend(0.0)
+        lending.waiters = 1
+        lending.borrowed = True
+        server._driver.stop_waiting(udp)
+        assert lending.lent  # another task is reading it: not given back
+        lending.borrowed = False
+        server._driver.stop_waiting(udp)
+        assert not lending.lent
+        lending.waiters = 0
