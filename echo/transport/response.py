@@ -31,6 +31,9 @@ and ERRs count only from the destination. Nothing here reads a clock or touches 
 
 from __future__ import annotations
 
+import functools
+import heapq
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +62,8 @@ __all__ = [
 
 #: where SETUP's flags byte sits (frame_length i32, version u8, flags u8)
 _FLAGS_OFFSET = 5
+#: the deadline heap is rebuilt when stale entries outnumber live ones by 2:1 plus this slack
+_HEAP_SLACK = 64
 
 
 class RequestPublication(NetworkPublication):
@@ -101,6 +106,27 @@ class ResponsePublication(NetworkPublication):
         #: the receiver's address once a setup-eliciting SM from it arrived
         self.destination: Address | None = None
         self.last_heard = -1.0
+        #: tells the endpoint this publication has something to do (ResponseSendEndpoint)
+        self.touched: Callable[[], object] | None = None
+
+    def offer(self, data: bytes | bytearray | memoryview, now: float) -> int:
+        result = super().offer(data, now)
+        if self.touched is not None:
+            self.touched()
+        return result
+
+    def close(self, now: float) -> None:
+        super().close(now)
+        if self.touched is not None:
+            self.touched()
+
+    def found_receiver(self, address: Address) -> None:
+        """A receiver asked for this stream from `address`: SETUP to it at once. (Before
+        that the SETUPs went nowhere, yet set the SETUP interval's clock: NetworkPublication's
+        `trigger_setup` resets it only once a receiver had answered.)"""
+        self.destination = address
+        self._setup_pending = True
+        self._last_setup = -math.inf
 
     def answer(self, now: float) -> None:
         """Start the RSP_SETUPs (DriverConductor responseSessionId, requestNextSmDeadlineReset)."""
@@ -146,6 +172,11 @@ class ResponseSendEndpoint(SendEndpoint):
         self.manual = None
         self.destination_timeout = destination_timeout
         self._emits: dict[tuple[int, int], tuple[Send, Emit]] = {}
+        # What poll looks at: publications touched since, and a heap of (deadline, key) whose
+        # entries count only while they match `_deadlines` (as the receive endpoint's images).
+        self._touched: set[tuple[int, int]] = set()
+        self._deadlines: dict[tuple[int, int], float] = {}
+        self._heap: list[tuple[float, tuple[int, int]]] = []
 
     @property
     def destinations(self) -> list[Address]:
@@ -172,9 +203,24 @@ class ResponseSendEndpoint(SendEndpoint):
         self._emits[key] = (send, emit)
         return emit
 
+    def add(self, publication: NetworkPublication) -> None:
+        super().add(publication)
+        key = (publication.session_id, publication.stream_id)
+        if isinstance(publication, ResponsePublication):
+            publication.touched = functools.partial(self._touch, key)
+        self._touched.add(key)
+
+    def _touch(self, key: tuple[int, int]) -> None:
+        self._touched.add(key)
+
     def remove(self, publication: NetworkPublication) -> None:
         super().remove(publication)
-        self._emits.pop((publication.session_id, publication.stream_id), None)
+        key = (publication.session_id, publication.stream_id)
+        self._emits.pop(key, None)
+        self._deadlines.pop(key, None)
+        self._touched.discard(key)
+        if isinstance(publication, ResponsePublication):
+            publication.touched = None
 
     def forget_send(self) -> None:
         super().forget_send()
@@ -182,19 +228,50 @@ class ResponseSendEndpoint(SendEndpoint):
 
     def flush(self, publication: NetworkPublication, now: float, send: Send) -> None:
         publication.send_pending(now, self.emit_for(publication, send))
+        self._schedule((publication.session_id, publication.stream_id), publication, now)
 
     def announce_end(self, publication: NetworkPublication, send: Send) -> None:
         publication.announce_end(self.emit_for(publication, send))
 
     def poll(self, now: float, send: Send) -> None:
-        for publication in list(self.publications.values()):
-            publication.poll(now, self.emit_for(publication, send))
+        """Poll the publications that heard something, were offered to or closed, or whose
+        deadline came: a control port with 1,000 response publications must not cost
+        O(publications) per status message."""
+        due = self._touched
+        self._touched = set()
+        heap = self._heap
+        deadlines = self._deadlines
+        while heap and heap[0][0] <= now:
+            deadline, key = heapq.heappop(heap)
+            if deadlines.get(key) == deadline:
+                del deadlines[key]
+                due.add(key)
+        publications = self.publications
+        for key in due:
+            publication = publications.get(key)
+            if publication is not None:
+                publication.poll(now, self.emit_for(publication, send))
+                self._schedule(key, publication, now)
+        if len(heap) > 2 * len(deadlines) + _HEAP_SLACK:
+            heap[:] = [(deadline, key) for key, deadline in deadlines.items()]
+            heapq.heapify(heap)
+
+    def _schedule(self, key: tuple[int, int], publication: NetworkPublication, now: float) -> None:
+        deadline = publication.next_deadline(now)
+        if deadline == math.inf:
+            self._deadlines.pop(key, None)
+        elif self._deadlines.get(key) != deadline:
+            self._deadlines[key] = deadline
+            heapq.heappush(self._heap, (deadline, key))
 
     def next_deadline(self, now: float) -> float:
-        deadline = float("inf")
-        for publication in self.publications.values():
-            deadline = min(deadline, publication.next_deadline(now))
-        return deadline
+        if self._touched:
+            return now
+        heap = self._heap
+        deadlines = self._deadlines
+        while heap and deadlines.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # stale
+        return heap[0][0] if heap else math.inf
 
     def on_datagram(self, data: bytes | memoryview, source: Address, now: float) -> None:
         """Handle one datagram from the network (untrusted)."""
@@ -211,11 +288,13 @@ class ResponseSendEndpoint(SendEndpoint):
             counters.status_messages_received += 1
         elif isinstance(frame, Nak):
             counters.naks_received += 1
-        publication = self.publications.get((frame.session_id, frame.stream_id))
+        key = (frame.session_id, frame.stream_id)
+        publication = self.publications.get(key)
         if not isinstance(publication, ResponsePublication):
             # Session 0 / stream 0 registrations included: a response channel has no MDC.
             counters.unknown_session_drops += 1
             return
+        self._touched.add(key)
         if isinstance(frame, StatusMessage):
             if not self._accept_sm(publication, frame, source, now):
                 counters.unvalidated_drops += 1
@@ -246,7 +325,7 @@ class ResponseSendEndpoint(SendEndpoint):
             live = current is not None and now - publication.last_heard < self.destination_timeout
             if not sm.is_setup_eliciting or live:
                 return False
-            publication.destination = source
+            publication.found_receiver(source)
             self.counters.destinations_added += 1
         publication.last_heard = now
         return True

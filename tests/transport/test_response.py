@@ -299,3 +299,41 @@ def test_session_specific_subscriptions_share_a_channel_with_each_other() -> Non
     assert all(image.requested_response for image in endpoint.images.values())
     endpoint.remove_interest(STREAM, wire, 1)
     assert set(endpoint.images) == {(2, STREAM)}
+
+
+def test_the_control_port_polls_only_the_publications_with_something_to_do() -> None:
+    # 200 response publications on one socket: a status message, an offer or a close touches
+    # one publication, and only that one is polled (not 200 per datagram).
+    endpoint, _ = _server()
+    publications = [_response(endpoint, session, CLIENT_A[0]) for session in range(1, 201)]
+    polled: list[int] = []
+    for publication in publications:
+        original = publication.poll
+
+        def counting(now: float, emit: object, p: ResponsePublication = publication, f=original):  # type: ignore[no-untyped-def]
+            polled.append(p.session_id)
+            f(now, emit)
+
+        publication.poll = counting  # type: ignore[method-assign]
+    wire = Wire()
+    endpoint.poll(0.0, wire)
+    assert sorted(polled) == list(range(1, 201))  # each new publication once
+    polled.clear()
+    endpoint.poll(0.001, wire)
+    assert polled == []  # nothing due a millisecond later
+    endpoint.on_datagram(_eliciting(7), CLIENT_A, 0.002)
+    assert endpoint.next_deadline(0.002) == 0.002
+    endpoint.poll(0.002, wire)
+    assert polled == [7]
+    assert wire.to(CLIENT_A)  # its SETUP went to the receiver that asked
+    polled.clear()
+    endpoint.on_datagram(_status(publications[6]), CLIENT_A, 0.003)
+    endpoint.poll(0.003, wire)
+    publications[6].offer(b"answer", 0.004)
+    endpoint.poll(0.004, wire)
+    assert polled == [7, 7]
+    assert any(b"answer" in data for data in wire.to(CLIENT_A))
+    # Housekeeping deadlines still come: every publication is polled again within 0.1 s.
+    polled.clear()
+    endpoint.poll(0.2, wire)
+    assert len(polled) == 200
