@@ -134,6 +134,11 @@ class MemorySocket:
         self.family = family
         self.type = socket.SOCK_DGRAM
         self.address = address
+        #: the address its datagrams come from (a wildcard binding sends from a host address)
+        self.source = address
+        if address[0] == _WILDCARDS[family]:
+            host = network.host if family == socket.AF_INET else _LOOPBACKS[family]
+            self.source = (host, address[1])
         #: bytes the receive queue holds at most (SO_RCVBUF); beyond, arrivals are dropped
         self.rcvbuf = rcvbuf
         self._queue: deque[tuple[bytes, HostPort]] = deque()
@@ -354,18 +359,16 @@ class MemoryNetwork:
         """A datagram leaves `sock`: decide its fate and deliver it now or schedule it."""
         counters = self.counters
         counters.sent += 1
-        now = trio.current_time()
-        source = sock.address
-        if source[0] == _WILDCARDS[sock.family]:
-            source = (
-                self.host if sock.family == socket.AF_INET else _LOOPBACKS[sock.family],
-                source[1],
-            )
-        datagram = Datagram(source, destination, payload, now)
-        if self.intercept is not None and self.intercept(datagram):
+        source = sock.source
+        if self.intercept is not None and self.intercept(
+            Datagram(source, destination, payload, trio.current_time())
+        ):
             counters.dropped_by_intercept += 1
             return
-        link = self.link_for(source, destination)
+        link = self.link_for(source, destination) if self._rules else self.link
+        if not (link.loss or link.duplicate or link.reorder or link.delay or link.jitter):
+            self._deliver(payload, source, destination)  # a perfect link: the common case
+            return
         rng = self.rng
         if link.loss and rng.random() < link.loss:
             counters.lost += 1
@@ -374,6 +377,7 @@ class MemoryNetwork:
         if link.duplicate and rng.random() < link.duplicate:
             counters.duplicated += 1
             copies = 2
+        now = trio.current_time()
         for _ in range(copies):
             at = now + link.delay
             if link.jitter:
@@ -382,15 +386,17 @@ class MemoryNetwork:
                 counters.reordered += 1
                 at += link.reorder_delay
             if at <= now:
-                self._deliver(datagram)
+                self._deliver(payload, source, destination)
             else:
-                self._schedule(at, datagram)
+                self._schedule(at, Datagram(source, destination, payload, now))
 
-    def _deliver(self, datagram: Datagram) -> None:
-        sock = self.socket_at(datagram.destination)
+    def _deliver(self, payload: bytes, source: HostPort, destination: HostPort) -> None:
+        sock = self._bound.get(destination)
+        if sock is None:
+            sock = self.socket_at(destination)
         if sock is None:
             self.counters.unroutable += 1
-        elif sock.deliver(datagram.payload, datagram.source):
+        elif sock.deliver(payload, source):
             self.counters.delivered += 1
         else:
             self.counters.overflowed += 1
@@ -422,4 +428,4 @@ class MemoryNetwork:
             now = trio.current_time()
             while pending and pending[0][0] <= now:
                 _, _, datagram = heapq.heappop(pending)
-                self._deliver(datagram)
+                self._deliver(datagram.payload, datagram.source, datagram.destination)
