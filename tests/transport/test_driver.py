@@ -137,9 +137,7 @@ async def test_exactly_once_in_order_under_duplication_reordering_and_loss(
     messages = [sized(i, rng.randint(1, 3000), rng) for i in range(1500)]
     # (No jitter: every datagram due at its own instant costs a pass of trio's scheduler, and
     # the held-back ones already come after what was sent later.)
-    net = MemoryNetwork(
-        seed=seed, link=Link(loss=0.05, duplicate=0.1, reorder=0.1, delay=0.001)
-    )
+    net = MemoryNetwork(seed=seed, link=Link(loss=0.05, duplicate=0.1, reorder=0.1, delay=0.001))
     uri = channel(VIRTUAL_PORT, "term-length=64k")
     received: list[Message] = []
     with trio.fail_after(60):
