@@ -117,13 +117,13 @@ async def test_optimistic_overflow_is_retransmitted_in_order(autojump_clock):
 async def test_resize_gives_the_sender_room(autojump_clock):
     a, b = pipe_pair(delay=0.01)
     async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
-        await trio.sleep(0.1)
+        await trio.sleep(0.1)  # virtual time: ten pipe delays, the guarantees are there
         assert ca[CONTROL].guarantees == 1024
         cb[CONTROL].resize(4096)
-        await trio.sleep(0.1)
+        await trio.sleep(0.1)  # virtual time (autojump_clock): exact, not a guess
         assert ca[CONTROL].guarantees == 4096
         cb[CONTROL].resize(100)
-        await trio.sleep(0.1)
+        await trio.sleep(0.1)  # virtual time
         assert ca[CONTROL].guarantees == 100
         assert cb.peer.incoming[CONTROL].capacity == 100
 
@@ -147,7 +147,7 @@ async def test_handles_over_the_trio_layer(autojump_clock):
         assert cb.handle_value(ref.handle_type, ref.handle, mine=False) == b"shared value"
         ca.free(HANDLES, handle)
         cb[CONTROL].done()
-        await trio.sleep(0.1)
+        await trio.sleep(0.1)  # virtual time: ten pipe delays for the frees to cross
         assert cb.peer.theirs[HANDLES] == {} and ca.peer.own[HANDLES] == {}
 
 

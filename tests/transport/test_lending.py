@@ -86,6 +86,8 @@ async def test_a_task_that_walks_away_gives_the_socket_back() -> None:
         with trio.fail_after(5):
             while not got:
                 sub.poll(lambda message: got.append(message.data))
+                # A game loop's tick: `poll` is what is tested, so no waiting call (that
+                # would borrow the socket again) stands in for it; bounded by fail_after.
                 await trio.sleep(0.001)
         assert got == [b"later"]
 
@@ -189,7 +191,7 @@ async def test_two_tasks_waiting_on_one_subscription_both_get_messages() -> None
             await trio.testing.wait_all_tasks_blocked()
             for i in range(40):
                 await pub.send(b"%d" % i)
-                await trio.sleep(0.001)
+                await trio.sleep(0.001)  # pacing: one message at a time for the two waiters
             with trio.fail_after(5):
                 await all_in.wait()
             nursery.cancel_scope.cancel()
