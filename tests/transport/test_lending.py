@@ -16,6 +16,7 @@ import trio.testing
 
 from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
 from echo.transport.sockets import LEND_IDLE, ReceiveSocket
+from echo.transport.testing import Link, MemoryNetwork
 
 STREAM = 1001
 
@@ -31,9 +32,9 @@ def endpoint_of(subscription: Subscription) -> ReceiveSocket:
 
 
 async def pair(
-    sender: Transport, receiver: Transport
+    sender: Transport, receiver: Transport, port: int | None = None
 ) -> tuple[Publication, Subscription]:
-    port = free_port()
+    port = port or free_port()
     sub = await receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM)
     pub = await sender.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM)
     await pub.wait_connected(timeout=5)
@@ -127,26 +128,35 @@ async def test_poll_after_the_driver_closed_a_lent_socket_does_not_touch_it() ->
         assert sub.poll(lambda message: None) == 0
 
 
-async def test_an_image_that_times_out_wakes_the_task_waiting_on_the_lent_socket() -> None:
-    config = TransportConfig(image_liveness_timeout=0.5)
-    async with open_transport(config) as receiver:
+async def test_an_image_that_times_out_wakes_the_task_waiting_on_the_lent_socket(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # On the memory network in virtual time: the 10 s liveness timeout costs nothing, and the
+    # lent socket's descriptor is the memory socket's doorbell, woken the same way.
+    net = MemoryNetwork()
+    config = TransportConfig()
+    async with open_transport(config, socket_factory=net) as receiver:
         gone = trio.Event()
-        port = free_port()
+        port = 40123
         sub = await receiver.add_subscription(
             f"aeron:udp?endpoint=127.0.0.1:{port}",
             STREAM,
             on_image_unavailable=lambda image: gone.set(),
         )
-        async with open_transport(config) as sender:
+        async with open_transport(config, socket_factory=net) as sender:
             pub = await sender.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM)
             await pub.wait_connected(timeout=5)
             await lend(pub, sub)
             # Pull the cable: the sender's sockets vanish without an end-of-stream.
             sender._driver.close()
-        with trio.fail_after(5):
+        cut = trio.current_time()
+        with trio.fail_after(30):
             while sub.images:
                 await sub.wait_activity()  # waits on the lent socket; nothing arrives on it
         assert gone.is_set()
+        # Woken at the timeout itself, not by something that happened to come later.
+        timeout = config.image_liveness_timeout
+        assert timeout <= trio.current_time() - cut <= timeout + config.status_message_interval
 
 
 async def test_closing_the_subscription_ends_a_receive_waiting_on_the_lent_socket() -> None:
@@ -241,13 +251,20 @@ async def test_closing_a_subscription_without_images_ends_a_receive_on_the_lent_
             assert ended.is_set()
 
 
-async def test_timers_still_run_while_in_order_data_skips_servicing() -> None:
+async def test_timers_still_run_while_in_order_data_skips_servicing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     # A borrower reading in-order data leaves the endpoint unserviced (nothing is due): the
     # periodic status messages must still go out on their timer, and a message that arrives
-    # out of order (a gap) still gets its NAK.
+    # out of order (a gap) still gets its NAK. (Virtual time on a 1 ms path: each message of
+    # the loop below waits out the path's delay, which is what moves the clock.)
     config = TransportConfig(status_message_interval=0.05)
-    async with open_transport(config) as sender, open_transport(config) as receiver:
-        pub, sub = await pair(sender, receiver)
+    net = MemoryNetwork(link=Link(delay=0.001))
+    async with (
+        open_transport(config, socket_factory=net) as sender,
+        open_transport(config, socket_factory=net) as receiver,
+    ):
+        pub, sub = await pair(sender, receiver, port=40123)
         await lend(pub, sub)
         sms_before = receiver.counters.status_messages_sent
         start = trio.current_time()
