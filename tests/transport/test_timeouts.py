@@ -1,6 +1,7 @@
 """The driver's timeouts at their default lengths, in virtual time on the memory network:
 image liveness (10 s), publication connection (5 s) and linger (5 s) cost no real seconds, so
-they are tested as configured, not shortened, and to the millisecond."""
+they are tested as configured, not shortened, and to within one status-message interval (the
+real clock's scheduling noise does not enter)."""
 
 from __future__ import annotations
 
