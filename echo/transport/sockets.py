@@ -209,6 +209,9 @@ class DriverSocket:
 
         return send
 
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
     def quiet_after_read(self) -> bool:
         """May the driver skip servicing the socket after the datagrams it just read?"""
         return False
