@@ -135,6 +135,7 @@ class Driver:
             udp.enable_offload()
         readiness = self._readiness
         if readiness is not None and readiness.add(udp):
+            udp.shared_reader = True
             if not self._ready_reader:
                 self._ready_reader = True
                 self.nursery.start_soon(self._read_ready, readiness)
@@ -443,10 +444,13 @@ class Driver:
         """A lent socket goes back to its reader (the set's, or its own task's)."""
         lending = udp.lending
         assert lending is not None
-        lending.give_back()
+        lending.give_back()  # (wakes the socket's own reader task, if it has one)
         readiness = self._readiness
-        if readiness is not None and not udp.closed and not readiness.add(udp):
+        if not udp.shared_reader or readiness is None or udp.closed:
+            return
+        if not readiness.add(udp):
             # (Cannot happen for a socket that was in the set; if it does, read it alone.)
+            udp.shared_reader = False
             self.nursery.start_soon(self._reader, udp)
 
     async def _reader(self, udp: DriverSocket) -> None:

@@ -123,3 +123,43 @@ async def test_without_epoll_each_socket_has_its_own_reader(
     assert got == _expected(4)
     assert len(readers) == 8
     assert {name.rsplit(".", 1)[-1] for name in readers} == {"_reader"}
+
+
+async def _lend_and_give_back(monkeypatch: pytest.MonkeyPatch, addable: bool) -> list[str]:
+    """Lend a subscription's socket to a waiting task, let it be given back, then receive
+    again; the reader tasks' names at the end."""
+    from echo.transport.readiness import Readiness
+    from tests.transport.test_lending import endpoint_of, lend, pair
+
+    if not addable:
+        monkeypatch.setattr(Readiness, "add", lambda self, udp: False)
+    with trio.fail_after(20):
+        async with open_transport() as sender, open_transport() as receiver:
+            pub, sub = await pair(sender, receiver)
+            await lend(pub, sub)
+            udp = endpoint_of(sub)
+            assert udp.shared_reader is addable
+            while udp.lending.lent:  # noqa: ASYNC110 - the give-back is a timer of 1 ms
+                await trio.sleep(0.001)
+            await pub.send(b"after")
+            assert (await sub.receive()).data == b"after"
+            names = _task_names(trio.lowlevel.current_root_task())
+    return [name for name in names if name.startswith("echo.transport.driver.Driver._read")]
+
+
+async def test_a_socket_given_back_is_read_by_the_set_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readers = await _lend_and_give_back(monkeypatch, addable=True)
+    # Two transports, one reader each; nothing else reads.
+    assert [name.rsplit(".", 1)[-1] for name in readers] == ["_read_ready", "_read_ready"]
+
+
+async def test_a_socket_outside_the_set_keeps_exactly_one_reader_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readers = await _lend_and_give_back(monkeypatch, addable=False)
+    # Every socket (a send and a receive socket) has its own task: none got a second one when
+    # the lent socket came back.
+    assert {name.rsplit(".", 1)[-1] for name in readers} == {"_reader"}
+    assert len(readers) == 2
