@@ -13,7 +13,7 @@ import pytest
 
 from tests.netlab.fixtures import nat_lab_factory  # noqa: F401  (fixture)
 from tests.netlab.lab import SERVER_PUBLIC_IP, NatLabFactory
-from tests.netlab.test_echo_nat import client, start_server
+from tests.netlab.test_echo_nat import MODES, client, start_server
 
 pytestmark = pytest.mark.netns
 REPO = Path(__file__).resolve().parents[2]
@@ -117,12 +117,14 @@ def run_scenario(lab, tmp_path: Path, *extra: str):  # type: ignore[no-untyped-d
     return events_of(events), elapsed
 
 
+@MODES
 def test_forged_hellos_are_dropped_and_the_victim_connects_at_once(
     nat_lab_factory: NatLabFactory,  # noqa: F811
     tmp_path: Path,
+    ports: str,
 ) -> None:
     lab = nat_lab_factory(sites=1, clients_per_site=1)
-    events, elapsed = run_scenario(lab, tmp_path)
+    events, elapsed = run_scenario(lab, tmp_path, "--duologue-ports", ports)
     rejected = [e for e in events if e["event"] == "hello_rejected"]
     assert sum(e["reason"] == "unvalidated address" for e in rejected) >= 60
     created = [e for e in events if e["event"] == "duologue_created"]
@@ -130,12 +132,16 @@ def test_forged_hellos_are_dropped_and_the_victim_connects_at_once(
     assert elapsed < 2.0 + 1.5  # client start-up included
 
 
+@MODES
 def test_without_validation_spoofed_duologues_expire_and_the_victim_gets_in_before_expiry(
     nat_lab_factory: NatLabFactory,  # noqa: F811
     tmp_path: Path,
+    ports: str,
 ) -> None:
     lab = nat_lab_factory(sites=1, clients_per_site=1)
-    events, elapsed = run_scenario(lab, tmp_path, "--no-address-validation")
+    events, elapsed = run_scenario(
+        lab, tmp_path, "--no-address-validation", "--duologue-ports", ports
+    )
     victim_ip = lab.sites[0].router.public_ip
     created = [e for e in events if e["event"] == "duologue_created"]
     spoofed = [e for e in created if e["source_ip"] != victim_ip]
