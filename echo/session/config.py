@@ -95,6 +95,8 @@ class ServerConfig:
     duologue_expiry: float = attrs.field(default=10.0, validator=_check_expiry)
     ipv6_prefix: int = attrs.field(default=64, validator=_check_ipv6_prefix)
     stream_id: int = attrs.field(default=ECHO_STREAM_ID, validator=_check_stream_id)
+    #: give a resume secret to clients that ask ("+R" in their HELLO; echo.session.resume)
+    resume: bool = True
 
     def __attrs_post_init__(self) -> None:
         # Cross-field checks: the two all-clients ports and the duologue range must be disjoint,
