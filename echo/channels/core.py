@@ -122,40 +122,51 @@ class OutState(enum.Enum):
 class Outgoing:
     """A message this peer sends, followed until it is settled.
 
-    A plain slotted class, not attrs: one is made per message on the hot path.
+    A plain slotted class, not attrs: one is made per message on the hot path. Its wire bytes
+    are `header` + `body`: for a plain DATA frame the header is the kind, channel and length
+    bytes and the body is the payload itself, so queueing a message copies nothing (the one copy
+    is into the session message); every other frame is all header.
     """
 
-    __slots__ = ("_frame", "channel", "dep_failed", "deps", "encoded", "handle", "optimistic",
-                 "payload", "refs", "size", "state", "transmissions", "uncovered")
+    __slots__ = ("_frame", "body", "channel", "dep_failed", "deps", "handle", "header",
+                 "optimistic", "payload", "refs", "size", "state", "transmissions", "uncovered",
+                 "wire_len")
 
     def __init__(
         self,
         channel: int,
-        frame: Data | Bind | None,
-        encoded: bytes,
+        header: bytes,
+        body: bytes,
+        size: int,
         optimistic: bool,
+        *,
+        frame: Data | Bind | None = None,
         handle: int | None = None,
-        size: int | None = None,
-        payload: bytes = b"",
     ) -> None:
         self.channel = channel
-        self._frame = frame
-        if frame is None:
-            self.refs: tuple[HandleRef, ...] = ()
-            self.payload = payload
-        else:
-            self.refs = frame.refs if isinstance(frame, Data) else ()
-            self.payload = frame.payload if isinstance(frame, Data) else payload
-        self.encoded = encoded
+        self.header = header
+        self.body = body
+        self.wire_len = len(header) + len(body)
+        self.size = size
         self.optimistic = optimistic
-        self.handle = handle  # for a Bind: the handle it creates
-        self.size = size if size is not None else wire.message_size(frame)  # type: ignore[arg-type]
         self.state = OutState.QUEUED
         self.uncovered = 0
         self.transmissions = 0
+        self._frame = frame
+        if frame is None:
+            self.refs: tuple[HandleRef, ...] = ()
+            self.payload = body
+        elif isinstance(frame, Data):
+            self.refs = frame.refs
+            self.payload = frame.payload
+        else:
+            self.refs = ()
+            self.payload = frame.value
+        self.handle = handle  # for a Bind: the handle it creates
         # Own handles it references whose binds were unconfirmed when it went out:
         # (handle_type, handle) -> the bind's Outgoing and its transmission count then.
-        self.deps: dict[tuple[int, int], tuple[Outgoing, int]] = {}
+        # None until the first such reference (most messages never have one).
+        self.deps: dict[tuple[int, int], tuple[Outgoing, int]] | None = None
         self.dep_failed = False
 
     @property
@@ -577,22 +588,28 @@ class ChannelPeer:
         refs: Sequence[HandleRef] = (),
     ) -> Outgoing:
         """Queue a message. Non-optimistic ones wait for guarantees before going out."""
-        ch = self._out(channel)
+        ch = self.outgoing.get(channel)
+        if ch is None:
+            raise ChannelUsageError(f"unknown channel {channel}")
         if ch.spec.handles:
             raise ChannelUsageError("use bind() on a handle channel")
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        if not refs:
+            # The per-message path: no record, no copy of the payload.
+            n = len(payload)
+            out = Outgoing(channel, wire.plain_header(channel, n), payload, n or 1, optimistic)
+            if ch.sending_bound is not None or ch.receiving_bound is not None:
+                self._check_sendable(ch, out.size)
+            self._enqueue(ch, out)
+            return out
         for ref in refs:
             entry = self._ref_entry(ref)
             if entry.local_free or entry.peer_freed or entry.sent_free:
                 raise ChannelUsageError(f"handle {ref.handle} of type {ref.handle_type} is freed")
-        if type(payload) is not bytes:
-            payload = bytes(payload)
-        if refs:
-            frame = Data(channel, payload, tuple(refs))
-            out = Outgoing(channel, frame, wire.encode(frame), optimistic,
-                           size=len(payload) + 2 * len(frame.refs))
-        else:
-            out = Outgoing(channel, None, wire.encode_plain(channel, payload), optimistic,
-                           size=len(payload) or 1, payload=payload)
+        frame = Data(channel, payload, tuple(refs))
+        out = Outgoing(channel, wire.encode(frame), b"", wire.message_size(frame), optimistic,
+                       frame=frame)
         if ch.sending_bound is not None or ch.receiving_bound is not None:
             self._check_sendable(ch, out.size)
         for ref in refs:
@@ -620,7 +637,8 @@ class ChannelPeer:
             raise ChannelUsageError(f"channel {handle_type} carries no handles")
         frame = Bind(handle_type, bytes(value))
         handle = self.next_own[handle_type]
-        out = Outgoing(handle_type, frame, wire.encode(frame), optimistic, handle=handle)
+        out = Outgoing(handle_type, wire.encode(frame), b"", wire.message_size(frame), optimistic,
+                       frame=frame, handle=handle)
         self._check_sendable(ch, out.size)
         self.next_own[handle_type] = handle + 1
         # The bind counts as a reference of its own handle until settled: no FREE before it.
@@ -731,7 +749,7 @@ class ChannelPeer:
             # cannot fit would be dropped, apologised for and resent without end.
             out.optimistic = False
             self.counters["retransmissions"] += 1
-            out.deps.clear()  # recomputed when it goes out again
+            out.deps = None  # recomputed when it goes out again
             out.dep_failed = False
             if out.handle is not None:
                 self._bind_failed(frame.channel, out)
@@ -744,11 +762,11 @@ class ChannelPeer:
         key = (handle_type, bind.handle)
         for ch in self.outgoing.values():
             for out in ch.unconfirmed:
-                dep = out.deps.get(key)
+                dep = None if out.deps is None else out.deps.get(key)
                 if dep is not None and dep == (bind, bind.transmissions):
                     out.dep_failed = True
             for out in list(self._waiting_deps):
-                dep = out.deps.get(key)
+                dep = None if out.deps is None else out.deps.get(key)
                 if dep is not None and dep == (bind, bind.transmissions):
                     self._waiting_deps.remove(out)
                     self._discard(out)
@@ -758,8 +776,7 @@ class ChannelPeer:
         if out.dep_failed:
             self._discard(out)
             return
-        pending = [d for d in out.deps.values() if d[0].state != OutState.SETTLED]
-        if pending:
+        if out.deps and any(d[0].state != OutState.SETTLED for d in out.deps.values()):
             self._waiting_deps.append(out)
             return
         out.state = OutState.SETTLED
@@ -770,7 +787,7 @@ class ChannelPeer:
             # Messages waiting on this bind are now known to be fine.
             key = (out.channel, out.handle)
             for waiting in list(self._waiting_deps):
-                if key in waiting.deps:
+                if waiting.deps is not None and key in waiting.deps:
                     del waiting.deps[key]
                     if not any(d[0].state != OutState.SETTLED for d in waiting.deps.values()):
                         self._waiting_deps.remove(waiting)
@@ -876,34 +893,54 @@ class ChannelPeer:
     # ------------------------------------------------------------------ I/O
 
     def receive(self, data: bytes) -> None:
-        """Process one session message from the peer (untrusted bytes). Never raises."""
+        """Process one session message from the peer (untrusted bytes). Never raises.
+
+        Frames are processed as they are parsed; a malformed frame stops the message there and
+        fails the peer (the session closes, so what came before it no longer matters).
+        """
         if self.failure is not None:
             return
+        if not data:
+            self._fail("malformed channel message: empty message")
+            return
+        raw = data if type(data) is bytes else bytes(data)
+        incoming = self.incoming
+        pos, end = 0, len(raw)
+        fast = 0
         try:
-            frames = wire.decode_frames_raw(data)
+            while pos < end:
+                # The per-message path: a plain DATA frame with a one-byte channel and a one- or
+                # two-byte length, buffered without making a record (wire.decode_frame's hot
+                # path and _on_channel_message's common case, inline).
+                if raw[pos] == 0x01 and pos + 3 < end:
+                    channel = raw[pos + 1]
+                    n = raw[pos + 2]
+                    start = pos + 3
+                    if n >= 0x80:
+                        n2 = raw[start]
+                        n = (n & 0x7F) | (n2 << 7) if n2 < 0x80 else end
+                        start += 1
+                    stop = start + n
+                    ch = incoming.get(channel)
+                    if (stop <= end and channel < 0x80 and ch is not None and not ch.dropping
+                            and not ch.spec.handles and ch.sending_bound is None
+                            and ch.receiving_bound is None
+                            and (n or 1) <= ch.capacity - ch.used):
+                        size = n or 1
+                        ch.used += size
+                        ch.accepted += size
+                        ch.buffer.append(Delivery(channel, raw[start:stop], (), size))
+                        fast += 1
+                        pos = stop
+                        continue
+                frame, pos = wire.decode_frame(raw, pos)
+                if isinstance(frame, tuple):
+                    frame = Data(*frame)
+                self._dispatch(frame)
+                if self.failure is not None:
+                    break
         except wire.WireError as exc:
             self._fail(f"malformed channel message: {exc}")
-            return
-        incoming = self.incoming
-        fast = 0
-        for frame in frames:
-            if isinstance(frame, tuple):
-                channel, payload = frame
-                ch = incoming.get(channel)
-                size = len(payload) or 1
-                if (ch is not None and not ch.dropping and not ch.spec.handles
-                        and ch.sending_bound is None and ch.receiving_bound is None
-                        and size <= ch.capacity - ch.used):
-                    # The common case of _on_channel_message, inline.
-                    ch.used += size
-                    ch.accepted += size
-                    ch.buffer.append(Delivery(channel, payload, (), size))
-                    fast += 1
-                    continue
-                frame = Data(channel, payload)
-            self._dispatch(frame)
-            if self.failure is not None:
-                return
         self.counters["messages_received"] += fast
 
     def _dispatch(self, frame: wire.Frame) -> None:
@@ -958,34 +995,81 @@ class ChannelPeer:
         """
         if self.failure is not None:
             return b""
-        out = bytearray()
+        # The frames are gathered as a list of parts and joined once: the payload of a plain
+        # message is copied exactly once on this side, into the session message.
+        parts: list[bytes] = []
+        length = 0
         control = self.control
-        while control and (not out or len(out) < max_bytes):
-            out += wire.encode(control.popleft())
-        while len(out) < max_bytes:
+        while control and (not parts or length < max_bytes):
+            frame = wire.encode(control.popleft())
+            parts.append(frame)
+            length += len(frame)
+        while length < max_bytes:
             ch = self._pick()
             if ch is None:
                 break
-            # Send a run from this channel until another of its priority is due (or it stalls):
-            # the same choice as picking per message, without the per-message scan.
-            due = self._next_due(ch)
-            queue = ch.queue
-            weight = ch.spec.weight
-            while True:
-                msg = queue[0]
-                if out and len(out) + len(msg.encoded) > max_bytes:
-                    return bytes(out)
-                queue.popleft()
-                ch.queued_bytes -= msg.size
-                out += msg.encoded
+            length = self._send_run(ch, parts, length, max_bytes)
+            if length < 0:
+                break
+        return b"".join(parts)
+
+    def _send_run(self, ch: _Outgoing, parts: list[bytes], length: int, max_bytes: int) -> int:
+        """Put messages of `ch` into `parts` until another eligible channel of its priority is
+        due (the same choice as picking per message, without the per-message scan), `ch` stalls
+        or the session message is full. Returns the new length, -1 when full.
+        """
+        due = self._next_due(ch)
+        queue = ch.queue
+        unconfirmed = ch.unconfirmed
+        weight = ch.spec.weight
+        control = self.control
+        append = parts.append
+        plain_sent = 0
+        while True:
+            msg = queue[0]
+            n = msg.wire_len
+            if length and length + n > max_bytes:
+                length = -1
+                break
+            queue.popleft()
+            size = msg.size
+            ch.queued_bytes -= size
+            append(msg.header)
+            append(msg.body)
+            length += n
+            if msg.refs or msg.handle is not None:
                 self._transmitted(ch, msg)
-                ch.vtime += msg.size / weight
-                while control and len(out) < max_bytes:
-                    out += wire.encode(control.popleft())
-                if (ch.vtime > due or len(out) >= max_bytes or not queue
-                        or not self._eligible(ch)):
-                    break
-        return bytes(out)
+                while control and length < max_bytes:
+                    frame = wire.encode(control.popleft())
+                    append(frame)
+                    length += len(frame)
+            else:
+                # _transmitted for a message without handles, inline: this runs per message.
+                before = ch.guarantees
+                ch.guarantees = before - size
+                ch.sent += size
+                msg.transmissions += 1
+                plain_sent += 1
+                if before >= size:
+                    msg.state = OutState.SETTLED
+                else:
+                    msg.uncovered = size - max(0, before)
+                    msg.state = OutState.UNCONFIRMED
+                    unconfirmed.append(msg)
+            ch.vtime += size / weight
+            if length >= max_bytes:
+                length = -1
+                break
+            if ch.vtime > due or not queue:
+                break
+            head = queue[0]
+            if not head.optimistic and ch.guarantees < head.size:
+                break
+            if head.refs and not self._eligible(ch):
+                break
+        if plain_sent:
+            self.counters["messages_sent"] += plain_sent
+        return length
 
     def _next_due(self, picked: _Outgoing) -> float:
         """The virtual time at which another eligible channel of the same priority is due."""
@@ -1019,6 +1103,8 @@ class ChannelPeer:
                 if ref.sender_created:
                     bind = self.own[ref.handle_type][ref.handle].bind
                     if bind is not None and bind.state != OutState.SETTLED:
+                        if msg.deps is None:
+                            msg.deps = {}
                         msg.deps[(ref.handle_type, ref.handle)] = (bind, bind.transmissions)
         msg.uncovered = msg.size - max(0, min(before, msg.size))
         if msg.uncovered:
