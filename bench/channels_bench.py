@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -133,8 +134,10 @@ def baseline_kind() -> str:
     return "echo.session"
 
 
-async def _c2_phase(duration: float, through_channels: bool) -> float:
-    """1 KiB messages per second, one way, over one channel or the bare session."""
+async def _c2_phase(duration: float, through_channels: bool) -> tuple[float, float]:
+    """1 KiB messages per second, one way, over one channel or the bare session, and the
+    process's CPU time per message (both ends run in this process): on a shared machine the
+    rate moves with what else runs, the CPU per message much less."""
     payload = b"t" * BULK_SIZE
     count = 0
     async with session_pair() as (a, b):
@@ -150,13 +153,14 @@ async def _c2_phase(duration: float, through_channels: bool) -> float:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(consume)
                     await trio.sleep(0.2)
-                    start, first = trio.current_time(), count
+                    start, first, cpu = trio.current_time(), count, time.process_time()
                     end = start + duration
                     while trio.current_time() < end:
                         for _ in range(64):
                             await ca[BULK].send(payload, optimistic=True)
                     elapsed = trio.current_time() - start
                     received = count - first
+                    cpu = time.process_time() - cpu
                     nursery.cancel_scope.cancel()
         else:
 
@@ -169,15 +173,16 @@ async def _c2_phase(duration: float, through_channels: bool) -> float:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(consume_bare)
                 await trio.sleep(0.2)
-                start, first = trio.current_time(), count
+                start, first, cpu = trio.current_time(), count, time.process_time()
                 end = start + duration
                 while trio.current_time() < end:
                     for _ in range(64):
                         await a.send(payload)
                 elapsed = trio.current_time() - start
                 received = count - first
+                cpu = time.process_time() - cpu
                 nursery.cancel_scope.cancel()
-    return received / elapsed
+    return received / elapsed, cpu / max(received, 1) * 1e6
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -205,15 +210,19 @@ def run_c1(duration: float, repeat: int, losses: list[float]) -> list[dict[str, 
 
 
 def run_c2(duration: float, repeat: int) -> dict[str, Any]:
-    bare, chan, ratios = [], [], []
+    bare, chan, ratios, bare_cpu, chan_cpu, cpu_ratios = [], [], [], [], [], []
     for _ in range(repeat):
-        b = trio.run(_c2_phase, duration, False)
-        c = trio.run(_c2_phase, duration, True)
+        b, b_cpu = trio.run(_c2_phase, duration, False)
+        c, c_cpu = trio.run(_c2_phase, duration, True)
         bare.append(b)
         chan.append(c)
         ratios.append(c / b)
+        bare_cpu.append(b_cpu)
+        chan_cpu.append(c_cpu)
+        cpu_ratios.append(b_cpu / c_cpu)
     return {"bare_msg_s": _spread(bare), "channel_msg_s": _spread(chan), "ratio": _spread(ratios),
-            "session": baseline_kind()}
+            "bare_cpu_us": _spread(bare_cpu), "channel_cpu_us": _spread(chan_cpu),
+            "cpu_ratio": _spread(cpu_ratios), "session": baseline_kind()}
 
 
 def channels(settings: Settings) -> list[Result]:
@@ -249,6 +258,9 @@ def main() -> None:
     parser.add_argument("--loss", default="0,0.05", help="C1 loss rates, comma-separated")
     parser.add_argument("--only", choices=["c1", "c2"], default=None)
     args = parser.parse_args()
+    from echo.log import configure_logging
+
+    configure_logging("console", "warning")  # the server's per-session lines are not results
     losses = [float(x) for x in args.loss.split(",")]
     if args.only in (None, "c1"):
         for row in run_c1(args.duration, args.repeat, losses):
@@ -267,6 +279,12 @@ def main() -> None:
               f"({c2['channel_msg_s']['min']:,.0f}..{c2['channel_msg_s']['max']:,.0f}); ratio "
               f"{c2['ratio']['median']:.2f} x ({c2['ratio']['min']:.2f}..{c2['ratio']['max']:.2f})"
               ", target >= 0.8")
+        print(f"C2 CPU per message (both ends): bare {c2['bare_cpu_us']['median']:.1f} us "
+              f"({c2['bare_cpu_us']['min']:.1f}..{c2['bare_cpu_us']['max']:.1f}), one channel "
+              f"{c2['channel_cpu_us']['median']:.1f} us "
+              f"({c2['channel_cpu_us']['min']:.1f}..{c2['channel_cpu_us']['max']:.1f}); "
+              f"bare/channel {c2['cpu_ratio']['median']:.2f} x "
+              f"({c2['cpu_ratio']['min']:.2f}..{c2['cpu_ratio']['max']:.2f})")
 
 
 if __name__ == "__main__":
