@@ -203,6 +203,15 @@ class Channels:
     def counters(self) -> dict[str, int]:
         return dict(self.peer.counters)
 
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Wait until `predicate()` holds (guarantees arrived, a buffer filled, ...).
+
+        It is checked now and after every change to these channels' state: input from the
+        peer, output, and local operations. Raises ChannelsClosed if they close first.
+        """
+        while not predicate():
+            await self._wait_change()
+
     # ------------------------------------------------------------------ internals
 
     def _notify(self) -> None:
