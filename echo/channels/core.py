@@ -97,6 +97,11 @@ class ChannelSpec:
     priority: lower is more urgent, strictly (what this peer sends when back-pressured).
     weight:   share among channels of the same priority.
     handles:  the channel carries BindHandle messages; its id is the handle type.
+    own_stream: the channel travels on a transport stream of its own (head-of-line isolation:
+              a datagram lost on another channel's stream never delays it). Everything that
+              concerns it (its messages, guarantees, pleas, bounds, drop notices, apologies)
+              goes on that stream, so its ordering rules hold; it cannot be a handle channel
+              nor carry handle references (a reference must never overtake its bind).
     """
 
     channel_id: int
@@ -104,12 +109,15 @@ class ChannelSpec:
     priority: int = 0
     weight: int = 1
     handles: bool = False
+    own_stream: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.channel_id <= wire.MAX_VARINT:
             raise ChannelUsageError(f"channel id {self.channel_id} out of range")
         if self.capacity < 0 or self.weight < 1:
             raise ChannelUsageError("capacity must be >= 0 and weight >= 1")
+        if self.own_stream and self.handles:
+            raise ChannelUsageError("a handle channel travels on the session's own stream")
 
 
 class OutState(enum.Enum):
@@ -245,6 +253,7 @@ class _Outgoing:
     receiving_bound: int | None = None  # the server's LIMIT_RECEIVING total
     vtime: float = 0.0
     queued_bytes: int = 0
+    stream: int = 0
 
 
 @attrs.frozen
@@ -269,11 +278,23 @@ class ChannelPeer:
         self.specs = {s.channel_id: s for s in specs}
         self.incoming = {s.channel_id: _Incoming(s, 0, s.capacity) for s in specs}
         self.outgoing = {s.channel_id: _Outgoing(s) for s in specs}
+        # Stream 0 is the session's own; each own_stream channel gets the next, in id order
+        # (both peers declare the same specs, so they agree on the numbering).
+        self.stream_of = {s.channel_id: 0 for s in specs}
+        for index, spec in enumerate(sorted((s for s in specs if s.own_stream),
+                                            key=lambda s: s.channel_id)):
+            self.stream_of[spec.channel_id] = index + 1
+        self.streams = 1 + sum(1 for s in specs if s.own_stream)
         self._out_list = list(self.outgoing.values())
-        self._by_priority: dict[int, list[_Outgoing]] = collections.defaultdict(list)
+        # Channels compete (priority, then weight) only with those on the same stream.
+        self._by_priority: dict[tuple[int, int], list[_Outgoing]] = collections.defaultdict(list)
         for out_ch in self._out_list:
-            self._by_priority[out_ch.spec.priority].append(out_ch)
-        self.control: collections.deque[wire.Control] = collections.deque()
+            out_ch.stream = self.stream_of[out_ch.spec.channel_id]
+            self._by_priority[(out_ch.stream, out_ch.spec.priority)].append(out_ch)
+        #: control frames per stream; `control` is stream 0's
+        self.controls: list[collections.deque[wire.Control]] = [
+            collections.deque() for _ in range(self.streams)]
+        self.control = self.controls[0]
         self.failure: str | None = None
         self.events: list[Discarded] = []
         # Messages covered on their own channel that wait to learn whether a bind they rely on
@@ -309,6 +330,11 @@ class ChannelPeer:
         except KeyError:
             raise ChannelUsageError(f"unknown channel {channel}") from None
 
+    def _ctl(self, frame: wire.Control) -> None:
+        """Queue a control frame on the stream of the channel it concerns."""
+        assert not isinstance(frame, FreeHandle)
+        self.controls[self.stream_of[frame.channel]].append(frame)
+
     def _fail(self, reason: str) -> None:
         if self.failure is None:
             self.failure = reason
@@ -334,7 +360,7 @@ class ChannelPeer:
         if not force and amount * 4 < ch.capacity and ch.buffer:
             return  # more releases will follow; wait to aggregate
         ch.issuable -= amount
-        self.control.append(Guarantee(ch.spec.channel_id, amount))
+        self._ctl(Guarantee(ch.spec.channel_id, amount))
         self.counters["guarantees_issued"] += amount
 
     def _release_bytes(self, ch: _Incoming, size: int) -> None:
@@ -384,7 +410,7 @@ class ChannelPeer:
         self._plead(ch, target)
 
     def _plead(self, ch: _Incoming, target: int) -> None:
-        self.control.append(Plead(ch.spec.channel_id, target))
+        self._ctl(Plead(ch.spec.channel_id, target))
 
     def limit_receiving(self, channel: int, more: int) -> None:
         """Promise to accept at most `more` further bytes on `channel`."""
@@ -397,7 +423,7 @@ class ChannelPeer:
                 f"bound {more} is below the {ch.outstanding} bytes already guaranteed; plead first"
             )
         ch.receiving_bound = bound
-        self.control.append(LimitReceiving(channel, bound))
+        self._ctl(LimitReceiving(channel, bound))
 
     def take(self, channel: int) -> Delivery | None:
         """The next buffered message of `channel` (its bytes stay used until `release`)."""
@@ -424,7 +450,7 @@ class ChannelPeer:
             if (ch.issuable * 4 >= ch.capacity or not ch.buffer) and ch.receiving_bound is None:
                 amount = ch.issuable
                 ch.issuable = 0
-                self.control.append(Guarantee(ch.spec.channel_id, amount))
+                self._ctl(Guarantee(ch.spec.channel_id, amount))
                 self.counters["guarantees_issued"] += amount
         else:
             self._release_bytes(ch, size)
@@ -490,9 +516,9 @@ class ChannelPeer:
             cover = max(0, -ch.outstanding)
             if cover:
                 ch.issuable -= cover
-                self.control.append(Guarantee(channel, cover))
+                self._ctl(Guarantee(channel, cover))
                 self.counters["guarantees_issued"] += cover
-            self.control.append(AnnounceDropping(channel))
+            self._ctl(AnnounceDropping(channel))
             return
         ch.used += size
         ch.accepted += size
@@ -603,6 +629,10 @@ class ChannelPeer:
                 self._check_sendable(ch, out.size)
             self._enqueue(ch, out)
             return out
+        if ch.stream != 0:
+            raise ChannelUsageError(
+                f"channel {channel} has its own stream: its messages cannot refer to handles "
+                "(a reference must never overtake its bind)")
         for ref in refs:
             entry = self._ref_entry(ref)
             if entry.local_free or entry.peer_freed or entry.sent_free:
@@ -662,14 +692,15 @@ class ChannelPeer:
             raise ChannelClosedError(f"channel {ch.spec.channel_id} is closed by a bound")
 
     def _enqueue(self, ch: _Outgoing, out: Outgoing) -> None:
-        if not ch.queue and not ch.unconfirmed and len(self._by_priority[ch.spec.priority]) > 1:
+        group = (ch.stream, ch.spec.priority)
+        if not ch.queue and not ch.unconfirmed and len(self._by_priority[group]) > 1:
             # An idle channel joins at the current virtual time, with no saved-up credit.
-            ch.vtime = max(ch.vtime, self._min_vtime(ch.spec.priority))
+            ch.vtime = max(ch.vtime, self._min_vtime(group))
         ch.queue.append(out)
         ch.queued_bytes += out.size
 
-    def _min_vtime(self, priority: int) -> float:
-        times = [c.vtime for c in self._by_priority[priority] if c.queue]
+    def _min_vtime(self, group: tuple[int, int]) -> float:
+        times = [c.vtime for c in self._by_priority[group] if c.queue]
         return min(times, default=0.0)
 
     def absolve(self, channel: int, amount: int) -> None:
@@ -682,7 +713,7 @@ class ChannelPeer:
             raise ChannelClosedError("absolution past our own sending bound")
         ch.guarantees -= amount
         ch.absolved += amount
-        self.control.append(Absolve(channel, amount))
+        self._ctl(Absolve(channel, amount))
 
     def limit_sending(self, channel: int, more: int) -> None:
         """Promise to send (and absolve) at most `more` further bytes on `channel`."""
@@ -691,7 +722,7 @@ class ChannelPeer:
         if ch.sending_bound is not None and bound >= ch.sending_bound:
             raise ChannelUsageError("a sending bound may only tighten")
         ch.sending_bound = bound
-        self.control.append(LimitSending(channel, bound))
+        self._ctl(LimitSending(channel, bound))
 
     def guarantees(self, channel: int) -> int:
         return self._out(channel).guarantees
@@ -754,7 +785,7 @@ class ChannelPeer:
             if out.handle is not None:
                 self._bind_failed(frame.channel, out)
         ch.queue.extendleft(reversed(dropped))
-        self.control.append(Apologise(frame.channel))
+        self._ctl(Apologise(frame.channel))
 
     def _bind_failed(self, handle_type: int, bind: Outgoing) -> None:
         """A dropped bind: every message that went out relying on this transmission is lost."""
@@ -837,7 +868,7 @@ class ChannelPeer:
                 return
             ch.guarantees -= amount
             ch.absolved += amount
-            self.control.append(Absolve(frame.channel, amount))
+            self._ctl(Absolve(frame.channel, amount))
 
     # ------------------------------------------------------------------ handles
 
@@ -856,7 +887,7 @@ class ChannelPeer:
         if entry is None or entry.sent_free or not entry.local_free or entry.out_refs > 0:
             return
         entry.sent_free = True
-        self.control.append(FreeHandle(handle_type, handle, mine))
+        self.controls[0].append(FreeHandle(handle_type, handle, mine))
         self._maybe_delete(handle_type, mine, handle)
 
     def _maybe_delete(self, handle_type: int, mine: bool, handle: int) -> None:
@@ -963,10 +994,14 @@ class ChannelPeer:
         elif isinstance(frame, FreeHandle):
             self._on_free(frame)
 
-    def has_output(self) -> bool:
+    def has_output(self, stream: int | None = None) -> bool:
+        """Something to send (on `stream`, or on any)."""
         if self.failure is not None:
             return False
-        return bool(self.control) or any(self._eligible(ch) for ch in self._out_list)
+        if stream is None:
+            return any(self.controls) or any(self._eligible(ch) for ch in self._out_list)
+        return bool(self.controls[stream]) or any(
+            self._eligible(ch) for ch in self._out_list if ch.stream == stream)
 
     def _eligible(self, ch: _Outgoing) -> bool:
         if not ch.queue:
@@ -988,8 +1023,9 @@ class ChannelPeer:
                         return False
         return True
 
-    def data_to_send(self, max_bytes: int = 64 * 1024) -> bytes:
-        """The next session message: control first, then channel messages by priority/weight.
+    def data_to_send(self, max_bytes: int = 64 * 1024, stream: int = 0) -> bytes:
+        """The next message for `stream`: control first, then channel messages by
+        priority/weight. Stream 0 is the session itself; see ChannelSpec.own_stream.
 
         Empty when there is nothing to send. At least one frame even if it exceeds max_bytes.
         """
@@ -999,13 +1035,13 @@ class ChannelPeer:
         # message is copied exactly once on this side, into the session message.
         parts: list[bytes] = []
         length = 0
-        control = self.control
+        control = self.controls[stream]
         while control and (not parts or length < max_bytes):
             frame = wire.encode(control.popleft())
             parts.append(frame)
             length += len(frame)
         while length < max_bytes:
-            ch = self._pick()
+            ch = self._pick(stream)
             if ch is None:
                 break
             length = self._send_run(ch, parts, length, max_bytes)
@@ -1022,7 +1058,7 @@ class ChannelPeer:
         queue = ch.queue
         unconfirmed = ch.unconfirmed
         weight = ch.spec.weight
-        control = self.control
+        control = self.controls[ch.stream]
         append = parts.append
         plain_sent = 0
         while True:
@@ -1074,15 +1110,15 @@ class ChannelPeer:
     def _next_due(self, picked: _Outgoing) -> float:
         """The virtual time at which another eligible channel of the same priority is due."""
         due = math.inf
-        for ch in self._by_priority[picked.spec.priority]:
+        for ch in self._by_priority[(picked.stream, picked.spec.priority)]:
             if ch is not picked and ch.vtime < due and self._eligible(ch):
                 due = ch.vtime
         return due
 
-    def _pick(self) -> _Outgoing | None:
+    def _pick(self, stream: int = 0) -> _Outgoing | None:
         best: _Outgoing | None = None
         for ch in self._out_list:
-            if not self._eligible(ch):
+            if ch.stream != stream or not self._eligible(ch):
                 continue
             if best is None or (ch.spec.priority, ch.vtime) < (best.spec.priority, best.vtime):
                 best = ch
