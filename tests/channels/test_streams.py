@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
-from echo.channels import wire
+from echo.channels import open_channels, wire
 from echo.channels.core import ChannelPeer, ChannelSpec, ChannelUsageError
 from echo.channels.wire import HandleRef
+from tests.channels.sessions import pipe_pair, transport_pair
+
+CONTROL, BULK = 0, 1
 
 SPECS = [
     ChannelSpec(0, capacity=100),
@@ -69,3 +73,94 @@ def test_own_stream_channels_refuse_handle_references():
     a.send(0, b"x", refs=[HandleRef(2, handle, True)])  # on stream 0, with its bind: fine
     with pytest.raises(ChannelUsageError):
         ChannelSpec(4, handles=True, own_stream=True)
+
+
+# ---------------------------------------------------------------------- over trio
+
+
+async def test_an_own_stream_channel_is_not_held_up_by_a_slow_stream_0(autojump_clock):
+    """Stream 0 takes 0.5 s one way (a loss being repaired, say); the control channel's own
+    stream takes 10 ms: its round trips take 20 ms, and bulk still arrives, in order."""
+    a, b = pipe_pair(delay=0.5, substream_delay=0.01)
+    specs = [ChannelSpec(CONTROL, capacity=1024, own_stream=True),
+             ChannelSpec(BULK, capacity=8 * 1024, priority=1)]
+    async with open_channels(a, specs) as ca, open_channels(b, specs) as cb:
+
+        async def control_echo() -> None:
+            async for message in cb[CONTROL]:
+                await cb[CONTROL].send(message.data)
+
+        got: list[bytes] = []
+
+        async def bulk_consumer() -> None:
+            async for message in cb[BULK]:
+                got.append(message.data)
+                if len(got) == 20:
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(control_echo)
+            nursery.start_soon(bulk_consumer)
+            await ca.wait_for(lambda: ca[CONTROL].guarantees > 0)
+            for i in range(20):
+                await ca[BULK].send(b"%d" % i, optimistic=True)
+            for i in range(10):
+                start = trio.current_time()
+                await ca[CONTROL].send(b"ping %d" % i)
+                assert (await ca[CONTROL].receive()).data == b"ping %d" % i
+                assert trio.current_time() - start <= 2 * 0.01 + 1e-6
+            await cb.wait_for(lambda: len(got) == 20)
+            nursery.cancel_scope.cancel()
+    assert got == [b"%d" % i for i in range(20)]
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.05])
+async def test_own_streams_over_a_real_transport_pair(loss):
+    """Aeron streams beside the pair's own (same ports, stream id + 1), under loss."""
+    specs = [ChannelSpec(CONTROL, capacity=1024, own_stream=True),
+             ChannelSpec(BULK, capacity=8 * 1024, priority=1)]
+    on_stream_0: set[int] = set()
+
+    def watch(session) -> None:
+        send = session.send
+
+        async def watched(data: bytes) -> None:
+            on_stream_0.update(f.channel for f in wire.decode_frames(data)
+                               if not isinstance(f, wire.FreeHandle))
+            await send(data)
+
+        session.send = watched
+
+    with trio.fail_after(60):
+        async with transport_pair(loss=loss, seed=7) as (a, b):
+            watch(a)
+            watch(b)
+            async with open_channels(a, specs) as ca, open_channels(b, specs) as cb:
+                received = []
+
+                async def bulk_sender() -> None:
+                    for i in range(200):
+                        await ca[BULK].send(i.to_bytes(4, "big") * 250)
+
+                async def bulk_consumer() -> None:
+                    async for message in cb[BULK]:
+                        received.append(int.from_bytes(message.data[:4], "big"))
+                        if len(received) == 200:
+                            return
+
+                async def control_echo() -> None:
+                    async for message in cb[CONTROL]:
+                        await cb[CONTROL].send(message.data)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(control_echo)
+                    async with trio.open_nursery() as bulk:
+                        bulk.start_soon(bulk_sender)
+                        bulk.start_soon(bulk_consumer)
+                        for i in range(20):
+                            await ca[CONTROL].send(b"%d" % i)
+                            assert (await ca[CONTROL].receive()).data == b"%d" % i
+                    nursery.cancel_scope.cancel()
+                assert received == list(range(200))
+    # Nothing of the control channel travelled on the pair's own stream, either way.
+    assert on_stream_0 and CONTROL not in on_stream_0
