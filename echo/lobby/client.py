@@ -138,18 +138,17 @@ Event = Update | ChatLine | GameStarting | Rehomed | Reconnected | Left
 
 
 def split_server(server: str) -> tuple[str, int, int]:
-    """``host:port`` (control port = port + 1) or ``host:port:control``."""
-    parts = server.rsplit(":", 2)
-    try:
-        if len(parts) == 3 and not parts[0].endswith("]"):
-            host, port, control = parts[0], int(parts[1]), int(parts[2])
-        else:
-            host, port_text = server.rsplit(":", 1)
-            port, control = int(port_text), int(port_text) + 1
-    except ValueError:
-        raise ValueError(f"{server!r} is not host:port") from None
-    host = host.strip("[]")
-    if not host or not 0 < port < 65536 or not 0 < control < 65536:
+    """``host:port`` (control port = port + 1), ``host:port:control``, ``[v6]:port[:control]``."""
+    if server.startswith("["):
+        host, _, rest = server[1:].partition("]")
+        numbers = rest[1:].split(":") if rest.startswith(":") else []
+    else:
+        host, *numbers = server.split(":")
+    if not host or len(numbers) not in (1, 2) or not all(n.isdigit() for n in numbers):
+        raise ValueError(f"{server!r} is not host:port")
+    port = int(numbers[0])
+    control = int(numbers[1]) if len(numbers) == 2 else port + 1
+    if not 0 < port < 65536 or not 0 < control < 65536:
         raise ValueError(f"{server!r} is not host:port")
     return host, port, control
 

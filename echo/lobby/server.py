@@ -40,7 +40,12 @@ import trio
 
 from echo.channels import ChannelsClosed, ChannelSpec, open_channels
 from echo.channels.api import Channels
-from echo.lobby.games import GameServerDirectory, parse_announcement_untrusted
+from echo.lobby.games import (
+    GameServerAnnouncement,
+    GameServerDirectory,
+    encode_announcement,
+    parse_announcement_untrusted,
+)
 from echo.lobby.hello import HelloError, encode_welcome, parse_hello_untrusted
 from echo.lobby.home import home_of
 from echo.lobby.limits import LobbyConfig, TokenBucket
@@ -569,6 +574,21 @@ class LobbyServer:
                     self._publish(record)
             self.board.expire(now)
             await trio.sleep(config.listing_interval)
+
+
+async def announce_game_server(
+    topic_client: Any,
+    announcement: Callable[[], GameServerAnnouncement],
+    *,
+    topic: str = GAMES_TOPIC,
+    interval: float = 1.0,
+) -> None:
+    """A game server's side of the games topic: announce itself and its free slots every
+    `interval` seconds (soft state: lobby servers forget it `game_ttl` after the last one).
+    `announcement()` is asked each time, so the free slots can follow the server's load."""
+    while True:
+        topic_client.publish(topic, encode_announcement(announcement()))
+        await trio.sleep(interval)
 
 
 _GONE = (ChannelsClosed, SessionError, trio.ClosedResourceError, trio.BrokenResourceError)

@@ -52,6 +52,14 @@ class Cluster:
     lobby: list[LobbyServer]
     topics: list[TopicServer]
     nursery: trio.Nursery
+    scopes: list[trio.CancelScope] = attrs.Factory(list)
+
+    def kill(self, server: LobbyServer) -> None:
+        """Stop a lobby server dead: no goodbyes, its sockets just close."""
+        self.scopes[self.lobby.index(server)].cancel()
+
+    def by_name(self, name: str) -> LobbyServer:
+        return next(s for s in self.lobby if s.server_id == name)
 
     @property
     def names(self) -> list[str]:
@@ -84,6 +92,7 @@ async def cluster(
         configs = [session_config() for _ in range(n)]
         names = tuple(name_of(c) for c in configs)
         servers = []
+        scopes: list[trio.CancelScope] = []
         transport = None if liveness is None else echo_timers(image_liveness_timeout=liveness)
         for config in configs:
             server = LobbyServer(
@@ -101,12 +110,19 @@ async def cluster(
                 events=_Recorder(events) if events is not None else None,
                 transport_config=transport,
             )
-            await nursery.start(server.run)
+            scope = trio.CancelScope()
+            await nursery.start(_run_in, scope, server)
+            scopes.append(scope)
             servers.append(server)
         try:
-            yield Cluster(servers, topic_servers, nursery)
+            yield Cluster(servers, topic_servers, nursery, scopes)
         finally:
             nursery.cancel_scope.cancel()
+
+
+async def _run_in(scope: trio.CancelScope, server: LobbyServer, *, task_status: Any) -> None:
+    with scope:
+        await server.run(task_status=task_status)
 
 
 class _Recorder:

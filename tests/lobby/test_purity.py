@@ -32,7 +32,7 @@ PURE = [
 
 
 # The trio driver, the client library, the CLIs and the key-file reader: I/O by design.
-DRIVERS = ["cli", "client", "keyfile", "server"]
+DRIVERS = ["cli", "client", "demo", "keyfile", "server"]
 
 
 def test_every_module_is_classified() -> None:
