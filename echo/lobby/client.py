@@ -398,6 +398,13 @@ class LobbyClient:
         """The session dropped. Back to the same server if it answers (the seat is kept for
         the grace period); else, with a lobby, to the next server of its ring, re-creating it
         from the replica."""
+        if "replaced by a new session" in link.close_reason:
+            # Another session of this member took the seat (another device, or this program
+            # restarted): coming back would only take it back and start a tug of war.
+            if self.replica is not None:
+                self._event(Left(self.replica.lobby_id, "replaced"))
+                self.replica = None
+            return
         if not self.auto_reconnect:
             return
         async with self._lock:
