@@ -94,8 +94,11 @@ log = structlog.get_logger("echo.lobby.client")
 
 #: The home's heartbeats come every 0.5 s; silence this long means the session is gone. With
 #: one retry of `RETRY_TIMEOUT` this keeps a re-created lobby within the issue's 5 s.
-CLIENT_LIVENESS = 2.0
-RETRY_TIMEOUT = 1.5
+CLIENT_LIVENESS = 1.5
+RETRY_TIMEOUT = 1.0
+#: How long a handshake with a lobby server may take before the next server is tried (a
+#: handshake on a working network takes one or two round trips).
+CONNECT_TIMEOUT = 3.0
 
 
 class LobbyError(Exception):
@@ -204,6 +207,7 @@ class LobbyClient:
         self.ring = HashRing(self.servers)
         self.member = member
         self.timeout = timeout
+        self.connect_timeout = min(timeout, CONNECT_TIMEOUT)
         self.auto_reconnect = reconnect
         self._nursery = nursery
         self._transport = transport
@@ -416,10 +420,13 @@ class LobbyClient:
                 if not shut_down:
                     try:
                         await self._open(link.server, RETRY_TIMEOUT)
-                        self._event(Reconnected(link.server))
-                        return
                     except LobbyUnavailable:
                         pass
+                    else:
+                        self._event(Reconnected(link.server))
+                        if self.replica is not None:
+                            await self._check_still_there(self.replica)
+                        return
                 self.dead.add(link.server)
                 replica = self.replica
                 if replica is None:
@@ -431,13 +438,22 @@ class LobbyClient:
                 self._recovering = False
                 self._notify()
 
+    async def _check_still_there(self, replica: LobbyReplica) -> None:
+        """Back on the same server: if it restarted meanwhile it has forgotten the lobby, and
+        it is still the lobby's home, so the lobby is re-created there from our copy."""
+        reply = await self._exchange(JoinLobby(self._next_id(), replica.lobby_id))
+        if isinstance(reply, Refusal) and reply.code is ErrorCode.NO_SUCH_LOBBY:
+            recreated = await self._exchange(replica.recreate_request(self._next_id()))
+            if isinstance(recreated, LobbyJoined):
+                self._event(Rehomed(replica.lobby_id, self.server or ""))
+
     async def _rehome(self, replica: LobbyReplica) -> None:
         while True:
             target = failover_home(self.ring, replica.lobby_id, self.dead)
             if target is None:
                 raise LobbyUnavailable("every lobby server of this lobby is gone")
             try:
-                await self._open(target, self.timeout)
+                await self._open(target, self.connect_timeout)
             except LobbyUnavailable:
                 continue  # _open marked it dead
             reply = await self._exchange(replica.recreate_request(self._next_id()))
@@ -486,7 +502,7 @@ class LobbyClient:
         await self._wait_recovered()
         if server is not None and self.server != server:
             async with self._lock:
-                await self._open(server, self.timeout)
+                await self._open(server, self.connect_timeout)
         elif self._link is None:
             await self._connect_any()
         reply = await self._exchange(request)
@@ -507,7 +523,7 @@ class LobbyClient:
             errors = []
             for server in sorted(order, key=lambda s: s in self.dead):
                 try:
-                    await self._open(server, self.timeout)
+                    await self._open(server, self.connect_timeout)
                     return
                 except LobbyUnavailable as error:
                     errors.append(str(error))
