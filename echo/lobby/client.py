@@ -417,9 +417,14 @@ class LobbyClient:
             self._recovering = True
             try:
                 shut_down = "shutting down" in link.close_reason
+                # After silence the server may be dead: retry briefly (the 5 s budget of a
+                # re-created lobby). After a close it answered, so it is most likely alive.
+                silent = "lost contact" in link.close_reason
                 if not shut_down:
                     try:
-                        await self._open(link.server, RETRY_TIMEOUT)
+                        await self._open(
+                            link.server, RETRY_TIMEOUT if silent else self.connect_timeout
+                        )
                     except LobbyUnavailable:
                         pass
                     else:
