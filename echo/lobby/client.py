@@ -235,6 +235,9 @@ class LobbyClient:
     def lobby_id(self) -> int | None:
         return None if self.replica is None else self.replica.lobby_id
 
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._iterate()
+
     def events(self) -> AsyncIterator[Event]:
         """Everything the server sends (updates, chat, game starts) and what the client does
         on its own (`Rehomed`, `Reconnected`, `Left`), in arrival order."""
@@ -267,6 +270,8 @@ class LobbyClient:
             self._events_in.send_nowait(event)
         except trio.WouldBlock:
             self.events_dropped += 1
+        except trio.ClosedResourceError:
+            pass  # the client is closing
 
     # ------------------------------------------------------------------ links
 
@@ -540,6 +545,12 @@ class LobbyClient:
         await self.wait_until(lambda c: c.replica is not None and c.replica.lobby_id == lobby_id)
         return lobby_id
 
+    def _not_in_a_lobby(self, allowed: int | None = None) -> None:
+        # Checked here too: moving to another server for another lobby would leave this
+        # lobby's seat reconnecting on its own server.
+        if self.replica is not None and self.replica.lobby_id != allowed:
+            raise LobbyError(ErrorCode.ALREADY_IN_LOBBY, "already in a lobby: leave it first")
+
     def _require_lobby(self) -> int:
         if self.replica is None:
             raise LobbyError(ErrorCode.NOT_MEMBER, "not in a lobby")
@@ -560,11 +571,13 @@ class LobbyClient:
         metadata: Mapping[str, Value] | None = None,
     ) -> int:
         """Create a lobby on the current server (its id lands there by CH); its id."""
+        self._not_in_a_lobby()
         reply = await self._request(CreateLobby(0, name, max_members, private, metadata or {}))
         return await self._joined(reply)
 
     async def join(self, lobby_id: int) -> int:
         """Join by id on the lobby's home (walking on past dead servers)."""
+        self._not_in_a_lobby(allowed=lobby_id)
         last: Exception | None = None
         for _ in range(len(self.servers)):
             home = failover_home(self.ring, lobby_id, self.dead)
@@ -579,6 +592,7 @@ class LobbyClient:
 
     async def join_code(self, code: str) -> int:
         """Join a private lobby by its code: the code's own server first, then along its ring."""
+        self._not_in_a_lobby()
         code = code.strip().upper()
         refusal: LobbyError | None = None
         for server in code_walk(self.ring, code, len(self.servers)):
@@ -597,6 +611,7 @@ class LobbyClient:
 
     async def quick_join(self, filters: Sequence[Filter] = ()) -> int:
         """Join the fullest open lobby that matches, on the current server, then the others."""
+        self._not_in_a_lobby()
         first = self.server
         order = [s for s in ([first] if first else []) + self.servers if s not in self.dead]
         refusal: LobbyError | None = None
@@ -741,6 +756,7 @@ async def _client(
             yield client
         finally:
             client.auto_reconnect = False
+            client._events_in.close()  # an `async for` over the events ends
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(2):
                     await client._close_link()

@@ -482,3 +482,30 @@ async def test_join_code_and_quick_join_find_a_lobby_on_another_server() -> None
                 assert quick.server == b
                 assert await quick.quick_join(filters_from(equals={"mode": "ctf"})) == made
                 assert quick.server == a
+
+
+async def test_one_lobby_at_a_time_and_events_end_with_the_client() -> None:
+    async with cluster(1) as c:
+        async with echo.lobby.connect(c.names, member="alice") as alice:
+            lobby_id = await alice.create("room", 4)
+            for attempt in (alice.create("second", 4), alice.join_code("ABCDEFGH")):
+                with pytest.raises(LobbyError) as refused:
+                    await attempt
+                assert refused.value.code is ErrorCode.ALREADY_IN_LOBBY
+            assert await alice.join(lobby_id) == lobby_id  # its own lobby: a resync
+            seen = []
+            chatted = trio.Event()
+
+            async def collect() -> None:
+                async for event in alice:
+                    seen.append(event)
+                    if isinstance(event, ChatLine):
+                        chatted.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(collect)
+                await alice.chat("one")
+                with trio.fail_after(10):
+                    await chatted.wait()
+                alice._events_in.close()  # what leaving the block does: the loop ends
+        assert [e.text for e in seen if isinstance(e, ChatLine)] == ["one"]
