@@ -509,3 +509,36 @@ async def test_one_lobby_at_a_time_and_events_end_with_the_client() -> None:
                     await chatted.wait()
                 alice._events_in.close()  # what leaving the block does: the loop ends
         assert [e.text for e in seen if isinstance(e, ChatLine)] == ["one"]
+
+
+async def test_raw_hostile_sessions_are_closed_with_a_reason_and_counted() -> None:
+    import echo.session as es
+    from echo.lobby.hello import Hello, encode_hello
+
+    async with cluster(1, hello_timeout=1.0) as c:
+        server = c.lobby[0]
+        host, port = server.session_config.address, server.session_config.port
+
+        async def closed_reason(*messages: bytes) -> str:
+            async with es.connect(host, port, port + 1, timeout=5) as session:
+                for message in messages:
+                    await session.send(message)
+                with trio.fail_after(10):
+                    try:
+                        while True:
+                            await session.receive()
+                    except es.SessionClosed as closed:
+                        return closed.reason
+            raise AssertionError("unreachable")
+
+        assert (await closed_reason(b"HELLO there")).startswith("bad hello")
+        assert "a member id is" in await closed_reason(encode_hello(Hello("bad\x00id")))
+        assert await closed_reason() == "no hello"
+        # Past the hello, bytes that are not channel frames end the session, nothing more.
+        reason = await closed_reason(encode_hello(Hello("junk")), b"\xff" * 40)
+        assert reason.startswith("channel protocol error")
+        assert server.counters["hellos_refused"] == 2
+        assert server.counters["hellos_timed_out"] == 1
+        assert server.sessions.application_errors == 0
+        async with echo.lobby.connect(c.names, member="junk") as fine:
+            await fine.create("still serving", 2)
