@@ -84,7 +84,7 @@ from echo.lobby.protocol import (
 )
 from echo.lobby.replica import ApplyResult, LobbyReplica
 from echo.lobby.server import code_walk, lobby_channel_specs
-from echo.session import SessionError
+from echo.session import HandshakeTimeout, LostContact, SessionError
 from echo.session import connect as session_connect
 from echo.session.timers import echo_timers
 from echo.topics.ring import HashRing
@@ -282,7 +282,10 @@ class LobbyClient:
         try:
             await self._nursery.start(self._run_link, link, timeout)
         except (SessionError, OSError, trio.TooSlowError, ChannelsClosed) as error:
-            self.dead.add(server)
+            # Silence is what a dead server looks like; a server that answers with a refusal
+            # (its reason in the error) is alive, and stays on the members' walk of the ring.
+            if isinstance(error, HandshakeTimeout | LostContact | OSError | trio.TooSlowError):
+                self.dead.add(server)
             raise LobbyUnavailable(f"{server}: {error}") from None
         self.dead.discard(server)
         self._link = link
