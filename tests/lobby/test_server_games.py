@@ -20,6 +20,8 @@ from echo.server.server import echo_application
 from echo.topics import ClientConfig, open_topic_client
 from tests.lobby.servers import GAME_KEY, cluster, session_config, until
 
+README = Path(__file__).resolve().parents[2] / "README.md"
+
 
 async def game_server(
     nursery: trio.Nursery, key_file: Path, topics: list[str]
@@ -128,7 +130,7 @@ async def test_start_without_a_game_server_is_refused() -> None:
 async def test_the_readme_example_runs(tmp_path: Path) -> None:
     """The README's library example, as written, against real servers: alice runs it, bob
     joins and readies; alice starts and takes her ticket to the game server."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = README.read_text()
     section = readme[readme.index("### The library", readme.index("## Lobby")) :]
     code = section[section.index("```python") + len("```python") : section.index("```\n", 10)]
     code = code.replace("trio.run(main)", "")
