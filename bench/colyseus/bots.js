@@ -94,14 +94,14 @@ function chatPhase(rate, seconds) {
     const text = "x".repeat(32);
     const full = rooms.filter((r) => r && r.length);
     let sent = 0;
-    let budget = 0;
     let k = 0;
     const tick = 10;
     const t0 = now();
     const timer = setInterval(() => {
-      budget += (rate * tick) / 1000;
-      while (budget >= 1 && full.length) {
-        budget -= 1;
+      // Catch up to the schedule: a late timer (a loaded machine) sends what is due, as the
+      // echo bots' sleep_until does.
+      const due = Math.floor((rate * Math.min(now() - t0, seconds * 1000)) / 1000);
+      while (sent < due && full.length) {
         const seats = full[k++ % full.length];
         const sender = seats[Math.floor(Math.random() * seats.length)];
         sender.send("chat", { t: now(), text });
