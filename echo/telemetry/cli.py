@@ -100,7 +100,7 @@ def _print_lobbies(lob: dict[str, Any], width: int) -> None:
     chat = lob["chat"]
     rows = [
         ("lobbies created", lob["created"]),
-        ("lobbies re-created", lob["recreated"]),
+        ("lobbies re-homed", lob["rehomed"]),
         ("lobby joins", lob["joins"]),
         ("lobbies started", lob["started"]),
         ("lobbies never filled", lob["time_to_fill_s"]["never"]),

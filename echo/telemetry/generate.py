@@ -83,7 +83,7 @@ class LobbyTruth:
 
     servers: list[str] = attrs.field(factory=list)
     created: int = 0
-    created_events: int = 0
+    rehomed: int = 0
     joins: int = 0
     started: int = 0
     never_filled: int = 0
@@ -107,7 +107,7 @@ class LobbyTruth:
         t0, first = created[0]
         cap = first["max_members"]
         self.created += 1
-        self.created_events += len(created)
+        self.rehomed += len({sid for _, sid, ev, _ in lines if ev != "lobby_refused"}) > 1
         self.capacity[cap] += 1
         sizes = [f["members"] for _, _, ev, f in lines if "members" in f]
         self.peak[max([1, *sizes])] += 1
@@ -168,7 +168,7 @@ class LobbyTruth:
         return {
             "servers": sorted(self.servers),
             "created": self.created,
-            "recreated": self.created_events - self.created,
+            "rehomed": self.rehomed,
             "joins": self.joins,
             "started": self.started,
             "left": _sorted_counts(self.left),
@@ -411,9 +411,9 @@ def _tail(fields: dict[str, Any]) -> str:
 class _LobbySim:
     """N lobbies on the lobby servers, one at a time, each with every line it will write."""
 
-    # Refusal codes are ErrorCode names in lower case, as the lobby server logs them.
-    CREATE_REFUSALS: Final = ("rate_limited", "name_invalid", "metadata_limit", "server_full")
-    JOIN_REFUSALS: Final = ("lobby_locked", "banned", "private_lobby", "already_in_lobby")
+    # As echo-lobby logs them: the request's message type and the ErrorCode's name.
+    CREATE_REFUSALS: Final = ("RATE_LIMITED", "NAME_INVALID", "METADATA_LIMIT", "SERVER_FULL")
+    JOIN_REFUSALS: Final = ("LOBBY_LOCKED", "BANNED", "PRIVATE_LOBBY", "ALREADY_IN_LOBBY")
 
     def __init__(
         self, rng: random.Random, truth: LobbyTruth, server_ids: list[str], members_from: int
@@ -445,7 +445,7 @@ class _LobbySim:
             emit("lobby_refused", member_id=member, request=request, code=code)
 
         if rng.random() < 0.03:
-            refuse(self.member(), "create", rng.choice(self.CREATE_REFUSALS))
+            refuse(self.member(), "CreateLobby", rng.choice(self.CREATE_REFUSALS))
             t += step(2.0)
         lobby_id = rng.getrandbits(63) | 1
         cap = rng.choice((2, 4, 4, 6, 8, 8, 8, 16))
@@ -460,11 +460,14 @@ class _LobbySim:
             max_members=cap,
             visibility=visibility,
         )
+        # The server logs the creator's seat as a join of the lobby's first member.
+        t += 1
+        emit("lobby_joined", lobby_id=lobby_id, member_id=owner, members=1)
         target = cap if rng.random() < 0.55 else rng.randint(1, cap)
         while len(roster) < target:
             t += step(4.0)
             if rng.random() < 0.04:
-                refuse(self.member(), "join", rng.choice(self.JOIN_REFUSALS))
+                refuse(self.member(), "JoinLobby", rng.choice(self.JOIN_REFUSALS))
                 continue
             roster.append(self.member())
             emit("lobby_joined", lobby_id=lobby_id, member_id=roster[-1], members=len(roster))
@@ -481,20 +484,13 @@ class _LobbySim:
                 )
         if len(roster) == cap and rng.random() < 0.3:
             t += step(2.0)
-            refuse(self.member(), "join", "lobby_full")
+            refuse(self.member(), "JoinLobby", "LOBBY_FULL")
         if len(self.server_ids) > 1 and len(roster) >= 2 and rng.random() < 0.03:
             # The home died: the members re-create the lobby on the next server of the ring
-            # within the 5 s the issue allows, the first copy first, then the others.
+            # within the 5 s the issue allows; the new home logs each of them as a join.
             t += 1 + int(rng.uniform(0.5, 4.0) * _US)
             s = (s + 1) % len(self.server_ids)
-            emit(
-                "lobby_created",
-                lobby_id=lobby_id,
-                member_id=roster[0],
-                max_members=cap,
-                visibility=visibility,
-            )
-            for i, m in enumerate(roster[1:], start=2):
+            for i, m in enumerate(roster, start=1):
                 t += 1 + rng.randrange(1_000, 200_000)
                 emit("lobby_joined", lobby_id=lobby_id, member_id=m, members=i)
         chats = int(rng.lognormvariate(math.log(4.0), 1.2)) if rng.random() < 0.8 else 0
@@ -512,12 +508,12 @@ class _LobbySim:
                 t += rng.randrange(1_000, 20_000)
                 emit("lobby_chat", lobby_id=lobby_id, member_id=flooder, bytes=200)
             for _ in range(rng.randrange(5, 50)):
-                refuse(flooder, "chat", "rate_limited")
+                refuse(flooder, "SendChat", "RATE_LIMITED")
         if len(roster) >= 2 and rng.random() < 0.7:
             if rng.random() < 0.05:
-                refuse(roster[-1], "start", "not_owner")
+                refuse(roster[-1], "StartGame", "NOT_OWNER")
             if rng.random() < 0.1:
-                refuse(roster[0], "start", "not_ready")
+                refuse(roster[0], "StartGame", "NOT_READY")
             t += step(8.0, 0.8)
             emit(
                 "lobby_started",
@@ -851,7 +847,10 @@ def generate(
     out.flush_until(2**63)
     for s, sid in enumerate(server_ids):
         out.push(
-            out.echo_last_us + _US + s, sid, "server_stopped", ',"reason":"shutdown","duologues_open":0'
+            out.echo_last_us + _US + s,
+            sid,
+            "server_stopped",
+            ',"reason":"shutdown","duologues_open":0',
         )
     out.close()
 

@@ -530,9 +530,10 @@ def _counts_by(df: DataFrame, column: str) -> dict[str, int]:
 def _lobbies(ev: DataFrame, by_type: Mapping[str, int]) -> dict[str, Any]:
     """The lobby report.
 
-    A lobby is its `lobby_id` across servers: ids are random 63-bit numbers, and a lobby re-created
-    on the next server after its home died is the same lobby (its later `lobby_created` counts
-    as `recreated`, not as another lobby). Per lobby, from its first `lobby_created`:
+    A lobby is its `lobby_id` across servers: ids are random 63-bit numbers, and a lobby its
+    members re-created on the next server after its home died is the same lobby; `rehomed`
+    counts the lobbies whose events come from more than one server. Per lobby, from its first
+    `lobby_created`:
     - capacity: that event's `max_members`; peak: the most `members` any event of it carried
       (at least 1, the creator);
     - time to fill: until the first `lobby_joined` with `members` >= capacity, or until its
@@ -561,6 +562,7 @@ def _lobbies(ev: DataFrame, by_type: Mapping[str, int]) -> dict[str, Any]:
             F.max("members").alias("peak"),
             F.min(first_ts("lobby_started")).alias("started"),
             F.min_by("members", first_ts("lobby_started")).alias("at_start"),
+            F.countDistinct("server_id").alias("servers"),
         )
         .filter(F.col("created").isNotNull())
     )
@@ -586,6 +588,7 @@ def _lobbies(ev: DataFrame, by_type: Mapping[str, int]) -> dict[str, Any]:
         F.count(F.lit(1)).alias("created"),
         F.count("fill_s").alias("filled"),
         F.count("start_s").alias("started"),
+        F.sum(F.when(F.col("servers") > 1, 1).otherwise(0)).alias("rehomed"),
         F.percentile_approx("fill_s", [0.5, 0.9, 0.99], 10000).alias("fill_p"),
         F.percentile_approx("start_s", [0.5, 0.9, 0.99], 10000).alias("start_p"),
     ).first()
@@ -629,7 +632,7 @@ def _lobbies(ev: DataFrame, by_type: Mapping[str, int]) -> dict[str, Any]:
     return {
         "servers": list(servers["s"]) if servers is not None else [],
         "created": created,
-        "recreated": by_type.get("lobby_created", 0) - created,
+        "rehomed": int(waits["rehomed"] or 0),
         "joins": by_type.get("lobby_joined", 0),
         "started": int(waits["started"]),
         "left": _counts_by(lob.filter(event == "lobby_left"), "reason"),

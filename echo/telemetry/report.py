@@ -162,7 +162,7 @@ def _lobby_section(lob: dict[str, Any]) -> list[str]:
     )
     cards = [
         ("lobbies", lob["created"]),
-        ("re-created", lob["recreated"]),
+        ("re-homed", lob["rehomed"]),
         ("joins", lob["joins"]),
         ("started", lob["started"]),
         ("never filled", fill["never"]),

@@ -50,6 +50,7 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
         (0, "lobby-1", "lobby_server_started", {"address": "::", "port": 1, "control_port": 2}),
         # A: full at 11 s (fill 10 s), started at 26 s (start 25 s) with 2 members.
         (1, "lobby-1", "lobby_created", {"lobby_id": 11, "member_id": "ann", "max_members": 2}),
+        (1.5, "lobby-1", "lobby_joined", {"lobby_id": 11, "member_id": "ann", "members": 1}),
         (11, "lobby-1", "lobby_joined", {"lobby_id": 11, "member_id": "bob", "members": 2}),
         (12, "lobby-1", "lobby_chat", {"lobby_id": 11, "member_id": "ann", "bytes": 10}),
         (13, "lobby-1", "lobby_chat", {"lobby_id": 11, "member_id": "bob", "bytes": 20}),
@@ -59,16 +60,24 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
         (28.5, "lobby-1", "lobby_deleted", {"lobby_id": 11, "reason": "empty"}),
         # B: peak 3 of 4, never full; started at 65 s with 2: fill = start = 60 s.
         (5, "lobby-1", "lobby_created", {"lobby_id": 22, "member_id": "cat", "max_members": 4}),
+        (5.5, "lobby-1", "lobby_joined", {"lobby_id": 22, "member_id": "cat", "members": 1}),
         (6, "lobby-1", "lobby_joined", {"lobby_id": 22, "member_id": "dan", "members": 2}),
         (7, "lobby-1", "lobby_joined", {"lobby_id": 22, "member_id": "eve", "members": 3}),
         (8, "lobby-1", "lobby_left", {"lobby_id": 22, "member_id": "dan", "members": 2}),
-        (9, "lobby-1", "lobby_refused", {"member_id": "fay", "request": "join", "code": "banned"}),
+        (
+            9,
+            "lobby-1",
+            "lobby_refused",
+            {"member_id": "fay", "request": "JoinLobby", "code": "BANNED"},
+        ),
         (20, "lobby-1", "lobby_chat", {"lobby_id": 22, "member_id": "cat", "bytes": 30}),
         (65, "lobby-1", "lobby_started", {"lobby_id": 22, "members": 2, "game_server": "g:1"}),
-        # C: its home died; re-created on lobby-2 (one lobby, re-created once); never filled.
+        # C: its home died; its members re-created it on lobby-2 (one lobby, re-homed once);
+        # never filled.
         (2, "lobby-1", "lobby_created", {"lobby_id": 33, "member_id": "gil", "max_members": 4}),
+        (2.5, "lobby-1", "lobby_joined", {"lobby_id": 33, "member_id": "gil", "members": 1}),
         (3, "lobby-1", "lobby_joined", {"lobby_id": 33, "member_id": "hal", "members": 2}),
-        (4, "lobby-2", "lobby_created", {"lobby_id": 33, "member_id": "gil", "max_members": 4}),
+        (4, "lobby-2", "lobby_joined", {"lobby_id": 33, "member_id": "gil", "members": 1}),
         (4.5, "lobby-2", "lobby_joined", {"lobby_id": 33, "member_id": "hal", "members": 2}),
         # D: created before the log began: a join and a chat line, no per-lobby numbers.
         (30, "lobby-2", "lobby_joined", {"lobby_id": 44, "member_id": "ivy", "members": 3}),
@@ -77,19 +86,19 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
             40,
             "lobby-2",
             "lobby_refused",
-            {"member_id": "joe", "request": "join", "code": "lobby_full"},
+            {"member_id": "joe", "request": "JoinLobby", "code": "LOBBY_FULL"},
         ),
         (
             41,
             "lobby-2",
             "lobby_refused",
-            {"member_id": "kim", "request": "chat", "code": "rate_limited"},
+            {"member_id": "kim", "request": "SendChat", "code": "RATE_LIMITED"},
         ),
         (
             42,
             "lobby-2",
             "lobby_refused",
-            {"member_id": "kim", "request": "chat", "code": "rate_limited"},
+            {"member_id": "kim", "request": "SendChat", "code": "RATE_LIMITED"},
         ),
     ]
     defaults = {
@@ -108,8 +117,8 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
     assert s["lobbies"] == {
         "servers": ["lobby-1", "lobby-2"],
         "created": 3,
-        "recreated": 1,
-        "joins": 6,
+        "rehomed": 1,
+        "joins": 10,
         "started": 2,
         "left": {"kicked": 1, "left": 2},
         "deleted": {"empty": 1},
@@ -138,8 +147,8 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
         "chat": {"lines": 4, "bytes": 65, "lobbies_with_chat": 3, "bytes_per_line": 16.25},
         "refusals": {
             "total": 4,
-            "by_code": {"banned": 1, "lobby_full": 1, "rate_limited": 2},
-            "by_request": {"chat": 2, "join": 2},
+            "by_code": {"BANNED": 1, "LOBBY_FULL": 1, "RATE_LIMITED": 2},
+            "by_request": {"JoinLobby": 2, "SendChat": 2},
         },
     }
     # No echo-server events: those parts are empty, not broken.
@@ -167,11 +176,11 @@ def test_generated_lobby_log_equals_ground_truth(both: tuple[GroundTruth, Any, A
     lob = mixed["lobbies"]
     assert lob == truth.lobbies.expected_summary()
     # the numbers the issue names, spelled out
-    assert lob["created"] == 150 and lob["recreated"] > 0
+    assert lob["created"] == 150 and lob["rehomed"] > 0
     assert sum(lob["sizes"]["at_start"].values()) == lob["started"] > 0
     assert lob["time_to_fill_s"]["p50"] <= lob["time_to_fill_s"]["p99"]
     assert lob["chat"]["lines"] > 0 and lob["chat"]["bytes"] > lob["chat"]["lines"]
-    assert lob["refusals"]["by_code"]["lobby_full"] > 0
+    assert lob["refusals"]["by_code"]["LOBBY_FULL"] > 0
 
 
 def test_echo_only_log_reports_as_before(both: tuple[GroundTruth, Any, Any]) -> None:
@@ -198,10 +207,10 @@ def test_report_and_table_show_lobbies(
     out = capsys.readouterr().out
     for line in (
         ("lobbies created", lob["created"]),
-        ("lobbies re-created", lob["recreated"]),
+        ("lobbies re-homed", lob["rehomed"]),
         ("lobby chat lines", lob["chat"]["lines"]),
         ("lobby chat bytes", lob["chat"]["bytes"]),
-        ("refused: lobby_full", lob["refusals"]["by_code"]["lobby_full"]),
+        ("refused: LOBBY_FULL", lob["refusals"]["by_code"]["LOBBY_FULL"]),
     ):
         assert any(
             row.startswith(line[0]) and row.endswith(f"{line[1]:,}") for row in out.splitlines()
