@@ -209,6 +209,7 @@ class Echo(Target):
             str(offset),
             "--concurrency",
             str(args.join_concurrency),
+            *(["--liveness", str(args.echo_client_liveness)] if args.echo_client_liveness else []),
         ]
 
 
@@ -269,8 +270,13 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             offset += n
 
         joined = [o.wait_json("joined", args.phase_timeout) for o in outs]
-        cpu1 = cpu_seconds(server.pid)
+        bots_cpu = [sum(cpu_seconds(p.pid) for p in bots)]
+        cpu_joined = cpu_seconds(server.pid)
         mem_joined = memory_kib(server.pid)
+        # Everyone seated, nobody talking: what keeping the sessions alive costs.
+        time.sleep(args.idle_seconds)
+        cpu1 = cpu_seconds(server.pid)
+        bots_cpu.append(sum(cpu_seconds(p.pid) for p in bots))
         joins = sum(j["joins"] for j in joined)
         span = (max(j["t1"] for j in joined) - min(j["t0"] for j in joined)) / 1000
         lat = [x for j in joined for x in j["lat"]]
@@ -282,7 +288,13 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             "joins_per_s": joins / span if span > 0 else None,
             "latency_ms_p50": percentile(lat, 50),
             "latency_ms_p99": percentile(lat, 99),
-            "server_cpu_s": cpu1 - cpu0,
+            "server_cpu_s": cpu_joined - cpu0,
+            "bots_cpu_s": bots_cpu[0],
+        }
+        result["idle"] = {
+            "seconds": args.idle_seconds,
+            "server_cpu_pct": 100 * (cpu1 - cpu_joined) / args.idle_seconds,
+            "bots_cpu_pct": 100 * (bots_cpu[1] - bots_cpu[0]) / args.idle_seconds,
         }
 
         rate = args.chat_rate / len(outs)
@@ -290,6 +302,7 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             _say(proc, f"chat {rate} {args.chat_seconds}")
         chats = [o.wait_json("chat", args.chat_seconds + args.phase_timeout) for o in outs]
         cpu2 = cpu_seconds(server.pid)
+        bots_cpu.append(sum(cpu_seconds(p.pid) for p in bots))
         lat = [x for c in chats for x in c["lat"]]
         sent = sum(c["sent"] for c in chats)
         result["chat"] = {
@@ -297,10 +310,13 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             "lines_per_s": sent / args.chat_seconds,
             "deliveries": sum(c["deliveries"] for c in chats),
             "expected_deliveries": sum(c["expected"] for c in chats),
+            "send_errors": sum(c.get("errors", 0) for c in chats),
+            "sessions_dropped_and_back": sum(c.get("reconnects", 0) for c in chats),
             "delivery_ms_p50": percentile(lat, 50),
             "delivery_ms_p99": percentile(lat, 99),
             "server_cpu_s": cpu2 - cpu1,
             "server_cpu_pct": 100 * (cpu2 - cpu1) / (args.chat_seconds + 3),
+            "bots_cpu_pct": 100 * (bots_cpu[2] - bots_cpu[1]) / (args.chat_seconds + 3),
         }
 
         for proc in bots:
@@ -361,7 +377,15 @@ def bot_main(args: argparse.Namespace) -> None:
 async def _bot(args: argparse.Namespace) -> None:
     import trio
 
-    from echo.lobby.client import CLIENT_LIVENESS, LobbyClient, LobbyError, filters_from
+    from echo.lobby.client import (
+        CLIENT_LIVENESS,
+        LobbyClient,
+        LobbyError,
+        LobbyUnavailable,
+        Reconnected,
+        Rehomed,
+        filters_from,
+    )
     from echo.lobby.client import connect as lobby_connect
     from echo.lobby.protocol import ChatLine
     from echo.session.client import client_transport_config
@@ -377,11 +401,13 @@ async def _bot(args: argparse.Namespace) -> None:
     chat_lat: list[float] = []
     deliveries = 0
     errors = 0
-    config = client_transport_config(echo_timers(image_liveness_timeout=CLIENT_LIVENESS))
+    reconnects = 0
+    liveness = args.liveness or CLIENT_LIVENESS
+    config = client_transport_config(echo_timers(image_liveness_timeout=liveness))
     async with open_transport(config) as transport, trio.open_nursery() as nursery:
 
         async def member(name: str, *, task_status: Any) -> None:
-            nonlocal deliveries
+            nonlocal deliveries, reconnects
             async with lobby_connect(
                 [args.server], member=name, transport=transport, timeout=120
             ) as client:
@@ -390,6 +416,8 @@ async def _bot(args: argparse.Namespace) -> None:
                     if isinstance(event, ChatLine) and event.member_id != name:
                         deliveries += 1
                         chat_lat.append(now_ms() - float(event.text.split()[0]))
+                    elif isinstance(event, Reconnected | Rehomed):
+                        reconnects += 1  # the session dropped (liveness) and came back
 
         lobbies: list[list[LobbyClient]] = []
         join_lat: list[float] = []
@@ -455,8 +483,10 @@ async def _bot(args: argparse.Namespace) -> None:
                     nonlocal errors
                     try:
                         await client.chat(text)
-                    except LobbyError:
+                    except (LobbyError, LobbyUnavailable) as error:
                         errors += 1
+                        if errors <= 5:
+                            print(f"chat: {error}", file=sys.stderr, flush=True)
 
                 start = trio.current_time()
                 async with trio.open_nursery() as senders:
@@ -475,6 +505,7 @@ async def _bot(args: argparse.Namespace) -> None:
                         "expected": sent * (args.members - 1),
                         "lat": list(chat_lat),
                         "errors": errors,
+                        "reconnects": reconnects,
                     }
                 )
             elif words[0] == "search":
@@ -493,7 +524,7 @@ async def _bot(args: argparse.Namespace) -> None:
                             page = await client.search(
                                 filters_from({"mode": MODES[k % len(MODES)]}), limit=20
                             )
-                        except LobbyError:
+                        except (LobbyError, LobbyUnavailable):
                             refused += 1  # (rate limited: that member searched just now)
                             continue
                         lat.append(now_ms() - t)
@@ -534,6 +565,13 @@ def summary_table(results: list[dict[str, Any]]) -> str:
             lambda r: f"{r['chat']['deliveries']}/{r['chat']['expected_deliveries']}",
         ),
         (
+            "chat send errors / drops",
+            lambda r: (
+                f"{r['chat'].get('send_errors', 0)} / "
+                f"{r['chat'].get('sessions_dropped_and_back', 0)}"
+            ),
+        ),
+        (
             "chat delivery p50 / p99 ms",
             lambda r: f"{f(r['chat']['delivery_ms_p50'])} / {f(r['chat']['delivery_ms_p99'])}",
         ),
@@ -549,7 +587,16 @@ def summary_table(results: list[dict[str, Any]]) -> str:
                 f"{f(r['chat']['server_cpu_s'])}/{f(r['search']['server_cpu_s'])}"
             ),
         ),
-        ("server CPU % during chat", lambda r: f(r["chat"]["server_cpu_pct"], 0)),
+        (
+            "idle CPU % server / bots",
+            lambda r: f"{f(r['idle']['server_cpu_pct'], 0)} / {f(r['idle']['bots_cpu_pct'], 0)}",
+        ),
+        (
+            "chat CPU % server / bots",
+            lambda r: (
+                f"{f(r['chat']['server_cpu_pct'], 0)} / {f(r['chat'].get('bots_cpu_pct'), 0)}"
+            ),
+        ),
         (
             "server RSS MiB (joined/peak)",
             lambda r: f"{f(r['server']['rss_mib_after_joins'])}/{f(r['server']['rss_mib_peak'])}",
@@ -576,6 +623,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     bot.add_argument("--members", type=int, default=8)
     bot.add_argument("--offset", type=int, default=0)
     bot.add_argument("--concurrency", type=int, default=20)
+    bot.add_argument("--liveness", type=float, default=None)
     parser.add_argument("--lobbies", type=int, default=1000)
     parser.add_argument("--members", type=int, default=8)
     parser.add_argument("--bot-procs", type=int, default=4, help="bot processes per target")
@@ -589,6 +637,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--chat-rate", type=float, default=200.0, help="chat lines per second over all lobbies"
     )
     parser.add_argument("--chat-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=5.0,
+        help="all seated, nobody talking: the cost of keeping sessions",
+    )
     parser.add_argument("--searches", type=int, default=100, help="per bot process")
     parser.add_argument("--search-concurrency", type=int, default=2)
     parser.add_argument("--targets", default="echo,colyseus")
@@ -599,6 +653,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="HELLO port; duologues use the 2 x members ports above it",
     )
     parser.add_argument("--colyseus-port", type=int, default=12567)
+    parser.add_argument(
+        "--echo-client-liveness",
+        type=float,
+        default=None,
+        help="the echo bots' image liveness in seconds [default: the library's, "
+        "echo.lobby.client.CLIENT_LIVENESS]",
+    )
     parser.add_argument("--phase-timeout", type=float, default=1800.0)
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "lobby_bench.json"))
     parser.add_argument(
