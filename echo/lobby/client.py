@@ -84,7 +84,7 @@ from echo.lobby.protocol import (
 )
 from echo.lobby.replica import ApplyResult, LobbyReplica
 from echo.lobby.server import code_walk, lobby_channel_specs
-from echo.session import SessionError
+from echo.session import HandshakeTimeout, LostContact, SessionError
 from echo.session import connect as session_connect
 from echo.session.timers import echo_timers
 from echo.topics.ring import HashRing
@@ -94,8 +94,11 @@ log = structlog.get_logger("echo.lobby.client")
 
 #: The home's heartbeats come every 0.5 s; silence this long means the session is gone. With
 #: one retry of `RETRY_TIMEOUT` this keeps a re-created lobby within the issue's 5 s.
-CLIENT_LIVENESS = 2.0
-RETRY_TIMEOUT = 1.5
+CLIENT_LIVENESS = 1.5
+RETRY_TIMEOUT = 1.0
+#: How long a handshake with a lobby server may take before the next server is tried (a
+#: handshake on a working network takes one or two round trips).
+CONNECT_TIMEOUT = 3.0
 
 
 class LobbyError(Exception):
@@ -204,6 +207,7 @@ class LobbyClient:
         self.ring = HashRing(self.servers)
         self.member = member
         self.timeout = timeout
+        self.connect_timeout = min(timeout, CONNECT_TIMEOUT)
         self.auto_reconnect = reconnect
         self._nursery = nursery
         self._transport = transport
@@ -230,6 +234,9 @@ class LobbyClient:
     @property
     def lobby_id(self) -> int | None:
         return None if self.replica is None else self.replica.lobby_id
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._iterate()
 
     def events(self) -> AsyncIterator[Event]:
         """Everything the server sends (updates, chat, game starts) and what the client does
@@ -263,6 +270,8 @@ class LobbyClient:
             self._events_in.send_nowait(event)
         except trio.WouldBlock:
             self.events_dropped += 1
+        except trio.ClosedResourceError:
+            pass  # the client is closing
 
     # ------------------------------------------------------------------ links
 
@@ -273,7 +282,10 @@ class LobbyClient:
         try:
             await self._nursery.start(self._run_link, link, timeout)
         except (SessionError, OSError, trio.TooSlowError, ChannelsClosed) as error:
-            self.dead.add(server)
+            # Silence is what a dead server looks like; a server that answers with a refusal
+            # (its reason in the error) is alive, and stays on the members' walk of the ring.
+            if isinstance(error, HandshakeTimeout | LostContact | OSError | trio.TooSlowError):
+                self.dead.add(server)
             raise LobbyUnavailable(f"{server}: {error}") from None
         self.dead.discard(server)
         self._link = link
@@ -398,6 +410,13 @@ class LobbyClient:
         """The session dropped. Back to the same server if it answers (the seat is kept for
         the grace period); else, with a lobby, to the next server of its ring, re-creating it
         from the replica."""
+        if "replaced by a new session" in link.close_reason:
+            # Another session of this member took the seat (another device, or this program
+            # restarted): coming back would only take it back and start a tug of war.
+            if self.replica is not None:
+                self._event(Left(self.replica.lobby_id, "replaced"))
+                self.replica = None
+            return
         if not self.auto_reconnect:
             return
         async with self._lock:
@@ -406,13 +425,21 @@ class LobbyClient:
             self._recovering = True
             try:
                 shut_down = "shutting down" in link.close_reason
+                # After silence the server may be dead: retry briefly (the 5 s budget of a
+                # re-created lobby). After a close it answered, so it is most likely alive.
+                silent = "lost contact" in link.close_reason
                 if not shut_down:
                     try:
-                        await self._open(link.server, RETRY_TIMEOUT)
-                        self._event(Reconnected(link.server))
-                        return
+                        await self._open(
+                            link.server, RETRY_TIMEOUT if silent else self.connect_timeout
+                        )
                     except LobbyUnavailable:
                         pass
+                    else:
+                        self._event(Reconnected(link.server))
+                        if self.replica is not None:
+                            await self._check_still_there(self.replica)
+                        return
                 self.dead.add(link.server)
                 replica = self.replica
                 if replica is None:
@@ -424,13 +451,22 @@ class LobbyClient:
                 self._recovering = False
                 self._notify()
 
+    async def _check_still_there(self, replica: LobbyReplica) -> None:
+        """Back on the same server: if it restarted meanwhile it has forgotten the lobby, and
+        it is still the lobby's home, so the lobby is re-created there from our copy."""
+        reply = await self._exchange(JoinLobby(self._next_id(), replica.lobby_id))
+        if isinstance(reply, Refusal) and reply.code is ErrorCode.NO_SUCH_LOBBY:
+            recreated = await self._exchange(replica.recreate_request(self._next_id()))
+            if isinstance(recreated, LobbyJoined):
+                self._event(Rehomed(replica.lobby_id, self.server or ""))
+
     async def _rehome(self, replica: LobbyReplica) -> None:
         while True:
             target = failover_home(self.ring, replica.lobby_id, self.dead)
             if target is None:
                 raise LobbyUnavailable("every lobby server of this lobby is gone")
             try:
-                await self._open(target, self.timeout)
+                await self._open(target, self.connect_timeout)
             except LobbyUnavailable:
                 continue  # _open marked it dead
             reply = await self._exchange(replica.recreate_request(self._next_id()))
@@ -479,7 +515,7 @@ class LobbyClient:
         await self._wait_recovered()
         if server is not None and self.server != server:
             async with self._lock:
-                await self._open(server, self.timeout)
+                await self._open(server, self.connect_timeout)
         elif self._link is None:
             await self._connect_any()
         reply = await self._exchange(request)
@@ -500,7 +536,7 @@ class LobbyClient:
             errors = []
             for server in sorted(order, key=lambda s: s in self.dead):
                 try:
-                    await self._open(server, self.timeout)
+                    await self._open(server, self.connect_timeout)
                     return
                 except LobbyUnavailable as error:
                     errors.append(str(error))
@@ -511,6 +547,12 @@ class LobbyClient:
         lobby_id = reply.lobby_id
         await self.wait_until(lambda c: c.replica is not None and c.replica.lobby_id == lobby_id)
         return lobby_id
+
+    def _not_in_a_lobby(self, allowed: int | None = None) -> None:
+        # Checked here too: moving to another server for another lobby would leave this
+        # lobby's seat reconnecting on its own server.
+        if self.replica is not None and self.replica.lobby_id != allowed:
+            raise LobbyError(ErrorCode.ALREADY_IN_LOBBY, "already in a lobby: leave it first")
 
     def _require_lobby(self) -> int:
         if self.replica is None:
@@ -532,11 +574,13 @@ class LobbyClient:
         metadata: Mapping[str, Value] | None = None,
     ) -> int:
         """Create a lobby on the current server (its id lands there by CH); its id."""
+        self._not_in_a_lobby()
         reply = await self._request(CreateLobby(0, name, max_members, private, metadata or {}))
         return await self._joined(reply)
 
     async def join(self, lobby_id: int) -> int:
         """Join by id on the lobby's home (walking on past dead servers)."""
+        self._not_in_a_lobby(allowed=lobby_id)
         last: Exception | None = None
         for _ in range(len(self.servers)):
             home = failover_home(self.ring, lobby_id, self.dead)
@@ -551,6 +595,7 @@ class LobbyClient:
 
     async def join_code(self, code: str) -> int:
         """Join a private lobby by its code: the code's own server first, then along its ring."""
+        self._not_in_a_lobby()
         code = code.strip().upper()
         refusal: LobbyError | None = None
         for server in code_walk(self.ring, code, len(self.servers)):
@@ -569,6 +614,7 @@ class LobbyClient:
 
     async def quick_join(self, filters: Sequence[Filter] = ()) -> int:
         """Join the fullest open lobby that matches, on the current server, then the others."""
+        self._not_in_a_lobby()
         first = self.server
         order = [s for s in ([first] if first else []) + self.servers if s not in self.dead]
         refusal: LobbyError | None = None
@@ -713,6 +759,7 @@ async def _client(
             yield client
         finally:
             client.auto_reconnect = False
+            client._events_in.close()  # an `async for` over the events ends
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(2):
                     await client._close_link()

@@ -58,6 +58,21 @@ class Cluster:
         """Stop a lobby server dead: no goodbyes, its sockets just close."""
         self.scopes[self.lobby.index(server)].cancel()
 
+    async def restart(self, server: LobbyServer) -> LobbyServer:
+        """Kill `server` and start a fresh process-alike on the same ports: it remembers
+        nothing (the same seat key, as servers of one deployment share it)."""
+        i = self.lobby.index(server)
+        self.scopes[i].cancel()
+        with trio.fail_after(10):
+            await server.sessions.stopped.wait()
+        fresh = LobbyServer(
+            server.session_config, server.config, transport_config=server.sessions.transport_config
+        )
+        scope = trio.CancelScope()
+        await self.nursery.start(_run_in, scope, fresh)
+        self.lobby[i], self.scopes[i] = fresh, scope
+        return fresh
+
     def by_name(self, name: str) -> LobbyServer:
         return next(s for s in self.lobby if s.server_id == name)
 
@@ -121,8 +136,12 @@ async def cluster(
 
 
 async def _run_in(scope: trio.CancelScope, server: LobbyServer, *, task_status: Any) -> None:
-    with scope:
-        await server.run(task_status=task_status)
+    server.sessions.stopped = trio.Event()  # type: ignore[attr-defined]
+    try:
+        with scope:
+            await server.run(task_status=task_status)
+    finally:
+        server.sessions.stopped.set()  # type: ignore[attr-defined]
 
 
 class _Recorder:

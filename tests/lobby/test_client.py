@@ -41,6 +41,7 @@ async def test_members_recreate_the_lobby_on_the_next_server_when_its_home_dies(
                 moved = await m.next_event(Rehomed)
                 assert moved == Rehomed(lobby_id, nxt)
             elapsed = trio.current_time() - t0
+            print(f"failover took {elapsed:.2f} s")
             assert elapsed < 5.0, f"the lobby took {elapsed:.1f} s to come back"
             registry = c.by_name(nxt).registry
             await until(
@@ -78,3 +79,27 @@ def test_server_names() -> None:
     for bad in ("nohost", "h:0", "h:x"):
         with pytest.raises(ValueError):
             split_server(bad)
+
+
+async def test_a_home_that_restarts_empty_gets_the_lobby_back_from_its_members() -> None:
+    async with cluster(1) as c:
+        async with (
+            echo.lobby.connect(c.names, member="owner") as owner,
+            echo.lobby.connect(c.names, member="bob") as bob,
+        ):
+            lobby_id = await owner.create("phoenix", 4, metadata={"mode": "duel"})
+            await bob.join(lobby_id)
+            await bob.ready()
+            await owner.wait_until(lambda m: m.replica.members["bob"].ready)
+            fresh = await c.restart(c.lobby[0])
+            assert fresh.registry.snapshot(lobby_id) is None
+            for m in (owner, bob):
+                assert await m.next_event(Rehomed) == Rehomed(lobby_id, c.names[0])
+            await until(
+                lambda: (s := fresh.registry.snapshot(lobby_id)) is not None
+                and len(s.members) == 2
+                and all(m.presence is Presence.CONNECTED for m in s.members)
+            )
+            snapshot = fresh.registry.snapshot(lobby_id)
+            assert snapshot.owner == "owner" and snapshot.members[1].ready
+            assert snapshot.metadata == {"mode": "duel"}

@@ -20,6 +20,8 @@ from echo.server.server import echo_application
 from echo.topics import ClientConfig, open_topic_client
 from tests.lobby.servers import GAME_KEY, cluster, session_config, until
 
+README = Path(__file__).resolve().parents[2] / "README.md"
+
 
 async def game_server(
     nursery: trio.Nursery, key_file: Path, topics: list[str]
@@ -123,3 +125,41 @@ async def test_start_without_a_game_server_is_refused() -> None:
             with pytest.raises(LobbyError) as refused:
                 await owner.start()
             assert refused.value.code is ErrorCode.NO_GAME_SERVER
+
+
+async def test_the_readme_example_runs(tmp_path: Path) -> None:
+    """The README's library example, as written, against real servers: alice runs it, bob
+    joins and readies; alice starts and takes her ticket to the game server."""
+    readme = README.read_text()
+    section = readme[readme.index("### The library", readme.index("## Lobby")) :]
+    code = section[section.index("```python") + len("```python") : section.index("```\n", 10)]
+    code = code.replace("trio.run(main)", "")
+    key_file = write_key(tmp_path, GAME_KEY)
+    async with cluster(1, topics=1, ticket_keys=(GAME_KEY,)) as c:
+        game, server = await game_server(c.nursery, key_file, c.topic_names)
+        admitted: list[str] = []
+        check = server.admit
+        assert check is not None
+
+        def counting(peer: tuple[str, int], credentials: bytes) -> object:
+            verdict = check(peer, credentials)
+            if verdict is None:
+                admitted.append("ok")
+            return verdict
+
+        server.admit = counting
+        await until(lambda: c.lobby[0].games.live(trio.current_time()) != [])
+        namespace: dict[str, object] = {}
+        exec(compile(code, "README.md", "exec"), namespace)
+        namespace["SERVERS"] = c.names
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(namespace["main"])  # type: ignore[arg-type]
+            await until(lambda: len(c.lobby[0].registry) == 1)
+            async with echo.lobby.connect(c.names, member="bob") as bob:
+                found = await bob.search()
+                await bob.join(found.listings[0].lobby_id)
+                await bob.ready()
+                start = await bob.next_event(GameStarting)
+                assert await echo_once(game, start.ticket) == b"ECHO through the lobby"
+                await until(lambda: len(admitted) == 2)  # bob's and alice's tickets
+            nursery.cancel_scope.cancel()
