@@ -311,6 +311,7 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             "deliveries": sum(c["deliveries"] for c in chats),
             "expected_deliveries": sum(c["expected"] for c in chats),
             "send_errors": sum(c.get("errors", 0) for c in chats),
+            "send_error_kinds": [c["error_kinds"] for c in chats if c.get("error_kinds")],
             "sessions_dropped_and_back": sum(c.get("reconnects", 0) for c in chats),
             "delivery_ms_p50": percentile(lat, 50),
             "delivery_ms_p99": percentile(lat, 99),
@@ -478,22 +479,20 @@ async def _bot(args: argparse.Namespace) -> None:
                 chat_lat.clear()
                 deliveries = 0
                 sent = 0
+                chat_errors: dict[str, int] = {}
 
-                async def say(client: LobbyClient, text: str) -> None:
-                    nonlocal errors
+                async def say(client: LobbyClient, text: str, kinds: dict[str, int]) -> None:
                     try:
                         await client.chat(text)
                     except (LobbyError, LobbyUnavailable) as error:
-                        errors += 1
-                        if errors <= 5:
-                            print(f"chat: {error}", file=sys.stderr, flush=True)
+                        kinds[str(error)[:120]] = kinds.get(str(error)[:120], 0) + 1
 
                 start = trio.current_time()
                 async with trio.open_nursery() as senders:
                     while trio.current_time() - start < seconds:
                         seats = lobbies[sent % len(lobbies)]
                         text = f"{now_ms():.3f} ".ljust(32, "x")
-                        senders.start_soon(say, random.choice(seats), text)
+                        senders.start_soon(say, random.choice(seats), text, chat_errors)
                         sent += 1
                         await trio.sleep_until(start + sent / rate)
                 await trio.sleep(3.0)  # lines still in flight
@@ -504,7 +503,8 @@ async def _bot(args: argparse.Namespace) -> None:
                         "deliveries": deliveries,
                         "expected": sent * (args.members - 1),
                         "lat": list(chat_lat),
-                        "errors": errors,
+                        "errors": sum(chat_errors.values()),
+                        "error_kinds": chat_errors,
                         "reconnects": reconnects,
                     }
                 )
