@@ -29,8 +29,8 @@ from echo.protocol import (
 from echo.session.allocators import AllocationError, PortAllocator, RandomSource, SessionAllocator
 from echo.session.config import ServerConfig
 from echo.session.limits import AddressCounter, address_key
-from echo.session.shared import SharedPorts
 from echo.session.resume import check_proof
+from echo.session.shared import SharedPorts
 
 #: A duologue younger than this is not evicted: its client may be joining right now (a real
 #: client joins within milliseconds; a spoofer's duologue is never joined).
