@@ -63,6 +63,7 @@ from bench.harness import (
     format_figure,
     percentile,
 )
+from bench.scale_raw import per_datagram, udp_datagrams
 
 DEFAULT_CLIENTS = (100, 500, 1000)
 DEFAULT_SECONDS = 30.0
@@ -482,8 +483,10 @@ def run(
             margin = min(5.0, seconds / 4)
             time.sleep(margin)
             t0, cpu0, clients_cpu0 = time.time(), server.cpu_seconds(), workers.cpu_seconds()
+            udp0 = udp_datagrams()
             time.sleep(seconds - margin)
             t1, cpu1, clients_cpu1 = time.time(), server.cpu_seconds(), workers.cpu_seconds()
+            udp1 = udp_datagrams()
             rss = server.rss_mib()
             peak_rss = server.peak_rss_mib()
         finally:
@@ -542,6 +545,8 @@ def run(
         # seconds from the start of the storm, for reading the clients' reports against
         "steady_window": [round(t0 - start_at, 3), round(t1 - start_at, 3)],
         "server_cpu_percent": 100.0 * (cpu1 - cpu0) / (t1 - t0),
+        # B4's per-datagram figure (bench.scale_raw: exact in a network namespace of its own)
+        **per_datagram(cpu1 - cpu0, udp1 - udp0, len(rtts), t1 - t0),
         "server_rss_mib": rss,
         "server_peak_rss_mib": peak_rss,
         "clients_cpu_percent": round(100.0 * (clients_cpu1 - clients_cpu0) / (t1 - t0), 1),
@@ -578,6 +583,8 @@ def results(row: dict[str, Any]) -> list[Result]:
         ("handshakes/s", row["handshakes_per_s"], "hs/s", dict(row)),
         ("server CPU", row["server_cpu_percent"], "%", {}),
         ("server RSS", row["server_rss_mib"], "MiB", {}),
+        ("server CPU/datagram", row["server_cpu_us_per_datagram"], "µs", {}),
+        ("server CPU/echo", row["server_cpu_us_per_echo"], "µs", {}),
         ("echo p50", row["echo_p50_ms"], "ms", {}),
         ("echo p99", row["echo_p99_ms"], "ms", {}),
         ("echo p99 after storm", row["echo_after_storm_p99_ms"], "ms", {}),

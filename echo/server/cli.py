@@ -17,7 +17,8 @@ import trio
 
 from echo._cli import one_line, sole_error
 from echo.server.config import ServerConfig
-from echo.server.server import EchoServer
+from echo.server.server import EchoServer, echo_application
+from echo.session.server import SessionServer
 from echo.timers import echo_timers
 from echo.transport import TransportConfig, UriError
 
@@ -121,6 +122,15 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
     "stream to any address, and forged HELLOs are accepted.",
 )
 @click.option(
+    "--ticket-key",
+    "ticket_key_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Admit only clients showing a game ticket of the lobby service signed with a key of "
+    "this key file (lines 'KEY_ID HEX_SECRET'; see echo-lobby --help). The ticket must name "
+    "this server: --server-id if given, else ADDRESS:PORT. Without it, no ticket is asked.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -147,6 +157,7 @@ def main(
     server_id: str | None,
     ip_salt: str | None,
     no_validation: bool,
+    ticket_key_path: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -170,6 +181,9 @@ def main(
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     server_name = server_id or f"{socket.gethostname()}:{port}"
+    admit = None
+    if ticket_key_path is not None:
+        admit = ticket_admission(ticket_key_path, server_id or f"{address}:{port}")
     try:
         events = EventLog(
             events_path,
@@ -180,7 +194,7 @@ def main(
         raise click.UsageError(f"cannot open --events {events_path}: {error}") from None
     try:
         transport = echo_timers(validate_addresses=not no_validation)
-        trio.run(_serve, config, events, transport)
+        trio.run(_serve, config, events, transport, admit)
     except BaseException as error:
         # A port in use, an address not on this host: one clear line and exit 1.
         found = sole_error(error, (OSError, UriError))
@@ -242,9 +256,52 @@ async def trim_heap(interval: float = HEAP_TRIM_INTERVAL) -> None:
         trim()
 
 
-async def _serve(config: ServerConfig, events: object, transport: TransportConfig) -> None:
+def ticket_admission(path: str, ticket_server_id: str) -> Callable[[object, bytes], str | None]:
+    """The admission hook of `--ticket-key`: a HELLO must carry a valid game ticket of the
+    lobby service (echo.lobby.tickets) for this server; the reason otherwise."""
+    import time
+
+    from echo.lobby.keyfile import KeyFileError, read_key_file
+    from echo.lobby.tickets import TicketRefusal, verify
+
+    try:
+        keyring = {key.key_id: key.secret for key in read_key_file(path)}
+    except KeyFileError as error:
+        raise click.UsageError(f"--ticket-key: {error}") from None
     log = structlog.get_logger("echo.server")
-    server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
+
+    def admit(peer: object, credentials: bytes) -> str | None:
+        if not credentials:
+            return "a game ticket is required"
+        verdict = verify(credentials, keyring, ticket_server_id, time.time())
+        if isinstance(verdict, TicketRefusal):
+            log.info("ticket_refused", reason=verdict.reason.name, detail=verdict.detail)
+            return f"ticket refused: {verdict.reason.name.lower()}"
+        log.info("ticket_admitted", lobby_id=verdict.lobby_id, member_id=verdict.member_id)
+        return None
+
+    return admit
+
+
+async def _serve(
+    config: ServerConfig,
+    events: object,
+    transport: TransportConfig,
+    admit: Callable[[object, bytes], str | None] | None = None,
+) -> None:
+    log = structlog.get_logger("echo.server")
+    server: SessionServer
+    if admit is None:
+        server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
+    else:
+        # The same application behind the session library's admission hook.
+        server = SessionServer(
+            config,
+            echo_application,
+            events=events,  # type: ignore[arg-type]
+            transport_config=transport,
+            admit=admit,
+        )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)

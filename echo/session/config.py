@@ -125,6 +125,8 @@ class ServerConfig:
     duologue_ports: DuologuePorts = attrs.field(
         default=DuologuePorts.PER_CLIENT, converter=_duologue_ports
     )
+    #: give a resume secret to clients that ask ("+R" in their HELLO; echo.session.resume)
+    resume: bool = True
 
     def __attrs_post_init__(self) -> None:
         # Cross-field checks: the two all-clients ports and the duologue range must be disjoint,

@@ -292,7 +292,10 @@ class PublicationImage:
         if self.state is not ImageState.ACTIVE:
             return
         counters = self.counters
-        if now - self._last_packet > self.timers.liveness_timeout:
+        # The same sum next_deadline returns: with `now - last > timeout` the timer loop woke
+        # at that deadline, found nothing expired and was due again at once, spinning until
+        # the clock moved on (forever under a MockClock, which moves only when all idle).
+        if now >= self._last_packet + self.timers.liveness_timeout:
             self.state = ImageState.TIMED_OUT
             return
         if self.is_end_of_stream:

@@ -130,6 +130,9 @@ class DriverSocket:
     gro = False
     #: receive sockets: who reads the socket (None: always its reader task)
     lending: Lending | None = None
+    #: read by the driver's one reader of every ready socket (readiness.py), not a task of its
+    #: own
+    shared_reader = False
 
     def __init__(self, sock: socket.socket, key: Any, counters: Counters) -> None:
         self.sock = sock
@@ -208,6 +211,9 @@ class DriverSocket:
             return send_one(datagram, address)
 
         return send
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
 
     def quiet_after_read(self) -> bool:
         """May the driver skip servicing the socket after the datagrams it just read?"""

@@ -23,6 +23,25 @@ def events_of(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def wait_for_hellos(path: Path, sources: set[str], timeout: float = 30.0) -> None:
+    """Until the server's events file holds a HELLO event from each of `sources`."""
+    deadline = time.monotonic() + timeout
+    missing = set(sources)
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        complete = text[: text.rfind("\n") + 1].splitlines()  # the writer may be mid-line
+        seen = {
+            event.get("source_ip")
+            for event in map(json.loads, complete)
+            if event.get("event") in ("hello_received", "hello_rejected")
+        }
+        missing = sources - seen
+        if not missing:
+            return
+        time.sleep(0.05)  # the polling interval of a bounded wait: a file has no change event
+    raise AssertionError(f"no HELLO event within {timeout} s from {sorted(missing)}")
+
+
 def flood(lab, sources: str, rounds: int = 1) -> None:  # type: ignore[no-untyped-def]
     """Forge from the public segment itself: the switch namespace, given an address on its
     bridge, has no NAT that would rewrite the forged sources (a router would masquerade them)."""
@@ -82,7 +101,10 @@ def run_scenario(lab, tmp_path: Path, *extra: str):  # type: ignore[no-untyped-d
         # victim's public address to take its only per-IP slot.
         flood(lab, "198.18.0.100-159")
         flood(lab, victim_ip, rounds=5)
-        time.sleep(1.0)
+        # The victim comes once the server has handled the flood: a HELLO event (received or
+        # rejected) from each of the 60 forged sources. (The forgeries from the victim's own
+        # address leave no event of their own to wait for.)
+        wait_for_hellos(events, {f"198.18.0.{host}" for host in range(100, 160)})
         started = time.monotonic()
         victim = client(home.clients[0], "--count", "3", "--interval", "0", *extra)
         _, err = victim.communicate(timeout=60)
