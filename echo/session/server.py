@@ -384,8 +384,10 @@ class SessionServer:
             control_port=duologue.control_port,
             encrypted_session=encrypt_session(duologue.session_id, request.key),
         )
-        if resumable and self.config.resume:
+        if resumable and self.config.resume and not self.config.shared:
             # Only to a client that said "+R": the Echo 2.0 CONNECT is untouched for others.
+            # Not on shared ports (yet): a resumed client's new request stream would need a new
+            # response publication from its new address, which resume does not open.
             secret = secrets.randbits(RESUME_BITS)
             duologue.slot.resume_secret = secret
             assert isinstance(parsed, ResumableHello)

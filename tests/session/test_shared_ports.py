@@ -176,3 +176,18 @@ async def test_a_shared_port_held_by_another_program_fails_at_start() -> None:
             pytest.RaisesExc(OSError, match="shared duologue port"), flatten_subgroups=True
         ):
             await es.SessionServer(config, echo_app).run()
+
+
+async def test_a_shared_server_offers_no_resume_and_the_session_works_without() -> None:
+    # Resume moves a client's request stream to a new path; on shared ports its answer is a
+    # response publication tied to the old request image, so the server does not offer it
+    # (the client is told plain Echo 2.0, as by a server without the extension).
+    config = shared_config(free_base(4))
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(es.SessionServer(config, echo_app).run)
+        async with connect(config) as session:
+            await session.send(b"still here")
+            assert await session.receive() == b"still here"
+            (duologue,) = server.duologues.values()
+            assert duologue.slot.resume_secret is None
+        await server.stop()
