@@ -105,6 +105,7 @@ class EchoServerProcess(CliProcess):
         super().__init__("echo-server", argv, ready_event="listening", cpu=cpu)
         self.port = port
         self.control_port = control_port
+        self.duologue_ports = duologue_ports
 
 
 def start_server(
@@ -265,6 +266,8 @@ def run_echo_client(
         "--message",
         echo_text(0),
         "--json",
+        "--duologue-ports",
+        server.duologue_ports,
     ]
     started = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
