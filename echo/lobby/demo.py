@@ -188,8 +188,14 @@ async def _bot(server: str, name: str, owner: bool) -> int:
                 if isinstance(event, GameStarting):
                     say(f"game on {event.address}: ticket of {len(event.ticket)} bytes")
                     host, port = event.address.rsplit(":", 1)
+                    # The game is echo-server with its default --duologue-ports shared.
                     async with es.connect(
-                        host, int(port), int(port) + 1, credentials=event.ticket, timeout=10
+                        host,
+                        int(port),
+                        int(port) + 1,
+                        credentials=event.ticket,
+                        timeout=10,
+                        duologue_ports="shared",
                     ) as game:
                         await game.send(f"ECHO {name} is in the game".encode())
                         reply = await game.receive()
@@ -198,7 +204,12 @@ async def _bot(server: str, name: str, owner: bool) -> int:
                         forged = event.ticket[:-1] + bytes([event.ticket[-1] ^ 1])
                         try:
                             async with es.connect(
-                                host, int(port), int(port) + 1, credentials=forged, timeout=10
+                                host,
+                                int(port),
+                                int(port) + 1,
+                                credentials=forged,
+                                timeout=10,
+                                duologue_ports="shared",
                             ):
                                 say("a forged ticket got in (it should not have)")
                                 return 1
