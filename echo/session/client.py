@@ -64,6 +64,9 @@ from echo.transport import (
 
 #: Messages read from the all-clients channel per poll: it carries every client's replies.
 _READ_BATCH = 256
+#: How often a resumable session's watcher looks whether its path broke (the publication lost
+#: its receiver: no status message for the connection timeout, 5 s).
+_PATH_CHECK_INTERVAL = 1.0
 
 
 def client_transport_config(base: TransportConfig | None = None) -> TransportConfig:
@@ -417,7 +420,10 @@ class _Path:
         liveness = self.transport.config.image_liveness_timeout
         while not session.is_closed:
             publication = session.publication
-            await publication.wait_disconnected()
+            # A look a second, not `wait_disconnected`: that wakes at every service of the
+            # socket, and a bot farm or load test holds hundreds of sessions per transport.
+            while publication.is_connected and not session.is_closed:
+                await trio.sleep(_PATH_CHECK_INTERVAL)  # noqa: ASYNC110 (no event for it)
             if session.is_closed:
                 return
             if session.publication is not publication:
