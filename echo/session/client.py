@@ -422,8 +422,8 @@ class _Path:
             publication = session.publication
             # A look a second, not `wait_disconnected`: that wakes at every service of the
             # socket, and a bot farm or load test holds hundreds of sessions per transport.
-            while publication.is_connected and not session.is_closed:
-                await trio.sleep(_PATH_CHECK_INTERVAL)  # noqa: ASYNC110 (no event for it)
+            while publication.is_connected and not session.is_closed:  # noqa: ASYNC110
+                await trio.sleep(_PATH_CHECK_INTERVAL)
             if session.is_closed:
                 return
             if session.publication is not publication:
