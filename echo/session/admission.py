@@ -30,6 +30,7 @@ from echo.session.allocators import AllocationError, PortAllocator, RandomSource
 from echo.session.config import ServerConfig
 from echo.session.limits import AddressCounter, address_key
 from echo.session.resume import check_proof
+from echo.session.shared import SharedPorts
 
 #: A duologue younger than this is not evicted: its client may be joining right now (a real
 #: client joins within milliseconds; a spoofer's duologue is never joined).
@@ -95,7 +96,11 @@ class Admission:
         eviction_grace: float = EVICTION_GRACE,
     ) -> None:
         self.config = config
-        self.ports = PortAllocator(config.clients_base_port, config.clients_port_count, rng)
+        self.ports: PortAllocator = (
+            SharedPorts(config.clients_base_port, config.clients_base_port + 1)
+            if config.shared
+            else PortAllocator(config.clients_base_port, config.clients_port_count, rng)
+        )
         self.sessions = SessionAllocator(RESERVED_SESSION_LOW, RESERVED_SESSION_HIGH, rng)
         self.per_ip = AddressCounter()
         #: committed duologues by slot id, oldest first (dicts keep insertion order)

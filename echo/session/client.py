@@ -21,6 +21,7 @@ import attrs
 import trio
 
 from echo.protocol import ECHO_STREAM_ID, RESERVED_SESSION_HIGH, RESERVED_SESSION_LOW
+from echo.session.config import DuologuePorts
 from echo.session.machine import (
     Action,
     CloseAllClients,
@@ -82,6 +83,29 @@ def _host(server: str) -> str:
     return f"[{server}]" if ":" in server else server
 
 
+def duologue_channels(
+    host: str, data_port: int, control_port: int, session_id: int, shared: bool
+) -> tuple[str, str]:
+    """The client's duologue subscription and publication channels; the publication's has a
+    `{registration_id}` field for the subscription's registration id.
+
+    Per-client: an MDC subscription registering with the duologue's own control port (Echo
+    2.0). Shared: a response channel (Aeron 1.48): the subscription waits for the server's
+    RSP_SETUP, the publication's SETUPs ask for it (response-correlation-id).
+    """
+    if shared:
+        return (
+            f"aeron:udp?control-mode=response|control={host}:{control_port}"
+            f"|session-id={session_id}",
+            f"aeron:udp?endpoint={host}:{data_port}|session-id={session_id}"
+            "|response-correlation-id={registration_id}",
+        )
+    return (
+        f"aeron:udp?control={host}:{control_port}|control-mode=dynamic|session-id={session_id}",
+        f"aeron:udp?endpoint={host}:{data_port}|session-id={session_id}",
+    )
+
+
 def failure_error(failure: Failure, timeout: float) -> SessionError:
     """The exception `connect` raises for a failed handshake."""
     if failure.kind is FailureKind.REJECTED:
@@ -135,6 +159,7 @@ async def connect(
     receive_batch: int = DEFAULT_RECEIVE_BATCH,
     send_timeout: float = DEFAULT_SEND_TIMEOUT,
     pad: int | None = None,
+    duologue_ports: DuologuePorts | str = DuologuePorts.PER_CLIENT,
     resume: bool = True,
 ) -> AsyncIterator[Session]:
     """Say HELLO to `server` (an IP literal), join the duologue it assigns, yield the Session.
@@ -142,6 +167,8 @@ async def connect(
     `credentials` are opaque bytes for the server's admission hook (they travel in the HELLO,
     base64url); `timeout` bounds each step of the handshake. Many sessions can share one
     `transport` (a game's bots, a load test); without one, the session opens its own.
+    `duologue_ports` must be the server's (ServerConfig.duologue_ports): "shared" opens the
+    duologue as an Aeron response channel.
 
     `resume` (on by default): ask the server for a resume secret ("+R" in the HELLO; a server
     without the extension answers as Echo 2.0 and the session simply cannot resume), and when
@@ -150,18 +177,19 @@ async def connect(
     application sees no break; `session.counters.resumes` counts the moves. `resume=False`
     sends Echo 2.0's HELLO byte for byte.
     """
+    shared = DuologuePorts(duologue_ports) is DuologuePorts.SHARED
     try:
         if transport is None:
             async with open_transport(client_transport_config(transport_config)) as own:
                 async with _connect(
                     own, server, port, control_port, credentials, timeout, stream_id,
-                    receive_batch, send_timeout, pad, resume,
+                    receive_batch, send_timeout, pad, resume, shared,
                 ) as session:  # fmt: skip
                     yield session
         else:
             async with _connect(
                 transport, server, port, control_port, credentials, timeout, stream_id,
-                receive_batch, send_timeout, pad, resume,
+                receive_batch, send_timeout, pad, resume, shared,
             ) as session:  # fmt: skip
                 yield session
     except BaseExceptionGroup as group:
@@ -198,6 +226,7 @@ async def _connect(
     send_timeout: float,
     pad: int | None,
     resume: bool,
+    shared: bool = False,
 ) -> AsyncIterator[Session]:
     machine = HandshakeMachine(
         pad=secrets.randbits(32) if pad is None else pad,
@@ -217,7 +246,7 @@ async def _connect(
             try:
                 opened = await _handshake(
                     transport, machine, server, port, control_port, stream_id, all_clients,
-                    duologue, nursery,
+                    duologue, nursery, shared,
                 )  # fmt: skip
             except Exception as error:  # raised below, outside the nursery
                 failure = error
@@ -291,6 +320,7 @@ async def _handshake(
     all_clients: _Pair,
     duologue: _Pair,
     nursery: trio.Nursery,
+    shared: bool = False,
 ) -> Opened:
     host = _host(server)
     pending: list[Action] = machine.start(trio.current_time())
@@ -326,14 +356,14 @@ async def _handshake(
                     nursery.start_soon(_close_publication, pair_pub)
             elif isinstance(action, OpenDuologue):
                 session_id = action.session_id
+                sub_channel, pub_channel = duologue_channels(
+                    host, action.data_port, action.control_port, session_id, shared
+                )
                 duologue.subscription = await transport.add_subscription(
-                    f"aeron:udp?control={host}:{action.control_port}|control-mode=dynamic"
-                    f"|session-id={session_id}",
-                    stream_id,
-                    on_image_unavailable=duologue.on_image_gone,
+                    sub_channel, stream_id, on_image_unavailable=duologue.on_image_gone
                 )
                 duologue.publication = await transport.add_publication(
-                    f"aeron:udp?endpoint={host}:{action.data_port}|session-id={session_id}",
+                    pub_channel.format(registration_id=duologue.subscription.registration_id),
                     stream_id,
                 )
             elif isinstance(action, Opened):

@@ -66,6 +66,7 @@ from echo.session.session import (
     Session,
     SessionClosed,
 )
+from echo.session.shared import check_ports_free, response_channel
 from echo.session.timers import echo_timers
 from echo.transport import (
     Image,
@@ -77,6 +78,7 @@ from echo.transport import (
     TransportConfig,
     open_transport,
 )
+from echo.transport.uri import UriError
 
 log = structlog.get_logger("echo.session")
 
@@ -227,6 +229,8 @@ class SessionServer:
             self.all_clients_sub = await transport.add_subscription(
                 f"aeron:udp?endpoint={host}:{config.port}", config.stream_id
             )
+            if config.shared:
+                check_ports_free(config.address, tuple(config.clients_port_range))
             self.events.emit(
                 "server_started",
                 address=config.address,
@@ -535,11 +539,14 @@ class SessionServer:
                 return None
             duologue = Duologue(slot)
             try:
-                duologue.publication = await self.transport.add_publication(
-                    f"aeron:udp?control={host}:{slot.control_port}|control-mode=dynamic"
-                    f"|session-id={slot.session_id}",
-                    config.stream_id,
-                )
+                if not config.shared:
+                    # Shared: the response publication answers the client's image (it names
+                    # the image), so it is opened once the client joined (_run_duologue).
+                    duologue.publication = await self.transport.add_publication(
+                        f"aeron:udp?control={host}:{slot.control_port}|control-mode=dynamic"
+                        f"|session-id={slot.session_id}",
+                        config.stream_id,
+                    )
                 duologue.subscription = await self.transport.add_subscription(
                     f"aeron:udp?endpoint={host}:{slot.data_port}|session-id={slot.session_id}",
                     config.stream_id,
@@ -625,6 +632,8 @@ class SessionServer:
         try:
             with duologue.cancel_scope:
                 joined = await self._wait_for_join(duologue)
+                if joined is None and self.config.shared:
+                    joined = await self._answer(duologue)
                 reason = joined or await self._run_session(duologue)
         finally:
             self.tasks -= 1
@@ -645,6 +654,30 @@ class SessionServer:
                 return "expired"
             with trio.move_on_at(expires):
                 await subscription.wait_activity()
+        return None
+
+    async def _answer(self, duologue: Duologue) -> str | None:
+        """Shared ports: open the response publication to the client that joined; None, or
+        why the duologue ends (a client that did not ask for a response channel)."""
+        assert self.transport is not None and duologue.image is not None
+        host = _url_host(self.config.address)
+        image = duologue.image
+        try:
+            duologue.publication = await self.transport.add_publication(
+                response_channel(host, duologue.control_port, image, duologue.session_id),
+                self.config.stream_id,
+            )
+        except UriError as error:
+            # A per-client client (the Java Echo 2.0 client, a plain Aeron peer) joined the
+            # shared ports: its SETUP did not ask for a response channel.
+            self.events.emit(
+                "image_refused",
+                duologue_id=duologue.duologue_id,
+                source_ip=image.source_ip,
+                reason="no response channel",
+            )
+            log.warning("duologue_needs_response_channel", error=str(error))
+            return "client has no response channel (--duologue-ports per-client?)"
         return None
 
     async def _run_session(self, duologue: Duologue) -> str:
