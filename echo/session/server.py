@@ -385,8 +385,9 @@ class SessionServer:
             control_port=duologue.control_port,
             encrypted_session=encrypt_session(duologue.session_id, request.key),
         )
-        if resumable and self.config.resume:
+        if resumable and self.config.resume and not self.config.shared:
             # Only to a client that said "+R": the Echo 2.0 CONNECT is untouched for others.
+            # (Not with shared duologue ports yet: a resume restarts per-client streams.)
             secret = secrets.randbits(RESUME_BITS)
             duologue.slot.resume_secret = secret
             assert isinstance(parsed, ResumableHello)
