@@ -190,7 +190,8 @@ class Session:
 
     def _peer_gone(self, reason: str, *, lost: bool = False) -> None:
         """The transport says the peer's stream ended (end of stream, liveness timeout)."""
-        self._lost = lost
+        if self.close_reason is None:  # the first reason stands (a late resume refusal, say)
+            self._lost = lost
         self._mark_closed(reason)
 
     _lost = False
