@@ -126,6 +126,13 @@ async def _churn(
         "rss_mib_steady_start": round(steady[0][1], 2),
         "rss_mib_last": round(samples[-1][1], 2),
         "rss_slope_mib_per_min": round(slope_mib_per_minute(steady), 3),
+        # The band the steady samples move in: live sessions' term buffers come and go (each
+        # image and publication maps three terms), so single samples swing by a few MiB and a
+        # slope over a short soak is only meaningful against this band.
+        "rss_mib_steady_band": [
+            round(min(m for _, m in steady), 2),
+            round(max(m for _, m in steady), 2),
+        ],
         "samples": [(round(t, 1), round(m, 2)) for t, m in samples],
     }
 

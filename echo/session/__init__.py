@@ -7,9 +7,11 @@ never-joined duologues, an optional `admit(peer, credentials)` hook), the port a
 allocators, expiry and shutdown goodbyes, and calls `app(session)` once per joined session.
 
 Client side: `async with connect(server, port, control_port) as session:` runs the handshake
-and gives the same `Session` shape.
+and gives the same `Session` shape. With `resume=True` (the default) the session survives a
+change of network path: a RESUME proves a secret from the CONNECT (`echo.session.resume`).
 
-Pure parts (no trio, no clock): `admission`, `allocators`, `limits`, `config`, `machine`.
+Pure parts (no trio, no clock): `admission`, `allocators`, `limits`, `config`, `machine`,
+`resume`.
 Layering: imports only `echo.transport` and `echo.protocol` (and stdlib, attrs, structlog, trio).
 """
 

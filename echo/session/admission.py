@@ -246,7 +246,13 @@ class Admission:
     # ---------------------------------------------------------------- resuming
 
     def resume(
-        self, session_id: int, counter: int, proof: bytes, source_ip: str, key: str
+        self,
+        session_id: int,
+        counter: int,
+        received: int,
+        proof: bytes,
+        source_ip: str,
+        key: str,
     ) -> tuple[ResumeVerdict, Slot | None]:
         """May the sender of a RESUME (from `source_ip`) have session `session_id` back?
 
@@ -259,7 +265,7 @@ class Admission:
             return ResumeVerdict.UNKNOWN_SESSION, None
         if slot.resume_secret is None or not slot.joined:
             return ResumeVerdict.NOT_RESUMABLE, slot
-        if not check_proof(slot.resume_secret, session_id, counter, proof):
+        if not check_proof(slot.resume_secret, session_id, counter, received, proof):
             return ResumeVerdict.BAD_PROOF, slot
         if counter <= slot.resume_counter:
             return ResumeVerdict.REPLAYED, slot

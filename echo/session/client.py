@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import attrs
@@ -43,6 +43,7 @@ from echo.session.resume import RESUME_BITS
 from echo.session.session import (
     DEFAULT_RECEIVE_BATCH,
     DEFAULT_SEND_TIMEOUT,
+    RESUME_RETAIN_BYTES,
     HandshakeTimeout,
     LostContact,
     ProtocolViolation,
@@ -64,6 +65,9 @@ from echo.transport import (
 
 #: Messages read from the all-clients channel per poll: it carries every client's replies.
 _READ_BATCH = 256
+#: How often a resumable session's watcher looks whether its path broke (the publication lost
+#: its receiver: no status message for the connection timeout, 5 s).
+_PATH_CHECK_INTERVAL = 1.0
 
 
 def client_transport_config(base: TransportConfig | None = None) -> TransportConfig:
@@ -281,9 +285,10 @@ async def _connect(
             # position), a sender that stops hearing status messages means the server answers
             # an old address: take the session to the path this host has now.
             session._resume_wait = transport.config.image_liveness_timeout
+            session._retain = RESUME_RETAIN_BYTES
             path = _Path(
                 transport, server, port, control_port, stream_id, timeout, duologue,
-                opened.data_port,
+                opened.data_port, opened.control_port, image_gone,
             )  # fmt: skip
             session._resumer = functools.partial(path.resume, session, opened.resume_secret)
             async with trio.open_nursery() as nursery:
@@ -424,9 +429,13 @@ class _Path:
         timeout: float,
         duologue: _Pair,
         data_port: int,
+        duologue_control_port: int,
+        image_gone: Callable[[Image], None],
     ) -> None:
         self.duologue = duologue
         self.data_port = data_port
+        self.control_port_of_duologue = duologue_control_port
+        self.image_gone = image_gone
         self.transport = transport
         self.server = server
         self.port = port
@@ -441,7 +450,10 @@ class _Path:
         liveness = self.transport.config.image_liveness_timeout
         while not session.is_closed:
             publication = session.publication
-            await publication.wait_disconnected()
+            # A look a second, not `wait_disconnected`: that wakes at every service of the
+            # socket, and a bot farm or load test holds hundreds of sessions per transport.
+            while publication.is_connected and not session.is_closed:  # noqa: ASYNC110
+                await trio.sleep(_PATH_CHECK_INTERVAL)
             if session.is_closed:
                 return
             if session.publication is not publication:
@@ -461,7 +473,7 @@ class _Path:
         server refused (the session is then closed) or it closed meanwhile. With `broken`,
         only if that publication is still the session's (nobody resumed meanwhile)."""
         async with self._lock:  # the watcher and the application may both ask
-            if broken is not None and session.publication is not broken:
+            if broken is not None and (session.publication is not broken or broken.is_connected):
                 return
             ready = session._path_ready = trio.Event()
             try:
@@ -470,9 +482,24 @@ class _Path:
                 ready.set()
 
     async def _resume(self, session: Session, secret: int) -> None:
-        first = True
-        while first or not session.publication.is_connected:
-            first = False
+        """Leave the old path, RESUME, start both streams again, send what the server missed.
+
+        Both streams start again (the server does the same): our old stream's image at the
+        server answers only the old address, and the server's stream goes to our old mapping,
+        which our old image, alive, would never register again. What the old image holds is
+        read into the session first; our application's sends wait (`_path_ready`) until what
+        the server had not read of our old stream has gone out again on the new one.
+        """
+        old_sub, old_pub = session.subscription, session.publication
+        old_sub.on_image_unavailable = None
+        while old_sub.poll(session._batch.append, fragment_limit=1024):
+            pass
+        # From here on nothing more is read from the old stream (the server sends again what
+        # this count leaves out) and nothing more is offered on ours (sends wait). The old
+        # streams stay open until RESUMED: their end would tell the server we left.
+        received = session._stream_received
+        session.image = None
+        while True:
             if session.is_closed:
                 raise session._closed_error()
             self.counter += 1
@@ -480,40 +507,58 @@ class _Path:
                 session_id=session.session_id,
                 secret=secret,
                 counter=self.counter,
+                received=received,
                 timeout=self.timeout,
             )
             try:
-                await self._attempt(attempt)
+                peer_received = await self._attempt(attempt)
             except Rejected as error:
                 # The server no longer has it (it expired) or refuses us: it is gone.
                 session._peer_gone(f"resume refused: {error.reason}", lost=True)
                 raise session._closed_error() from None
             except SessionError:
                 await trio.sleep(0.2)  # the new path is not up yet: try again shortly
-                first = True
                 continue
-            # The server now reads a new stream from us: start one, on the same session id,
-            # from wherever this host's packets now come from. Nothing was offered on the old
-            # one since the resume began (sends wait), so no message is lost or doubled.
-            old = session.publication
-            if not old.is_closed:
-                await old.close(timeout=0)
-            host = _host(self.server)
-            publication = await self.transport.add_publication(
-                f"aeron:udp?endpoint={host}:{self.data_port}|session-id={session.session_id}",
-                self.stream_id,
-            )
-            session.publication = publication
-            self.duologue.publication = publication
-            session.counters.resumes += 1
-            with trio.move_on_after(self.timeout):
-                try:
-                    await publication.wait_connected()
-                except trio.ClosedResourceError:
-                    raise session._closed_error() from None
+            break
+        moving = session._begin_move()
+        try:
+            await self._replace_streams(session, old_sub, old_pub)
+        finally:
+            session._end_move(moving)
+        await session._replay(peer_received)
 
-    async def _attempt(self, machine: ResumeMachine) -> None:
-        """One RESUME over a fresh all-clients pair; raises the failure as `connect` does."""
+    async def _replace_streams(
+        self, session: Session, old_sub: Subscription, old_pub: Publication
+    ) -> None:
+        await old_sub.close()
+        if not old_pub.is_closed:
+            await old_pub.close(timeout=0)
+        host = _host(self.server)
+        sid = session.session_id
+        subscription = await self.transport.add_subscription(
+            f"aeron:udp?control={host}:{self.control_port_of_duologue}|control-mode=dynamic"
+            f"|session-id={sid}",
+            self.stream_id,
+            on_image_unavailable=self.image_gone,
+        )
+        publication = await self.transport.add_publication(
+            f"aeron:udp?endpoint={host}:{self.data_port}|session-id={sid}", self.stream_id
+        )
+        session.subscription = self.duologue.subscription = subscription
+        session.publication = self.duologue.publication = publication
+        session.counters.resumes += 1
+        with trio.move_on_after(self.timeout):
+            await publication.wait_connected()
+            while not subscription.images:
+                await subscription.wait_activity()
+        if not (publication.is_connected and subscription.images):
+            session._peer_gone("lost contact with the server (resume)", lost=True)
+            raise session._closed_error()
+        session.image = subscription.images[0]
+
+    async def _attempt(self, machine: ResumeMachine) -> int:
+        """One RESUME over a fresh all-clients pair: how many of our messages the server has
+        read; raises the failure as `connect` does."""
         host = _host(self.server)
         pair = _Pair()
         transport = self.transport
@@ -541,7 +586,7 @@ class _Path:
                         await _close_pair(pair)
                         pair = _Pair()
                     elif isinstance(action, ResumeDone):
-                        return
+                        return action.peer_received
                     elif isinstance(action, Failed):
                         raise failure_error(action.failure, machine.timeout)
                 deadline = machine.next_deadline()

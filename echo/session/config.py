@@ -125,7 +125,8 @@ class ServerConfig:
     duologue_ports: DuologuePorts = attrs.field(
         default=DuologuePorts.PER_CLIENT, converter=_duologue_ports
     )
-    #: give a resume secret to clients that ask ("+R" in their HELLO; echo.session.resume)
+    #: give a resume secret to clients that ask ("+R" in their HELLO; echo.session.resume);
+    #: per-client duologue ports only (with shared ports no secret is given out)
     resume: bool = True
 
     def __attrs_post_init__(self) -> None:

@@ -129,7 +129,8 @@ class SendResume:
 
 @attrs.frozen
 class ResumeDone:
-    pass
+    #: messages of our stream the server has read (we send the rest again)
+    peer_received: int
 
 
 @attrs.frozen
@@ -396,12 +397,17 @@ class ResumeMachine:
     """
 
     def __init__(
-        self, *, session_id: int, secret: int, counter: int, timeout: float = 10.0
+        self,
+        *,
+        session_id: int,
+        secret: int,
+        counter: int,
+        received: int,
+        timeout: float = 10.0,
     ) -> None:
         _check_timeout(timeout)
-        self._request = format_resume(
-            Resume(session_id, counter, resume_proof(secret, session_id, counter))
-        )
+        proof = resume_proof(secret, session_id, counter, received)
+        self._request = format_resume(Resume(session_id, counter, received, proof))
         self._timeout = float(timeout)
         self._state = ResumeState.IDLE
         self._deadline: float | None = None
@@ -462,7 +468,7 @@ class ResumeMachine:
         if isinstance(reply, Resumed) and reply.client_session == self._client_session:
             self._state = ResumeState.DONE
             self._deadline = None
-            return [CloseAllClients(), ResumeDone()]
+            return [CloseAllClients(), ResumeDone(reply.received)]
         if isinstance(reply, AllClientsError) and reply.client_session == self._client_session:
             return self._fail(FailureKind.REJECTED, reply.message, reply.message)
         if isinstance(reply, BadMessage):

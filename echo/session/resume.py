@@ -15,16 +15,21 @@ channel            wire form                                          record
 all-clients C->S   ``HELLO <key>[ <credentials>] +R <pad: 32 hex>``    `ResumableHello`
 S-> all-clients    ``<session> CONNECT <port> <port> <u32 hex>``       `ResumableConnect`
                    `` +R <secret XOR pad: 32 hex>``
-all-clients C->S   ``RESUME <duologue session> <n> <proof: 32 hex>``   `Resume`
-S-> all-clients    ``<session> RESUMED``                               `Resumed`
+all-clients C->S   ``RESUME <duologue session> <n> <received>``        `Resume`
+                   `` <proof: 32 hex>``
+S-> all-clients    ``<session> RESUMED <received>``                    `Resumed`
 S-> all-clients    ``<session> ERROR <reason>``                        (Echo 2.0's AllClientsError)
 =================  =================================================  ======================
 
 The all-clients channel is multicast: every client in its handshake sees every reply. So the
 128-bit secret travels one-time-padded with a 128-bit pad that only the HELLO (client to server,
 unicast) carried, as seed 000 §4.3 pads the duologue session id with the HELLO's 32-bit key.
-The proof is ``HMAC-SHA256(secret, "echo-resume|<session>|<n>")`` cut to 128 bits; ``n`` starts
-at 1 and the server accepts each value at most once, in increasing order.
+The proof is ``HMAC-SHA256(secret, "echo-resume|<session>|<n>|<received>")`` cut to 128 bits;
+``n`` starts at 1 and the server accepts each value at most once, in increasing order.
+
+``<received>`` (both ways) is how many messages of the peer's stream this end has read: each end
+then sends again, on fresh streams, the messages the other has not (`Session` keeps the last
+ones it sent for that), so a message in flight when the path broke is neither lost nor doubled.
 
 The ``*_untrusted`` parsers take bytes from the network and never raise: anything else is
 `BadMessage`. Pure module: no trio, no clock, no I/O.
@@ -64,8 +69,13 @@ ERROR_RESUME_REFUSED: Final = "resume refused"
 _HEX128: Final = r"([0-9A-F]{32})"
 _SESSION: Final = r"(0|-?[1-9][0-9]{0,9})"
 _RESUMABLE_TAIL: Final = re.compile(r"(.*) \+R " + _HEX128)
-_RESUME_RE: Final = re.compile(r"RESUME " + _SESSION + r" ([1-9][0-9]{0,9}) " + _HEX128)
-_RESUMED_RE: Final = re.compile(_SESSION + r" RESUMED")
+_COUNT: Final = r"(0|[1-9][0-9]{0,17})"
+_RESUME_RE: Final = re.compile(
+    r"RESUME " + _SESSION + r" ([1-9][0-9]{0,9}) " + _COUNT + " " + _HEX128
+)
+_RESUMED_RE: Final = re.compile(_SESSION + r" RESUMED " + _COUNT)
+#: message counts on the wire stay below this (18 decimal digits)
+MAX_COUNT: Final = 10**18 - 1
 
 
 @attrs.frozen
@@ -90,6 +100,8 @@ class Resume:
 
     session_id: int
     counter: int
+    #: messages of the server's stream the client has read
+    received: int
     proof: bytes
 
 
@@ -98,6 +110,8 @@ class Resumed:
     """Server -> all clients: the client with `client_session` has its session back."""
 
     client_session: int
+    #: messages of the client's stream the server has read
+    received: int
 
 
 def _hex128(value: int) -> str:
@@ -133,13 +147,23 @@ def format_resume(message: Resume) -> bytes:
         raise ValueError(f"counter {message.counter} is out of range 1..999999999")
     if len(message.proof) != RESUME_BITS // 8:
         raise ValueError("a proof is 16 bytes")
-    return _bounded(f"RESUME {message.session_id} {message.counter} {message.proof.hex().upper()}")
+    _check_count(message.received)
+    return _bounded(
+        f"RESUME {message.session_id} {message.counter} {message.received} "
+        f"{message.proof.hex().upper()}"
+    )
+
+
+def _check_count(count: int) -> None:
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_COUNT:
+        raise ValueError(f"message count {count!r} is out of range 0..{MAX_COUNT}")
 
 
 def format_resumed(message: Resumed) -> bytes:
     if not INT32_MIN <= message.client_session <= INT32_MAX:
         raise ValueError(f"client session {message.client_session} is not an int32")
-    return f"{message.client_session} RESUMED".encode()
+    _check_count(message.received)
+    return f"{message.client_session} RESUMED {message.received}".encode()
 
 
 def _text_untrusted(data: bytes | bytearray | memoryview) -> str | None:
@@ -166,7 +190,9 @@ def parse_client_request_untrusted(
         session_id = int(match.group(1))
         if not INT32_MIN <= session_id <= INT32_MAX:
             return BadMessage("session id out of int32 range")
-        return Resume(session_id, int(match.group(2)), bytes.fromhex(match.group(3)))
+        return Resume(
+            session_id, int(match.group(2)), int(match.group(3)), bytes.fromhex(match.group(4))
+        )
     if b" +R " in data[:MAX_MESSAGE_BYTES]:
         text = _text_untrusted(data)
         tail = None if text is None else _RESUMABLE_TAIL.fullmatch(text)
@@ -196,7 +222,7 @@ def parse_server_reply_untrusted(
         if not isinstance(connect, Connect):
             return BadMessage("only a CONNECT carries a resume secret")
         return ResumableConnect(connect, int(tail.group(2), 16))
-    if bytes(data[-8:]) == b" RESUMED":
+    if b" RESUMED " in data[:40]:
         text = _text_untrusted(data)
         match = None if text is None else _RESUMED_RE.fullmatch(text)
         if match is None:
@@ -204,17 +230,18 @@ def parse_server_reply_untrusted(
         client_session = int(match.group(1))
         if not INT32_MIN <= client_session <= INT32_MAX:
             return BadMessage("session id out of int32 range")
-        return Resumed(client_session)
+        return Resumed(client_session, int(match.group(2)))
     return parse_all_clients_reply_untrusted(data)
 
 
-def resume_proof(secret: int, session_id: int, counter: int) -> bytes:
-    """The MAC a RESUME carries: proves the secret without sending it, bound to `counter`."""
+def resume_proof(secret: int, session_id: int, counter: int, received: int) -> bytes:
+    """The MAC a RESUME carries: proves the secret without sending it, bound to `counter` (so
+    it works once) and to `received` (so a copy cannot ask for other messages)."""
     key = secret.to_bytes(RESUME_BITS // 8, "big")
-    text = f"echo-resume|{session_id}|{counter}".encode()
+    text = f"echo-resume|{session_id}|{counter}|{received}".encode()
     return hmac.new(key, text, hashlib.sha256).digest()[: RESUME_BITS // 8]
 
 
-def check_proof(secret: int, session_id: int, counter: int, proof: bytes) -> bool:
+def check_proof(secret: int, session_id: int, counter: int, received: int, proof: bytes) -> bool:
     """Constant-time comparison of `proof` with the expected MAC."""
-    return hmac.compare_digest(resume_proof(secret, session_id, counter), proof)
+    return hmac.compare_digest(resume_proof(secret, session_id, counter, received), proof)

@@ -62,6 +62,7 @@ from echo.session.resume import (
 from echo.session.session import (
     DEFAULT_RECEIVE_BATCH,
     DEFAULT_SEND_TIMEOUT,
+    RESUME_RETAIN_BYTES,
     Session,
     SessionClosed,
 )
@@ -401,7 +402,7 @@ class SessionServer:
         client_session = message.session_id
         source_ip = message.source_ip
         verdict, slot = self.admission.resume(
-            request.session_id, request.counter, request.proof, source_ip, key
+            request.session_id, request.counter, request.received, request.proof, source_ip, key
         )
         duologue = None if slot is None else self.duologues.get(slot.slot_id)
         if verdict is not ResumeVerdict.ACCEPT or duologue is None or duologue.session is None:
@@ -420,37 +421,74 @@ class SessionServer:
             )
             return
         self.resumes += 1
-        await self._repoint(duologue)
-        await self._reply(format_resumed(Resumed(client_session)), client_session)
+        received = await self._move(duologue)
+        if received is None:
+            return
+        await self._reply(format_resumed(Resumed(client_session, received)), client_session)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._replay, duologue, request.received)
 
-    async def _repoint(self, duologue: Duologue) -> None:
-        """Take the client's stream of `duologue` from the old path to whatever path it
-        shows up on next, its owner already moved to the RESUME's address.
-
-        The stream's image answers (status messages, NAKs) only to the address its SETUP came
-        from, the old one. So what it holds is read into the session first, and the
-        subscription is replaced: the client, once it hears RESUMED, opens a new publication
-        on the same session id (its SETUP makes a new image, from the new address), and holds
-        its application's sends in between, so no message falls between the two streams. The
-        server's own stream needs nothing: the client's status messages from the new path make
-        it an MDC destination there (after the cookie exchange that validates it).
-        """
-        assert self.transport is not None
+    async def _replay(self, duologue: Duologue, peer_received: int) -> None:
+        """Once the client's new subscription joined our new stream: send it again what it had
+        not read of the old one, then let the application's sends through."""
         session = duologue.session
-        old = duologue.subscription
-        assert session is not None and old is not None
+        publication = duologue.publication
+        assert session is not None and publication is not None
+        ready = session._path_ready
+        try:
+            with trio.move_on_after(self.transport_config.image_liveness_timeout):
+                await publication.wait_connected()
+            if publication.is_connected:
+                await session._replay(peer_received)
+        except (SessionClosed, trio.ClosedResourceError):
+            pass
+        finally:
+            ready.set()
+
+    async def _move(self, duologue: Duologue) -> int | None:
+        """Take `duologue` to the new path, its owner already moved to the RESUME's address;
+        returns how many messages of the client's stream the session has read.
+
+        Both streams start again: the image of the client's stream answers (status messages,
+        NAKs) only to the address its SETUP came from, and our stream's MDC destination is the
+        client's old mapping, which the client's old image, alive, never re-registers. So what
+        the old image holds is read into the session, both streams are replaced on the same
+        ports and session id, and the client does the same on its side; each end then sends
+        again what the other had not read (`Session._replay`), with the application's sends
+        held until then, so no message is lost, doubled or reordered.
+        """
+        session = duologue.session
+        assert session is not None
+        session._path_ready = trio.Event()
+        moving = session._begin_move()
+        try:
+            return await self._replace_streams(duologue, session)
+        finally:
+            session._end_move(moving)
+
+    async def _replace_streams(self, duologue: Duologue, session: Session) -> int | None:
+        assert self.transport is not None
+        old_sub, old_pub = duologue.subscription, duologue.publication
+        assert old_sub is not None and old_pub is not None
         duologue.image = None
         duologue.resuming = True
         session.image = None
-        # Everything the old image rebuilt goes to the session's own queue first.
-        while old.poll(session._batch.append, fragment_limit=1024):
+        while old_sub.poll(session._batch.append, fragment_limit=1024):
             pass
-        await old.close()
-        old.on_image_available = None
-        old.on_image_unavailable = None
+        received = session._stream_received
+        old_sub.on_image_available = None
+        old_sub.on_image_unavailable = None
+        await old_sub.close()
+        if not old_pub.is_closed:
+            await old_pub.close(timeout=0)
         slot = duologue.slot
         host = _url_host(self.config.address)
         try:
+            duologue.publication = await self.transport.add_publication(
+                f"aeron:udp?control={host}:{slot.control_port}|control-mode=dynamic"
+                f"|session-id={slot.session_id}",
+                self.config.stream_id,
+            )
             duologue.subscription = await self.transport.add_subscription(
                 f"aeron:udp?endpoint={host}:{slot.data_port}|session-id={slot.session_id}",
                 self.config.stream_id,
@@ -458,15 +496,17 @@ class SessionServer:
                 on_image_unavailable=functools.partial(self._on_image_gone, duologue),
             )
         except OSError as error:
-            duologue.subscription = None
             log.warning("resume_failed", duologue_id=slot.slot_id, error=str(error))
             session._mark_closed("resume failed")
-            return
+            duologue.cancel_scope.cancel()
+            return None
+        session.publication = duologue.publication
         session.subscription = duologue.subscription
         if session._owner_ip != slot.owner_ip:
             session._prior_owner_ip = session._owner_ip
             session._owner_ip = slot.owner_ip
         session.counters.resumes += 1
+        return received
 
     async def _ask_admit(self, peer: tuple[str, int], request: Hello) -> str | None:
         """The admission hook's verdict, as a one-line reason; a failing hook refuses."""
@@ -662,6 +702,11 @@ class SessionServer:
         )
         session.image = image
         duologue.session = session
+        if duologue.slot.resume_secret is not None:
+            # The client can resume: keep what we send (to send again what it missed) and
+            # let sends wait out a resume rather than fail.
+            session._retain = RESUME_RETAIN_BYTES
+            session._resume_wait = self.transport_config.image_liveness_timeout
         try:
             await self.app(session)
         except SessionClosed:

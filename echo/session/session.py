@@ -45,6 +45,9 @@ DEFAULT_RECEIVE_BATCH: Final = 16
 DEFAULT_SEND_TIMEOUT: Final = 0.5
 #: How long `close(reason)` waits for the peer to acknowledge everything, the ERROR included.
 CLOSE_LINGER: Final = 1.0
+#: A resumable session keeps the last messages it sent, up to this many bytes, to send again
+#: those the peer had not read when the path broke (echo.session.resume).
+RESUME_RETAIN_BYTES: Final = 256 * 1024
 
 _ERROR_PREFIX: Final = b"ERROR "
 
@@ -155,6 +158,13 @@ class Session:
         #: path that is being left)
         self._path_ready = trio.Event()
         self._path_ready.set()
+        #: set while a resume replaces the streams: `receive` waits on it rather than on a
+        #: subscription that is being closed
+        self._moving: trio.Event | None = None
+        #: the last messages sent (resumable sessions only: `_retain` > 0), oldest first
+        self._retain = 0
+        self._sent_log: deque[bytes] = deque()
+        self._sent_log_bytes = 0
 
     # ---------------------------------------------------------------- state
 
@@ -172,13 +182,16 @@ class Session:
         self.close_reason = reason
         self._closed_event.set()
         self._path_ready.set()
+        if self._moving is not None:
+            self._moving.set()
         if self._on_close is not None:
             self._on_close(self)
         return True
 
     def _peer_gone(self, reason: str, *, lost: bool = False) -> None:
         """The transport says the peer's stream ended (end of stream, liveness timeout)."""
-        self._lost = lost
+        if self.close_reason is None:  # the first reason stands (a late resume refusal, say)
+            self._lost = lost
         self._mark_closed(reason)
 
     _lost = False
@@ -195,6 +208,7 @@ class Session:
         self._resumer = None
         self.image = None
         self._batch.clear()
+        self._sent_log.clear()
 
     @property
     def resumable(self) -> bool:
@@ -243,6 +257,51 @@ class Session:
         counters = self.counters
         counters.messages_sent += 1
         counters.bytes_sent += len(data)
+        if self._retain:
+            self._log_sent(data)
+
+    def _log_sent(self, data: bytes) -> None:
+        log = self._sent_log
+        log.append(data)
+        self._sent_log_bytes += len(data)
+        while self._sent_log_bytes > self._retain and len(log) > 1:
+            self._sent_log_bytes -= len(log.popleft())
+
+    def _begin_move(self) -> trio.Event:
+        """A resume is about to replace the streams; set the event it returns once done."""
+        moving = self._moving = trio.Event()
+        return moving
+
+    def _end_move(self, moving: trio.Event) -> None:
+        if self._moving is moving:
+            self._moving = None
+        self._polled_at_count = -1
+        moving.set()
+
+    @property
+    def _stream_received(self) -> int:
+        """Messages of the peer's stream read into this session (the application's or not)."""
+        counters = self.counters
+        return counters.messages_received + counters.foreign_dropped + len(self._batch)
+
+    async def _replay(self, peer_received: int) -> None:
+        """Send again, on the new stream, what the peer had not read of the old one."""
+        missing = self.counters.messages_sent - peer_received
+        if missing < 0 or missing > len(self._sent_log):
+            reason = (
+                "resume: the peer has read more than was sent"
+                if missing < 0
+                else ("resume: messages the peer missed are no longer kept")
+            )
+            self._mark_closed(reason)
+            raise self._closed_error()
+        log = self._sent_log
+        for data in list(log)[len(log) - missing :]:
+            try:
+                await self.publication.send(data, timeout=self._send_timeout)
+            except (SendError, trio.ClosedResourceError):
+                self._mark_closed("send failed")
+                raise self._closed_error() from None
 
     async def _wait_path(self) -> None:
         with trio.move_on_after(self._resume_wait):
@@ -303,6 +362,9 @@ class Session:
                 return data
             if self.close_reason is not None:
                 raise self._closed_error()
+            if self._moving is not None:
+                await self._moving.wait()
+                continue
             subscription = self.subscription
             counters = self.transport.counters
             if counters.datagrams_received == self._polled_at_count:

@@ -102,10 +102,10 @@ async def test_forged_and_replayed_resumes_are_refused_and_counted() -> None:
             pub, sub = await _all_clients(t, config)
             sid = session.session_id
             # A proof made with another secret; a session that does not exist; garbage.
-            forged = format_resume(Resume(sid, 1, resume_proof(12345, sid, 1)))
+            forged = format_resume(Resume(sid, 1, 0, resume_proof(12345, sid, 1, 0)))
             reply = await _ask(pub, sub, forged)
             assert reply == AllClientsError(pub.session_id, ERROR_RESUME_REFUSED)
-            unknown = format_resume(Resume(sid ^ 1, 1, bytes(16)))
+            unknown = format_resume(Resume(sid ^ 1, 1, 0, bytes(16)))
             assert await _ask(pub, sub, unknown) == reply
             assert isinstance(await _ask(pub, sub, b"RESUME x"), AllClientsError)
             assert server.resumes_refused == 2  # the garbage is a bad message, not a resume
@@ -113,9 +113,10 @@ async def test_forged_and_replayed_resumes_are_refused_and_counted() -> None:
             await session.resume()
             assert server.resumes == 1
             # ...and a copy of a proof already used, sent from elsewhere, is refused: the
-            # stranger learns the proof for counter 1 (as an eavesdropper would) and replays it.
+            # stranger learns the client's RESUME (counter 1, nothing read yet), as an
+            # eavesdropper would, and replays it.
             secret = session._resumer.args[1]  # type: ignore[union-attr]
-            replay = format_resume(Resume(sid, 1, resume_proof(secret, sid, 1)))
+            replay = format_resume(Resume(sid, 1, 0, resume_proof(secret, sid, 1, 0)))
             assert await _ask(pub, sub, replay) == reply
             assert server.resumes_refused == 3 and server.resumes == 1
             # The session is untouched by all of it.
