@@ -63,7 +63,8 @@ def main(ctx: click.Context, port: int) -> None:
                 ),
                 (
                     "lobby",
-                    ["echo.lobby.cli", "server", "--port", str(port), "--topics", topics,
+                    ["echo.lobby.cli", "server", "--port", str(port), "--max-clients", "16",
+                     "--topics", topics,
                      "--ticket-key", str(key), "--log-level", "warning"],
                     "",
                 ),

@@ -218,7 +218,6 @@ class LobbyServer:
         self.topic_client: Any = None
         self._wake_expiry = trio.Event()
         self._listings_dirty = False
-        self._chat_buckets: dict[str, TokenBucket] = {}
 
     # ------------------------------------------------------------------ ids that land here
 
@@ -315,7 +314,6 @@ class LobbyServer:
             # No await here: this runs to the end even when the task is being cancelled.
             if self.conns.get(member_id) is conn:
                 del self.conns[member_id]
-                self._chat_buckets.pop(member_id, None)
                 self._deliver(self.registry.disconnected(member_id, trio.current_time()))
                 self._wake_expiry.set()
             for queue in conn.queues.values():
@@ -363,7 +361,6 @@ class LobbyServer:
         assert conn.channels is not None
         limit = self.config.lobby.chat_limit
         bucket = TokenBucket(limit, trio.current_time())
-        self._chat_buckets[conn.member_id] = bucket
         async for delivery in conn.channels[Channel.CHAT]:
             while not bucket.take(trio.current_time()):  # noqa: ASYNC110 (a rate, not an event)
                 await trio.sleep(max(0.001, (1.0 - bucket.tokens) / limit.rate))

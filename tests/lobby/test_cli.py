@@ -213,3 +213,38 @@ def test_echo_server_without_ticket_key_asks_no_ticket_and_with_it_refuses_none(
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+
+
+def demo_ports() -> int:
+    """A base port p with what the demo binds free: lobby p..p+33, topics p+100, game
+    p+200..p+233 (random, below the ephemeral range, where other programs' sockets are)."""
+    import random
+
+    wanted = [*range(34), 100, *range(200, 234)]
+    for _ in range(100):
+        base = random.randrange(20000, 30000)
+        socks = []
+        try:
+            for offset in wanted:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(sock)
+                sock.bind(("127.0.0.1", base + offset))
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+        return base
+    raise RuntimeError("no free ports for the demo")
+
+
+def test_the_lobby_demo_runs_to_the_end_by_itself() -> None:
+    port = demo_ports()
+    result = run([sys.executable, "-m", "echo.lobby.demo", "--port", str(port)], timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    out = result.stdout
+    for name in ("alice", "bob", "carol", "dave"):
+        assert f"game server answered: ECHO {name} is in the game" in out
+    assert "everyone is ready: starting the game" in out
+    assert "a forged ticket was refused: ticket refused: bad_signature" in out
+    assert "exit statuses: alice=0, bob=0, carol=0, dave=0" in out
