@@ -17,8 +17,8 @@ import pytest
 
 from echo.lobby.keyfile import new_key_text
 from echo.telemetry.schema import validate_event
+from tests.lobby.servers import free_base, free_ports
 from tests.netlab.lab import LineReader
-from tests.server.test_server import free_base
 
 REPO = Path(__file__).resolve().parents[2]
 LOBBY = [sys.executable, "-m", "echo.lobby.cli", "server"]
@@ -216,26 +216,8 @@ def test_echo_server_without_ticket_key_asks_no_ticket_and_with_it_refuses_none(
 
 
 def demo_ports() -> int:
-    """A base port p with what the demo binds free: lobby p..p+33, topics p+100, game
-    p+200..p+233 (random, below the ephemeral range, where other programs' sockets are)."""
-    import random
-
-    wanted = [*range(34), 100, *range(200, 234)]
-    for _ in range(100):
-        base = random.randrange(20000, 30000)
-        socks = []
-        try:
-            for offset in wanted:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(sock)
-                sock.bind(("127.0.0.1", base + offset))
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-        return base
-    raise RuntimeError("no free ports for the demo")
+    """What the demo binds: lobby p..p+33, topics p+100, game p+200..p+233."""
+    return free_ports([*range(34), 100, *range(200, 234)])
 
 
 def test_the_lobby_demo_runs_to_the_end_by_itself() -> None:
