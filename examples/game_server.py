@@ -29,9 +29,12 @@ class Room:
 
     async def __call__(self, session: es.Session) -> None:
         me = session.session_id
+        # WELCOME first, then join the room: registered earlier, another player's move could
+        # reach this player before its WELCOME. A move made while the positions below are sent
+        # arrives twice at worst, and AT is idempotent.
+        await session.send(b"WELCOME %d" % me)
         self.players[me] = session
         try:
-            await session.send(b"WELCOME %d" % me)
             for other, (x, y) in list(self.positions.items()):
                 await session.send(b"AT %d %d %d" % (other, x, y))
             async for message in session:
