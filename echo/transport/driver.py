@@ -104,6 +104,8 @@ class Driver:
         #: the sockets read by the one reader task (None: a reader task per socket)
         self._readiness: Readiness[DriverSocket] | None = open_readiness()
         self._ready_reader = False
+        #: response subscriptions by registration id: where an RSP_SETUP is routed
+        self.response_subscriptions: dict[int, SubscriptionChannel] = {}
 
     # ---------------------------------------------------------------- streams (wiring.py)
 
@@ -228,8 +230,7 @@ class Driver:
                 if udp.lending.borrowed:
                     # An image came or went while an application task waits on the socket.
                     self.wake_borrower(udp)
-            for subscription in udp.subscriptions.values():
-                subscription.notify()
+            udp.notify_subscriptions()
         self._schedule(udp, now)
 
     def _schedule(self, udp: DriverSocket, now: float) -> None:

@@ -342,8 +342,9 @@ class ReceiveSocket(DriverSocket):
         self.endpoint = endpoint
         super().__init__(sock, key, endpoint.counters)
         self.lending: Lending = Lending()
-        #: the subscriptions on this socket by stream id: image events and notifications
-        self.subscriptions: dict[int, SubscriptionChannel] = {}
+        #: the subscriptions on this socket by (stream id, session id or None for all
+        #: sessions): image events and notifications
+        self.subscriptions: dict[tuple[int, int | None], SubscriptionChannel] = {}
 
     def enable_offload(self) -> None:
         try:
@@ -361,9 +362,33 @@ class ReceiveSocket(DriverSocket):
     def dispatch(self, events: list[ImageEvent]) -> None:
         subscriptions = self.subscriptions
         for event in events:
-            channel = subscriptions.get(event.image.stream_id)
+            image = event.image
+            channel = subscriptions.get((image.stream_id, image.session_id)) or (
+                subscriptions.get((image.stream_id, None))
+            )
             if channel is not None:
                 channel.on_image_event(event)
+
+    def notify_subscriptions(self) -> None:
+        """Wake the subscriptions' waiting tasks after a service. Many session-specific
+        subscriptions share a server's port (response channels): those wake only for their
+        own image's news, not for every datagram of every session."""
+        subscriptions = self.subscriptions
+        fresh = self.endpoint.fresh
+        if len(subscriptions) == 1:
+            for channel in subscriptions.values():
+                channel.notify()
+            fresh.clear()
+            return
+        for (_, session_id), channel in subscriptions.items():
+            if session_id is None:
+                channel.notify()
+        # An image that came or went woke its channel already (on_image_event).
+        for session_id, stream_id in fresh:
+            found = subscriptions.get((stream_id, session_id))
+            if found is not None:
+                found.notify()
+        fresh.clear()
 
     def close(self) -> None:
         super().close()
