@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -217,6 +218,8 @@ def _scale_row(clients: int) -> dict[str, object]:
         "echo_after_storm_p99_ms": 40.0,
         "clients_cpu_percent": 50.0,
         "steady_failures": 1,
+        "server_cpu_us_per_datagram": 60.0,
+        "server_cpu_us_per_echo": 600.0,
         "server_counters": {"datagrams_sent": 1},
     }
 
@@ -229,6 +232,9 @@ def test_scale_figures_have_targets_at_1000_clients_only() -> None:
         "handshakes/s": True,
         "server CPU": False,
         "server RSS": True,
+        # compared with bench.scale_raw's run, not with a fixed target
+        "server CPU/datagram": None,
+        "server CPU/echo": None,
         "echo p50": None,
         "echo p99": True,
         # The storm's clients echo in step: reported, but the target is the steady state's.
@@ -241,6 +247,20 @@ def test_scale_figures_have_targets_at_1000_clients_only() -> None:
     assert at_1000["connected"].value == 998 and at_1000["failures"].value == 3
     assert all(r.baseline is None and not r.raw for r in at_1000.values())
     assert all(r.target is None for r in scale.results(_scale_row(500)))
+
+
+def test_per_datagram_figures_divide_the_server_cpu_by_what_it_handled() -> None:
+    from bench.scale_raw import per_datagram, udp_datagrams
+
+    row = per_datagram(cpu=0.5, datagrams=10_000, echoes=1_000, span=10.0)
+    assert row["datagrams_per_s"] == 1_000.0
+    assert row["server_cpu_us_per_datagram"] == 50.0
+    assert row["server_cpu_us_per_echo"] == 500.0
+    assert per_datagram(0.5, 0, 0, 10.0)["server_cpu_us_per_datagram"] != 50.0  # nan
+    before = udp_datagrams()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(b"x", ("127.0.0.1", 9))
+    assert udp_datagrams() >= before + 1
 
 
 def test_round_trips_time_each_step_of_the_measured_phase_only() -> None:
