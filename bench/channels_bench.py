@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import statistics
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -41,8 +43,15 @@ BULK_SEND_INTERVAL = 1 / 2000
 BULK_CONSUME_INTERVAL = 1 / 200
 
 
-async def _c1_phase(duration: float, loss: float, saturated: bool, seed: int) -> list[float]:
-    """Control round trips (seconds) over `duration`, the bulk channel saturated or idle."""
+async def _c1_phase(
+    duration: float, loss: float, saturated: bool, seed: int, *, streaming: bool = False
+) -> list[float]:
+    """Control round trips (seconds) over `duration`, the bulk channel saturated or idle.
+
+    streaming=True (with saturated=False): bulk flows at its sender's pace to a consumer as
+    fast as it can, so its buffer never fills: what a loss then adds to control latency is
+    head-of-line blocking on the shared stream alone (the H figure).
+    """
     samples: list[float] = []
     bulk_sent = 0
     async with transport_pair(loss=loss, seed=seed) as (a, b):
@@ -58,7 +67,8 @@ async def _c1_phase(duration: float, loss: float, saturated: bool, seed: int) ->
 
             async def bulk_consumer() -> None:
                 async for _ in cb[BULK]:
-                    await trio.sleep(BULK_CONSUME_INTERVAL)
+                    if not streaming:
+                        await trio.sleep(BULK_CONSUME_INTERVAL)
 
             async def control_echo() -> None:
                 async for message in cb[CONTROL]:
@@ -66,7 +76,7 @@ async def _c1_phase(duration: float, loss: float, saturated: bool, seed: int) ->
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(control_echo)
-                if saturated:
+                if saturated or streaming:
                     nursery.start_soon(bulk_sender)
                     nursery.start_soon(bulk_consumer)
                     await trio.sleep(0.5)  # fill the bulk buffer first
@@ -89,6 +99,7 @@ async def _c1_phase(duration: float, loss: float, saturated: bool, seed: int) ->
                 if saturated and rate > 0.5 / BULK_SEND_INTERVAL:
                     # Held to its consumer's pace, or the phase measured nothing.
                     raise RuntimeError(f"bulk channel was not saturated ({rate:.0f} msg/s)")
+
                 nursery.cancel_scope.cancel()
     return samples
 
@@ -133,8 +144,10 @@ def baseline_kind() -> str:
     return "echo.session"
 
 
-async def _c2_phase(duration: float, through_channels: bool) -> float:
-    """1 KiB messages per second, one way, over one channel or the bare session."""
+async def _c2_phase(duration: float, through_channels: bool) -> tuple[float, float]:
+    """1 KiB messages per second, one way, over one channel or the bare session, and the
+    process's CPU time per message (both ends run in this process): on a shared machine the
+    rate moves with what else runs, the CPU per message much less."""
     payload = b"t" * BULK_SIZE
     count = 0
     async with session_pair() as (a, b):
@@ -150,13 +163,14 @@ async def _c2_phase(duration: float, through_channels: bool) -> float:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(consume)
                     await trio.sleep(0.2)
-                    start, first = trio.current_time(), count
+                    start, first, cpu = trio.current_time(), count, time.process_time()
                     end = start + duration
                     while trio.current_time() < end:
                         for _ in range(64):
                             await ca[BULK].send(payload, optimistic=True)
                     elapsed = trio.current_time() - start
                     received = count - first
+                    cpu = time.process_time() - cpu
                     nursery.cancel_scope.cancel()
         else:
 
@@ -169,15 +183,16 @@ async def _c2_phase(duration: float, through_channels: bool) -> float:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(consume_bare)
                 await trio.sleep(0.2)
-                start, first = trio.current_time(), count
+                start, first, cpu = trio.current_time(), count, time.process_time()
                 end = start + duration
                 while trio.current_time() < end:
                     for _ in range(64):
                         await a.send(payload)
                 elapsed = trio.current_time() - start
                 received = count - first
+                cpu = time.process_time() - cpu
                 nursery.cancel_scope.cancel()
-    return received / elapsed
+    return received / elapsed, cpu / max(received, 1) * 1e6
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -204,16 +219,45 @@ def run_c1(duration: float, repeat: int, losses: list[float]) -> list[dict[str, 
     return rows
 
 
+def run_hol(duration: float, repeat: int, losses: list[float]) -> list[dict[str, Any]]:
+    """H: control round trips with bulk idle and with bulk streaming (never saturated), at each
+    loss rate. At 0 % loss the difference is bulk's CPU and queueing cost; at 5 % it adds what
+    lost bulk datagrams cost control messages behind them on the one stream (head of line)."""
+    rows = []
+    for loss in losses:
+        idle_p50, idle_p99, busy_p50, busy_p99, ratios = [], [], [], [], []
+        for r in range(repeat):
+            idle = sorted(trio.run(_c1_phase, duration, loss, False, 300 + r))
+            busy = sorted(trio.run(
+                functools.partial(_c1_phase, duration, loss, False, 400 + r, streaming=True)))
+            idle_p50.append(percentile(idle, 50) * 1e6)
+            idle_p99.append(percentile(idle, 99) * 1e6)
+            busy_p50.append(percentile(busy, 50) * 1e6)
+            busy_p99.append(percentile(busy, 99) * 1e6)
+            ratios.append(busy_p99[-1] / idle_p99[-1])
+        rows.append({
+            "loss": loss,
+            "idle_p50_us": _spread(idle_p50), "idle_p99_us": _spread(idle_p99),
+            "streaming_p50_us": _spread(busy_p50), "streaming_p99_us": _spread(busy_p99),
+            "ratio": _spread(ratios),
+        })
+    return rows
+
+
 def run_c2(duration: float, repeat: int) -> dict[str, Any]:
-    bare, chan, ratios = [], [], []
+    bare, chan, ratios, bare_cpu, chan_cpu, cpu_ratios = [], [], [], [], [], []
     for _ in range(repeat):
-        b = trio.run(_c2_phase, duration, False)
-        c = trio.run(_c2_phase, duration, True)
+        b, b_cpu = trio.run(_c2_phase, duration, False)
+        c, c_cpu = trio.run(_c2_phase, duration, True)
         bare.append(b)
         chan.append(c)
         ratios.append(c / b)
+        bare_cpu.append(b_cpu)
+        chan_cpu.append(c_cpu)
+        cpu_ratios.append(b_cpu / c_cpu)
     return {"bare_msg_s": _spread(bare), "channel_msg_s": _spread(chan), "ratio": _spread(ratios),
-            "session": baseline_kind()}
+            "bare_cpu_us": _spread(bare_cpu), "channel_cpu_us": _spread(chan_cpu),
+            "cpu_ratio": _spread(cpu_ratios), "session": baseline_kind()}
 
 
 def channels(settings: Settings) -> list[Result]:
@@ -247,8 +291,11 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per phase")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure")
     parser.add_argument("--loss", default="0,0.05", help="C1 loss rates, comma-separated")
-    parser.add_argument("--only", choices=["c1", "c2"], default=None)
+    parser.add_argument("--only", choices=["c1", "c2", "hol"], default=None)
     args = parser.parse_args()
+    from echo.log import configure_logging
+
+    configure_logging("console", "warning")  # the server's per-session lines are not results
     losses = [float(x) for x in args.loss.split(",")]
     if args.only in (None, "c1"):
         for row in run_c1(args.duration, args.repeat, losses):
@@ -259,6 +306,16 @@ def main() -> None:
                   f"({row['saturated_p99_us']['min']:.0f}..{row['saturated_p99_us']['max']:.0f})"
                   f"; ratio {row['ratio']['median']:.2f} x "
                   f"({row['ratio']['min']:.2f}..{row['ratio']['max']:.2f}), target <= 2")
+    if args.only in (None, "hol"):
+        for row in run_hol(args.duration, args.repeat, losses):
+            print(f"H loss {row['loss']:.0%}: control p50/p99 bulk idle "
+                  f"{row['idle_p50_us']['median']:.0f}/{row['idle_p99_us']['median']:.0f} us "
+                  f"(p99 {row['idle_p99_us']['min']:.0f}..{row['idle_p99_us']['max']:.0f}), "
+                  f"bulk streaming {row['streaming_p50_us']['median']:.0f}/"
+                  f"{row['streaming_p99_us']['median']:.0f} us (p99 "
+                  f"{row['streaming_p99_us']['min']:.0f}..{row['streaming_p99_us']['max']:.0f})"
+                  f"; p99 ratio {row['ratio']['median']:.2f} x "
+                  f"({row['ratio']['min']:.2f}..{row['ratio']['max']:.2f})")
     if args.only in (None, "c2"):
         c2 = run_c2(args.duration, args.repeat)
         print(f"C2 over {c2['session']}: bare {c2['bare_msg_s']['median']:,.0f} msg/s "
@@ -267,6 +324,12 @@ def main() -> None:
               f"({c2['channel_msg_s']['min']:,.0f}..{c2['channel_msg_s']['max']:,.0f}); ratio "
               f"{c2['ratio']['median']:.2f} x ({c2['ratio']['min']:.2f}..{c2['ratio']['max']:.2f})"
               ", target >= 0.8")
+        print(f"C2 CPU per message (both ends): bare {c2['bare_cpu_us']['median']:.1f} us "
+              f"({c2['bare_cpu_us']['min']:.1f}..{c2['bare_cpu_us']['max']:.1f}), one channel "
+              f"{c2['channel_cpu_us']['median']:.1f} us "
+              f"({c2['channel_cpu_us']['min']:.1f}..{c2['channel_cpu_us']['max']:.1f}); "
+              f"bare/channel {c2['cpu_ratio']['median']:.2f} x "
+              f"({c2['cpu_ratio']['min']:.2f}..{c2['cpu_ratio']['max']:.2f})")
 
 
 if __name__ == "__main__":

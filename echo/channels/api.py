@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -18,6 +19,7 @@ from echo.channels.core import (
     OutState,
 )
 from echo.channels.wire import HandleRef
+from echo.transport import Publication, Subscription
 
 log = structlog.get_logger("echo.channels")
 
@@ -47,6 +49,12 @@ class Channel:
         self._owner = owner
         self.channel_id = channel_id
         self._current: Delivery | None = None
+        peer = owner.peer
+        self._out_state = peer.outgoing[channel_id]
+        # Our incoming buffer, read directly on the per-message path (None: a handle channel,
+        # whose binds are read by the library, not by `receive`).
+        incoming = peer.incoming[channel_id]
+        self._buffer = None if incoming.spec.handles else incoming.buffer
 
     async def send(
         self, data: bytes, *, optimistic: bool = False, refs: Sequence[HandleRef] = ()
@@ -57,15 +65,15 @@ class Channel:
         library retransmits it if the peer drops it.
         """
         owner = self._owner
-        peer = owner.peer
         if optimistic:
-            out_state = peer.outgoing[self.channel_id]
-            while out_state.queued_bytes >= owner.max_queued:
+            while self._out_state.queued_bytes >= owner.max_queued:
                 await owner._wait_change()
         if owner.closed_reason is not None:
             raise ChannelsClosed(owner.closed_reason)
+        peer = owner.peer
         out = peer.send(self.channel_id, data, optimistic=optimistic, refs=refs)
-        owner._notify()
+        if owner._waiting:
+            owner._notify()
         if not optimistic:
             try:
                 while out.state is OutState.QUEUED:
@@ -96,15 +104,27 @@ class Channel:
 
     def done(self) -> None:
         """Mark the message last received here as processed (frees its buffer space)."""
-        if self._current is not None:
-            self._owner.peer.release(self._current)
+        current = self._current
+        if current is not None:
             self._current = None
-            self._owner._notify()
+            owner = self._owner
+            owner.peer.release(current)
+            if owner._waiting:
+                owner._notify()
 
     def __aiter__(self) -> Channel:
         return self
 
     async def __anext__(self) -> Delivery:
+        # `receive` inline for a message already buffered: this runs once per message, and a
+        # second coroutine per message is a measurable share of it.
+        buffer = self._buffer
+        if buffer:
+            self.done()
+            delivery = buffer.popleft()
+            assert isinstance(delivery, Delivery)
+            self._current = delivery
+            return delivery
         try:
             return await self.receive()
         except trio.EndOfChannel:
@@ -185,6 +205,15 @@ class Channels:
     def counters(self) -> dict[str, int]:
         return dict(self.peer.counters)
 
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Wait until `predicate()` holds (guarantees arrived, a buffer filled, ...).
+
+        It is checked now and after every change to these channels' state: input from the
+        peer, output, and local operations. Raises ChannelsClosed if they close first.
+        """
+        while not predicate():
+            await self._wait_change()
+
     # ------------------------------------------------------------------ internals
 
     def _notify(self) -> None:
@@ -228,11 +257,11 @@ class Channels:
         if self.on_discarded is not None and hasattr(frame, "payload"):
             self.on_discarded(event.message.channel, frame.payload)
 
-    async def _reader(self) -> None:
+    async def _reader(self, session: SessionLike) -> None:
         peer = self.peer
         while True:
             try:
-                data = await self.session.receive()
+                data = await session.receive()
             except Exception as exc:  # the session's own closed error, whatever its type
                 self._closed(f"session closed: {exc}" if str(exc) else "session closed")
                 return
@@ -242,20 +271,20 @@ class Channels:
                 return
             self._after_input()
 
-    async def _writer(self) -> None:
+    async def _writer(self, stream: int, session: SessionLike) -> None:
         peer = self.peer
         while True:
-            while not peer.has_output():
+            while not peer.has_output(stream):
                 if self.closed_reason is not None:
                     return
                 self._waiting += 1
                 await self._changed.wait()
-            batch = peer.data_to_send(self.max_batch)
+            batch = peer.data_to_send(self.max_batch, stream)
             if peer.events:
                 self._after_input()
             self._notify()
             try:
-                await self.session.send(batch)
+                await session.send(batch)
             except Exception as exc:
                 self._closed(f"session closed: {exc}" if str(exc) else "session closed")
                 return
@@ -284,14 +313,109 @@ async def open_channels(
     channels = Channels(
         session, specs, max_batch=max_batch, max_queued=max_queued, on_discarded=on_discarded
     )
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(channels._reader)
-        nursery.start_soon(channels._writer)
-        try:
-            yield channels
-        finally:
-            nursery.cancel_scope.cancel()
-            channels._closed("channels closed locally")
+    async with contextlib.AsyncExitStack() as stack:
+        streams: list[SessionLike] = [session]
+        for stream in range(1, channels.peer.streams):
+            streams.append(await stack.enter_async_context(_open_substream(session, stream)))
+        async with trio.open_nursery() as nursery:
+            for stream, stream_session in enumerate(streams):
+                nursery.start_soon(channels._reader, stream_session)
+                nursery.start_soon(channels._writer, stream, stream_session)
+            try:
+                yield channels
+            finally:
+                nursery.cancel_scope.cancel()
+                channels._closed("channels closed locally")
+
+
+class _AeronSubstream:
+    """Stream `k` of an echo.session session: a publication and a subscription on the
+    session's own channel URIs (the same ports, the same session id: the transport shares the
+    sockets, and a NAT mapping the session opened serves it too) with stream id + k.
+
+    Aeron delivers each stream in order on its own, so a datagram lost on one stream delays
+    nothing on another: that is the whole point (ChannelSpec.own_stream).
+    """
+
+    def __init__(self, publication: Publication, subscription: Subscription,
+                 send_timeout: float) -> None:
+        self.publication = publication
+        self.subscription = subscription
+        self.send_timeout = send_timeout
+
+    async def send(self, data: bytes) -> None:
+        publication = self.publication
+        if publication.offer(data) <= 0:
+            if not publication.is_connected:
+                # The peer's subscription to this stream is not up yet: wait for it (the
+                # session's own stream is, so the peer is there).
+                await publication.wait_connected(timeout=SUBSTREAM_CONNECT_TIMEOUT)
+            await publication.send(data, timeout=self.send_timeout)
+
+    async def receive(self) -> bytes:
+        return bytes((await self.subscription.receive()).data)
+
+    async def close(self, reason: str = "") -> None:
+        # The session's own stream carries the close reason; this one just ends.
+        await self.subscription.close()
+        await self.publication.close(timeout=0)
+
+
+#: How long the first message on an own stream waits for the peer's subscription to it.
+SUBSTREAM_CONNECT_TIMEOUT = 10.0
+#: How long an own stream's send retries under back pressure before the channels close
+#: (the peer's reader drains its streams into the channel buffers, so this is rare).
+SUBSTREAM_SEND_TIMEOUT = 2.0
+
+
+_SESSION_ID = re.compile(r"session-id=(-?\d+)")
+
+
+def _substream_uri(uri: str, stream: int) -> str:
+    """The session's channel URI for its stream `stream`: a session id of its own, the
+    session's + stream (as a signed 32-bit id). Both peers derive the same; the transport
+    keeps one session id per publication, and the session-id filter of the subscriptions keeps
+    out every other sender, as on the session's own stream."""
+
+    def shifted(match: re.Match[str]) -> str:
+        value = (int(match.group(1)) + stream + (1 << 31)) % (1 << 32) - (1 << 31)
+        return f"session-id={value}"
+
+    return _SESSION_ID.sub(shifted, uri)
+
+
+@contextlib.asynccontextmanager
+async def _open_substream(session: SessionLike, stream: int) -> AsyncIterator[SessionLike]:
+    """Stream `stream` of `session`: its own `open_substream(stream)` if it has one (test
+    pipes), else an Aeron stream beside an echo.session.Session's (see _AeronSubstream)."""
+    opener = getattr(session, "open_substream", None)
+    if opener is not None:
+        async with opener(stream) as substream:
+            yield substream
+        return
+    transport = getattr(session, "transport", None)
+    own_pub = getattr(session, "publication", None)
+    own_sub = getattr(session, "subscription", None)
+    if transport is None or own_pub is None or own_sub is None:
+        raise ChannelUsageError(
+            "channels with own_stream need a session with transport, publication and "
+            "subscription (echo.session.Session) or open_substream")
+    stream_id = (own_pub.stream_id + stream) & 0x7FFFFFFF
+    subscription = await transport.add_subscription(_substream_uri(own_sub.channel, stream),
+                                                    stream_id)
+    try:
+        publication = await transport.add_publication(_substream_uri(own_pub.channel, stream),
+                                                      stream_id)
+    except BaseException:
+        await subscription.close()
+        raise
+    substream = _AeronSubstream(publication, subscription, SUBSTREAM_SEND_TIMEOUT)
+    try:
+        yield substream
+    finally:
+        with trio.CancelScope(shield=True):
+            with contextlib.suppress(Exception):
+                await substream.close()
 
 
 __all__ = ["Channel", "Channels", "ChannelsClosed", "SessionLike", "open_channels"]

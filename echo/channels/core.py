@@ -97,6 +97,11 @@ class ChannelSpec:
     priority: lower is more urgent, strictly (what this peer sends when back-pressured).
     weight:   share among channels of the same priority.
     handles:  the channel carries BindHandle messages; its id is the handle type.
+    own_stream: the channel travels on a transport stream of its own (head-of-line isolation:
+              a datagram lost on another channel's stream never delays it). Everything that
+              concerns it (its messages, guarantees, pleas, bounds, drop notices, apologies)
+              goes on that stream, so its ordering rules hold; it cannot be a handle channel
+              nor carry handle references (a reference must never overtake its bind).
     """
 
     channel_id: int
@@ -104,12 +109,15 @@ class ChannelSpec:
     priority: int = 0
     weight: int = 1
     handles: bool = False
+    own_stream: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.channel_id <= wire.MAX_VARINT:
             raise ChannelUsageError(f"channel id {self.channel_id} out of range")
         if self.capacity < 0 or self.weight < 1:
             raise ChannelUsageError("capacity must be >= 0 and weight >= 1")
+        if self.own_stream and self.handles:
+            raise ChannelUsageError("a handle channel travels on the session's own stream")
 
 
 class OutState(enum.Enum):
@@ -122,40 +130,51 @@ class OutState(enum.Enum):
 class Outgoing:
     """A message this peer sends, followed until it is settled.
 
-    A plain slotted class, not attrs: one is made per message on the hot path.
+    A plain slotted class, not attrs: one is made per message on the hot path. Its wire bytes
+    are `header` + `body`: for a plain DATA frame the header is the kind, channel and length
+    bytes and the body is the payload itself, so queueing a message copies nothing (the one copy
+    is into the session message); every other frame is all header.
     """
 
-    __slots__ = ("_frame", "channel", "dep_failed", "deps", "encoded", "handle", "optimistic",
-                 "payload", "refs", "size", "state", "transmissions", "uncovered")
+    __slots__ = ("_frame", "body", "channel", "dep_failed", "deps", "handle", "header",
+                 "optimistic", "payload", "refs", "size", "state", "transmissions", "uncovered",
+                 "wire_len")
 
     def __init__(
         self,
         channel: int,
-        frame: Data | Bind | None,
-        encoded: bytes,
+        header: bytes,
+        body: bytes,
+        size: int,
         optimistic: bool,
+        *,
+        frame: Data | Bind | None = None,
         handle: int | None = None,
-        size: int | None = None,
-        payload: bytes = b"",
     ) -> None:
         self.channel = channel
-        self._frame = frame
-        if frame is None:
-            self.refs: tuple[HandleRef, ...] = ()
-            self.payload = payload
-        else:
-            self.refs = frame.refs if isinstance(frame, Data) else ()
-            self.payload = frame.payload if isinstance(frame, Data) else payload
-        self.encoded = encoded
+        self.header = header
+        self.body = body
+        self.wire_len = len(header) + len(body)
+        self.size = size
         self.optimistic = optimistic
-        self.handle = handle  # for a Bind: the handle it creates
-        self.size = size if size is not None else wire.message_size(frame)  # type: ignore[arg-type]
         self.state = OutState.QUEUED
         self.uncovered = 0
         self.transmissions = 0
+        self._frame = frame
+        if frame is None:
+            self.refs: tuple[HandleRef, ...] = ()
+            self.payload = body
+        elif isinstance(frame, Data):
+            self.refs = frame.refs
+            self.payload = frame.payload
+        else:
+            self.refs = ()
+            self.payload = frame.value
+        self.handle = handle  # for a Bind: the handle it creates
         # Own handles it references whose binds were unconfirmed when it went out:
         # (handle_type, handle) -> the bind's Outgoing and its transmission count then.
-        self.deps: dict[tuple[int, int], tuple[Outgoing, int]] = {}
+        # None until the first such reference (most messages never have one).
+        self.deps: dict[tuple[int, int], tuple[Outgoing, int]] | None = None
         self.dep_failed = False
 
     @property
@@ -234,6 +253,7 @@ class _Outgoing:
     receiving_bound: int | None = None  # the server's LIMIT_RECEIVING total
     vtime: float = 0.0
     queued_bytes: int = 0
+    stream: int = 0
 
 
 @attrs.frozen
@@ -258,11 +278,23 @@ class ChannelPeer:
         self.specs = {s.channel_id: s for s in specs}
         self.incoming = {s.channel_id: _Incoming(s, 0, s.capacity) for s in specs}
         self.outgoing = {s.channel_id: _Outgoing(s) for s in specs}
+        # Stream 0 is the session's own; each own_stream channel gets the next, in id order
+        # (both peers declare the same specs, so they agree on the numbering).
+        self.stream_of = {s.channel_id: 0 for s in specs}
+        for index, spec in enumerate(sorted((s for s in specs if s.own_stream),
+                                            key=lambda s: s.channel_id)):
+            self.stream_of[spec.channel_id] = index + 1
+        self.streams = 1 + sum(1 for s in specs if s.own_stream)
         self._out_list = list(self.outgoing.values())
-        self._by_priority: dict[int, list[_Outgoing]] = collections.defaultdict(list)
+        # Channels compete (priority, then weight) only with those on the same stream.
+        self._by_priority: dict[tuple[int, int], list[_Outgoing]] = collections.defaultdict(list)
         for out_ch in self._out_list:
-            self._by_priority[out_ch.spec.priority].append(out_ch)
-        self.control: collections.deque[wire.Control] = collections.deque()
+            out_ch.stream = self.stream_of[out_ch.spec.channel_id]
+            self._by_priority[(out_ch.stream, out_ch.spec.priority)].append(out_ch)
+        #: control frames per stream; `control` is stream 0's
+        self.controls: list[collections.deque[wire.Control]] = [
+            collections.deque() for _ in range(self.streams)]
+        self.control = self.controls[0]
         self.failure: str | None = None
         self.events: list[Discarded] = []
         # Messages covered on their own channel that wait to learn whether a bind they rely on
@@ -298,6 +330,11 @@ class ChannelPeer:
         except KeyError:
             raise ChannelUsageError(f"unknown channel {channel}") from None
 
+    def _ctl(self, frame: wire.Control) -> None:
+        """Queue a control frame on the stream of the channel it concerns."""
+        assert not isinstance(frame, FreeHandle)
+        self.controls[self.stream_of[frame.channel]].append(frame)
+
     def _fail(self, reason: str) -> None:
         if self.failure is None:
             self.failure = reason
@@ -323,7 +360,7 @@ class ChannelPeer:
         if not force and amount * 4 < ch.capacity and ch.buffer:
             return  # more releases will follow; wait to aggregate
         ch.issuable -= amount
-        self.control.append(Guarantee(ch.spec.channel_id, amount))
+        self._ctl(Guarantee(ch.spec.channel_id, amount))
         self.counters["guarantees_issued"] += amount
 
     def _release_bytes(self, ch: _Incoming, size: int) -> None:
@@ -373,7 +410,7 @@ class ChannelPeer:
         self._plead(ch, target)
 
     def _plead(self, ch: _Incoming, target: int) -> None:
-        self.control.append(Plead(ch.spec.channel_id, target))
+        self._ctl(Plead(ch.spec.channel_id, target))
 
     def limit_receiving(self, channel: int, more: int) -> None:
         """Promise to accept at most `more` further bytes on `channel`."""
@@ -386,7 +423,7 @@ class ChannelPeer:
                 f"bound {more} is below the {ch.outstanding} bytes already guaranteed; plead first"
             )
         ch.receiving_bound = bound
-        self.control.append(LimitReceiving(channel, bound))
+        self._ctl(LimitReceiving(channel, bound))
 
     def take(self, channel: int) -> Delivery | None:
         """The next buffered message of `channel` (its bytes stay used until `release`)."""
@@ -413,7 +450,7 @@ class ChannelPeer:
             if (ch.issuable * 4 >= ch.capacity or not ch.buffer) and ch.receiving_bound is None:
                 amount = ch.issuable
                 ch.issuable = 0
-                self.control.append(Guarantee(ch.spec.channel_id, amount))
+                self._ctl(Guarantee(ch.spec.channel_id, amount))
                 self.counters["guarantees_issued"] += amount
         else:
             self._release_bytes(ch, size)
@@ -479,9 +516,9 @@ class ChannelPeer:
             cover = max(0, -ch.outstanding)
             if cover:
                 ch.issuable -= cover
-                self.control.append(Guarantee(channel, cover))
+                self._ctl(Guarantee(channel, cover))
                 self.counters["guarantees_issued"] += cover
-            self.control.append(AnnounceDropping(channel))
+            self._ctl(AnnounceDropping(channel))
             return
         ch.used += size
         ch.accepted += size
@@ -577,22 +614,32 @@ class ChannelPeer:
         refs: Sequence[HandleRef] = (),
     ) -> Outgoing:
         """Queue a message. Non-optimistic ones wait for guarantees before going out."""
-        ch = self._out(channel)
+        ch = self.outgoing.get(channel)
+        if ch is None:
+            raise ChannelUsageError(f"unknown channel {channel}")
         if ch.spec.handles:
             raise ChannelUsageError("use bind() on a handle channel")
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        if not refs:
+            # The per-message path: no record, no copy of the payload.
+            n = len(payload)
+            out = Outgoing(channel, wire.plain_header(channel, n), payload, n or 1, optimistic)
+            if ch.sending_bound is not None or ch.receiving_bound is not None:
+                self._check_sendable(ch, out.size)
+            self._enqueue(ch, out)
+            return out
+        if ch.stream != 0:
+            raise ChannelUsageError(
+                f"channel {channel} has its own stream: its messages cannot refer to handles "
+                "(a reference must never overtake its bind)")
         for ref in refs:
             entry = self._ref_entry(ref)
             if entry.local_free or entry.peer_freed or entry.sent_free:
                 raise ChannelUsageError(f"handle {ref.handle} of type {ref.handle_type} is freed")
-        if type(payload) is not bytes:
-            payload = bytes(payload)
-        if refs:
-            frame = Data(channel, payload, tuple(refs))
-            out = Outgoing(channel, frame, wire.encode(frame), optimistic,
-                           size=len(payload) + 2 * len(frame.refs))
-        else:
-            out = Outgoing(channel, None, wire.encode_plain(channel, payload), optimistic,
-                           size=len(payload) or 1, payload=payload)
+        frame = Data(channel, payload, tuple(refs))
+        out = Outgoing(channel, wire.encode(frame), b"", wire.message_size(frame), optimistic,
+                       frame=frame)
         if ch.sending_bound is not None or ch.receiving_bound is not None:
             self._check_sendable(ch, out.size)
         for ref in refs:
@@ -620,7 +667,8 @@ class ChannelPeer:
             raise ChannelUsageError(f"channel {handle_type} carries no handles")
         frame = Bind(handle_type, bytes(value))
         handle = self.next_own[handle_type]
-        out = Outgoing(handle_type, frame, wire.encode(frame), optimistic, handle=handle)
+        out = Outgoing(handle_type, wire.encode(frame), b"", wire.message_size(frame), optimistic,
+                       frame=frame, handle=handle)
         self._check_sendable(ch, out.size)
         self.next_own[handle_type] = handle + 1
         # The bind counts as a reference of its own handle until settled: no FREE before it.
@@ -644,14 +692,15 @@ class ChannelPeer:
             raise ChannelClosedError(f"channel {ch.spec.channel_id} is closed by a bound")
 
     def _enqueue(self, ch: _Outgoing, out: Outgoing) -> None:
-        if not ch.queue and not ch.unconfirmed and len(self._by_priority[ch.spec.priority]) > 1:
+        group = (ch.stream, ch.spec.priority)
+        if not ch.queue and not ch.unconfirmed and len(self._by_priority[group]) > 1:
             # An idle channel joins at the current virtual time, with no saved-up credit.
-            ch.vtime = max(ch.vtime, self._min_vtime(ch.spec.priority))
+            ch.vtime = max(ch.vtime, self._min_vtime(group))
         ch.queue.append(out)
         ch.queued_bytes += out.size
 
-    def _min_vtime(self, priority: int) -> float:
-        times = [c.vtime for c in self._by_priority[priority] if c.queue]
+    def _min_vtime(self, group: tuple[int, int]) -> float:
+        times = [c.vtime for c in self._by_priority[group] if c.queue]
         return min(times, default=0.0)
 
     def absolve(self, channel: int, amount: int) -> None:
@@ -664,7 +713,7 @@ class ChannelPeer:
             raise ChannelClosedError("absolution past our own sending bound")
         ch.guarantees -= amount
         ch.absolved += amount
-        self.control.append(Absolve(channel, amount))
+        self._ctl(Absolve(channel, amount))
 
     def limit_sending(self, channel: int, more: int) -> None:
         """Promise to send (and absolve) at most `more` further bytes on `channel`."""
@@ -673,7 +722,7 @@ class ChannelPeer:
         if ch.sending_bound is not None and bound >= ch.sending_bound:
             raise ChannelUsageError("a sending bound may only tighten")
         ch.sending_bound = bound
-        self.control.append(LimitSending(channel, bound))
+        self._ctl(LimitSending(channel, bound))
 
     def guarantees(self, channel: int) -> int:
         return self._out(channel).guarantees
@@ -731,12 +780,12 @@ class ChannelPeer:
             # cannot fit would be dropped, apologised for and resent without end.
             out.optimistic = False
             self.counters["retransmissions"] += 1
-            out.deps.clear()  # recomputed when it goes out again
+            out.deps = None  # recomputed when it goes out again
             out.dep_failed = False
             if out.handle is not None:
                 self._bind_failed(frame.channel, out)
         ch.queue.extendleft(reversed(dropped))
-        self.control.append(Apologise(frame.channel))
+        self._ctl(Apologise(frame.channel))
 
     def _bind_failed(self, handle_type: int, bind: Outgoing) -> None:
         """A dropped bind: every message that went out relying on this transmission is lost."""
@@ -744,11 +793,11 @@ class ChannelPeer:
         key = (handle_type, bind.handle)
         for ch in self.outgoing.values():
             for out in ch.unconfirmed:
-                dep = out.deps.get(key)
+                dep = None if out.deps is None else out.deps.get(key)
                 if dep is not None and dep == (bind, bind.transmissions):
                     out.dep_failed = True
             for out in list(self._waiting_deps):
-                dep = out.deps.get(key)
+                dep = None if out.deps is None else out.deps.get(key)
                 if dep is not None and dep == (bind, bind.transmissions):
                     self._waiting_deps.remove(out)
                     self._discard(out)
@@ -758,8 +807,7 @@ class ChannelPeer:
         if out.dep_failed:
             self._discard(out)
             return
-        pending = [d for d in out.deps.values() if d[0].state != OutState.SETTLED]
-        if pending:
+        if out.deps and any(d[0].state != OutState.SETTLED for d in out.deps.values()):
             self._waiting_deps.append(out)
             return
         out.state = OutState.SETTLED
@@ -770,7 +818,7 @@ class ChannelPeer:
             # Messages waiting on this bind are now known to be fine.
             key = (out.channel, out.handle)
             for waiting in list(self._waiting_deps):
-                if key in waiting.deps:
+                if waiting.deps is not None and key in waiting.deps:
                     del waiting.deps[key]
                     if not any(d[0].state != OutState.SETTLED for d in waiting.deps.values()):
                         self._waiting_deps.remove(waiting)
@@ -820,7 +868,7 @@ class ChannelPeer:
                 return
             ch.guarantees -= amount
             ch.absolved += amount
-            self.control.append(Absolve(frame.channel, amount))
+            self._ctl(Absolve(frame.channel, amount))
 
     # ------------------------------------------------------------------ handles
 
@@ -839,7 +887,7 @@ class ChannelPeer:
         if entry is None or entry.sent_free or not entry.local_free or entry.out_refs > 0:
             return
         entry.sent_free = True
-        self.control.append(FreeHandle(handle_type, handle, mine))
+        self.controls[0].append(FreeHandle(handle_type, handle, mine))
         self._maybe_delete(handle_type, mine, handle)
 
     def _maybe_delete(self, handle_type: int, mine: bool, handle: int) -> None:
@@ -876,34 +924,54 @@ class ChannelPeer:
     # ------------------------------------------------------------------ I/O
 
     def receive(self, data: bytes) -> None:
-        """Process one session message from the peer (untrusted bytes). Never raises."""
+        """Process one session message from the peer (untrusted bytes). Never raises.
+
+        Frames are processed as they are parsed; a malformed frame stops the message there and
+        fails the peer (the session closes, so what came before it no longer matters).
+        """
         if self.failure is not None:
             return
+        if not data:
+            self._fail("malformed channel message: empty message")
+            return
+        raw = data if type(data) is bytes else bytes(data)
+        incoming = self.incoming
+        pos, end = 0, len(raw)
+        fast = 0
         try:
-            frames = wire.decode_frames_raw(data)
+            while pos < end:
+                # The per-message path: a plain DATA frame with a one-byte channel and a one- or
+                # two-byte length, buffered without making a record (wire.decode_frame's hot
+                # path and _on_channel_message's common case, inline).
+                if raw[pos] == 0x01 and pos + 3 < end:
+                    channel = raw[pos + 1]
+                    n = raw[pos + 2]
+                    start = pos + 3
+                    if n >= 0x80:
+                        n2 = raw[start]
+                        n = (n & 0x7F) | (n2 << 7) if n2 < 0x80 else end
+                        start += 1
+                    stop = start + n
+                    ch = incoming.get(channel)
+                    if (stop <= end and channel < 0x80 and ch is not None and not ch.dropping
+                            and not ch.spec.handles and ch.sending_bound is None
+                            and ch.receiving_bound is None
+                            and (n or 1) <= ch.capacity - ch.used):
+                        size = n or 1
+                        ch.used += size
+                        ch.accepted += size
+                        ch.buffer.append(Delivery(channel, raw[start:stop], (), size))
+                        fast += 1
+                        pos = stop
+                        continue
+                frame, pos = wire.decode_frame(raw, pos)
+                if isinstance(frame, tuple):
+                    frame = Data(*frame)
+                self._dispatch(frame)
+                if self.failure is not None:
+                    break
         except wire.WireError as exc:
             self._fail(f"malformed channel message: {exc}")
-            return
-        incoming = self.incoming
-        fast = 0
-        for frame in frames:
-            if isinstance(frame, tuple):
-                channel, payload = frame
-                ch = incoming.get(channel)
-                size = len(payload) or 1
-                if (ch is not None and not ch.dropping and not ch.spec.handles
-                        and ch.sending_bound is None and ch.receiving_bound is None
-                        and size <= ch.capacity - ch.used):
-                    # The common case of _on_channel_message, inline.
-                    ch.used += size
-                    ch.accepted += size
-                    ch.buffer.append(Delivery(channel, payload, (), size))
-                    fast += 1
-                    continue
-                frame = Data(channel, payload)
-            self._dispatch(frame)
-            if self.failure is not None:
-                return
         self.counters["messages_received"] += fast
 
     def _dispatch(self, frame: wire.Frame) -> None:
@@ -926,10 +994,14 @@ class ChannelPeer:
         elif isinstance(frame, FreeHandle):
             self._on_free(frame)
 
-    def has_output(self) -> bool:
+    def has_output(self, stream: int | None = None) -> bool:
+        """Something to send (on `stream`, or on any)."""
         if self.failure is not None:
             return False
-        return bool(self.control) or any(self._eligible(ch) for ch in self._out_list)
+        if stream is None:
+            return any(self.controls) or any(self._eligible(ch) for ch in self._out_list)
+        return bool(self.controls[stream]) or any(
+            self._eligible(ch) for ch in self._out_list if ch.stream == stream)
 
     def _eligible(self, ch: _Outgoing) -> bool:
         if not ch.queue:
@@ -951,54 +1023,102 @@ class ChannelPeer:
                         return False
         return True
 
-    def data_to_send(self, max_bytes: int = 64 * 1024) -> bytes:
-        """The next session message: control first, then channel messages by priority/weight.
+    def data_to_send(self, max_bytes: int = 64 * 1024, stream: int = 0) -> bytes:
+        """The next message for `stream`: control first, then channel messages by
+        priority/weight. Stream 0 is the session itself; see ChannelSpec.own_stream.
 
         Empty when there is nothing to send. At least one frame even if it exceeds max_bytes.
         """
         if self.failure is not None:
             return b""
-        out = bytearray()
-        control = self.control
-        while control and (not out or len(out) < max_bytes):
-            out += wire.encode(control.popleft())
-        while len(out) < max_bytes:
-            ch = self._pick()
+        # The frames are gathered as a list of parts and joined once: the payload of a plain
+        # message is copied exactly once on this side, into the session message.
+        parts: list[bytes] = []
+        length = 0
+        control = self.controls[stream]
+        while control and (not parts or length < max_bytes):
+            frame = wire.encode(control.popleft())
+            parts.append(frame)
+            length += len(frame)
+        while length < max_bytes:
+            ch = self._pick(stream)
             if ch is None:
                 break
-            # Send a run from this channel until another of its priority is due (or it stalls):
-            # the same choice as picking per message, without the per-message scan.
-            due = self._next_due(ch)
-            queue = ch.queue
-            weight = ch.spec.weight
-            while True:
-                msg = queue[0]
-                if out and len(out) + len(msg.encoded) > max_bytes:
-                    return bytes(out)
-                queue.popleft()
-                ch.queued_bytes -= msg.size
-                out += msg.encoded
+            length = self._send_run(ch, parts, length, max_bytes)
+            if length < 0:
+                break
+        return b"".join(parts)
+
+    def _send_run(self, ch: _Outgoing, parts: list[bytes], length: int, max_bytes: int) -> int:
+        """Put messages of `ch` into `parts` until another eligible channel of its priority is
+        due (the same choice as picking per message, without the per-message scan), `ch` stalls
+        or the session message is full. Returns the new length, -1 when full.
+        """
+        due = self._next_due(ch)
+        queue = ch.queue
+        unconfirmed = ch.unconfirmed
+        weight = ch.spec.weight
+        control = self.controls[ch.stream]
+        append = parts.append
+        plain_sent = 0
+        while True:
+            msg = queue[0]
+            n = msg.wire_len
+            if length and length + n > max_bytes:
+                length = -1
+                break
+            queue.popleft()
+            size = msg.size
+            ch.queued_bytes -= size
+            append(msg.header)
+            append(msg.body)
+            length += n
+            if msg.refs or msg.handle is not None:
                 self._transmitted(ch, msg)
-                ch.vtime += msg.size / weight
-                while control and len(out) < max_bytes:
-                    out += wire.encode(control.popleft())
-                if (ch.vtime > due or len(out) >= max_bytes or not queue
-                        or not self._eligible(ch)):
-                    break
-        return bytes(out)
+                while control and length < max_bytes:
+                    frame = wire.encode(control.popleft())
+                    append(frame)
+                    length += len(frame)
+            else:
+                # _transmitted for a message without handles, inline: this runs per message.
+                before = ch.guarantees
+                ch.guarantees = before - size
+                ch.sent += size
+                msg.transmissions += 1
+                plain_sent += 1
+                if before >= size:
+                    msg.state = OutState.SETTLED
+                else:
+                    msg.uncovered = size - max(0, before)
+                    msg.state = OutState.UNCONFIRMED
+                    unconfirmed.append(msg)
+            ch.vtime += size / weight
+            if length >= max_bytes:
+                length = -1
+                break
+            if ch.vtime > due or not queue:
+                break
+            head = queue[0]
+            if not head.optimistic and ch.guarantees < head.size:
+                break
+            if head.refs and not self._eligible(ch):
+                break
+        if plain_sent:
+            self.counters["messages_sent"] += plain_sent
+        return length
 
     def _next_due(self, picked: _Outgoing) -> float:
         """The virtual time at which another eligible channel of the same priority is due."""
         due = math.inf
-        for ch in self._by_priority[picked.spec.priority]:
+        for ch in self._by_priority[(picked.stream, picked.spec.priority)]:
             if ch is not picked and ch.vtime < due and self._eligible(ch):
                 due = ch.vtime
         return due
 
-    def _pick(self) -> _Outgoing | None:
+    def _pick(self, stream: int = 0) -> _Outgoing | None:
         best: _Outgoing | None = None
         for ch in self._out_list:
-            if not self._eligible(ch):
+            if ch.stream != stream or not self._eligible(ch):
                 continue
             if best is None or (ch.spec.priority, ch.vtime) < (best.spec.priority, best.vtime):
                 best = ch
@@ -1019,6 +1139,8 @@ class ChannelPeer:
                 if ref.sender_created:
                     bind = self.own[ref.handle_type][ref.handle].bind
                     if bind is not None and bind.state != OutState.SETTLED:
+                        if msg.deps is None:
+                            msg.deps = {}
                         msg.deps[(ref.handle_type, ref.handle)] = (bind, bind.transmissions)
         msg.uncovered = msg.size - max(0, min(before, msg.size))
         if msg.uncovered:

@@ -258,6 +258,19 @@ class _Reader:
         return chunk
 
 
+def plain_header(channel: int, length: int) -> bytes:
+    """The bytes of a DATA frame (no references) that precede its `length` payload bytes."""
+    if channel < 0x80:
+        if length < 0x80:
+            return bytes((Kind.DATA, channel, length))
+        if length < 0x4000:
+            return bytes((Kind.DATA, channel, (length & 0x7F) | 0x80, length >> 7))
+    out = bytearray((Kind.DATA,))
+    _varint(channel, out)
+    _varint(length, out)
+    return bytes(out)
+
+
 def encode_plain(channel: int, payload: bytes) -> bytes:
     """encode(Data(channel, payload)) without making the record (the per-message path)."""
     n = len(payload)
@@ -283,68 +296,75 @@ def decode_frames_raw(data: bytes) -> list[Frame | tuple[int, bytes]]:
     """
     if not data:
         raise WireError("empty message")
+    raw = bytes(data)
     frames: list[Frame | tuple[int, bytes]] = []
-    reader = _Reader(bytes(data))
-    raw = reader.data
-    end = len(raw)
-    while reader.pos < end:
-        pos = reader.pos
-        code = raw[pos]
-        # The hot path: DATA with a one-byte channel and a one- or two-byte length.
-        if code == 0x01 and pos + 3 < end and raw[pos + 1] < 0x80:
-            n = raw[pos + 2]
-            start = pos + 3
-            if n >= 0x80:
-                n2 = raw[pos + 3]
-                if n2 < 0x80:
-                    n = (n & 0x7F) | (n2 << 7)
-                    start = pos + 4
-                else:
-                    n = -1
-            if n >= 0 and start + n <= end:
-                frames.append((raw[pos + 1], raw[start : start + n]))
-                reader.pos = start + n
-                continue
-        reader.pos += 1
-        frame: Frame
-        if code == Kind.DATA:
-            channel = reader.varint()
-            frames.append((channel, reader.payload()))
-            continue
-        elif code == Kind.DATA_REFS:
-            channel = reader.varint()
-            count = reader.varint()
-            # Every ref takes at least two bytes: a count beyond that is a lie, not a big loop.
-            if count == 0 or count * 2 > len(reader.data) - reader.pos:
-                raise WireError(f"bad reference count {count}")
-            refs = []
-            for _ in range(count):
-                handle_type = reader.varint()
-                packed = reader.varint()
-                refs.append(HandleRef(handle_type, packed >> 1, bool(packed & 1)))
-            frame = Data(channel, reader.payload(), tuple(refs))
-        elif code == Kind.BIND:
-            handle_type = reader.varint()
-            frame = Bind(handle_type, reader.payload())
-        elif code == Kind.GUARANTEE:
-            frame = Guarantee(reader.varint(), reader.varint())
-        elif code == Kind.ABSOLVE:
-            frame = Absolve(reader.varint(), reader.varint())
-        elif code == Kind.PLEAD:
-            frame = Plead(reader.varint(), reader.varint())
-        elif code == Kind.LIMIT_SENDING:
-            frame = LimitSending(reader.varint(), reader.varint())
-        elif code == Kind.LIMIT_RECEIVING:
-            frame = LimitReceiving(reader.varint(), reader.varint())
-        elif code == Kind.ANNOUNCE_DROPPING:
-            frame = AnnounceDropping(reader.varint())
-        elif code == Kind.APOLOGISE:
-            frame = Apologise(reader.varint())
-        elif code == Kind.FREE_HANDLE:
-            handle_type = reader.varint()
-            packed = reader.varint()
-            frame = FreeHandle(handle_type, packed >> 1, bool(packed & 1))
-        else:
-            raise WireError(f"unknown frame kind 0x{code:02x}")
+    pos, end = 0, len(raw)
+    while pos < end:
+        frame, pos = decode_frame(raw, pos)
         frames.append(frame)
     return frames
+
+
+def decode_frame(raw: bytes, pos: int) -> tuple[Frame | tuple[int, bytes], int]:
+    """The frame that starts at `pos` in `raw` (untrusted bytes), and the position after it.
+
+    A plain DATA frame (no references) is a (channel, payload) tuple. Raises only WireError
+    (`pos` must be inside `raw`); the work is O(the frame's length).
+    """
+    end = len(raw)
+    code = raw[pos]
+    # The hot path: DATA with a one-byte channel and a one- or two-byte length.
+    if code == 0x01 and pos + 3 < end and raw[pos + 1] < 0x80:
+        n = raw[pos + 2]
+        start = pos + 3
+        if n >= 0x80:
+            n2 = raw[pos + 3]
+            if n2 < 0x80:
+                n = (n & 0x7F) | (n2 << 7)
+                start = pos + 4
+            else:
+                n = -1
+        if n >= 0 and start + n <= end:
+            return (raw[pos + 1], raw[start : start + n]), start + n
+    reader = _Reader(raw)
+    reader.pos = pos + 1
+    frame: Frame
+    if code == Kind.DATA:
+        channel = reader.varint()
+        return (channel, reader.payload()), reader.pos
+    elif code == Kind.DATA_REFS:
+        channel = reader.varint()
+        count = reader.varint()
+        # Every ref takes at least two bytes: a count beyond that is a lie, not a big loop.
+        if count == 0 or count * 2 > end - reader.pos:
+            raise WireError(f"bad reference count {count}")
+        refs = []
+        for _ in range(count):
+            handle_type = reader.varint()
+            packed = reader.varint()
+            refs.append(HandleRef(handle_type, packed >> 1, bool(packed & 1)))
+        frame = Data(channel, reader.payload(), tuple(refs))
+    elif code == Kind.BIND:
+        handle_type = reader.varint()
+        frame = Bind(handle_type, reader.payload())
+    elif code == Kind.GUARANTEE:
+        frame = Guarantee(reader.varint(), reader.varint())
+    elif code == Kind.ABSOLVE:
+        frame = Absolve(reader.varint(), reader.varint())
+    elif code == Kind.PLEAD:
+        frame = Plead(reader.varint(), reader.varint())
+    elif code == Kind.LIMIT_SENDING:
+        frame = LimitSending(reader.varint(), reader.varint())
+    elif code == Kind.LIMIT_RECEIVING:
+        frame = LimitReceiving(reader.varint(), reader.varint())
+    elif code == Kind.ANNOUNCE_DROPPING:
+        frame = AnnounceDropping(reader.varint())
+    elif code == Kind.APOLOGISE:
+        frame = Apologise(reader.varint())
+    elif code == Kind.FREE_HANDLE:
+        handle_type = reader.varint()
+        packed = reader.varint()
+        frame = FreeHandle(handle_type, packed >> 1, bool(packed & 1))
+    else:
+        raise WireError(f"unknown frame kind 0x{code:02x}")
+    return frame, reader.pos

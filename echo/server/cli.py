@@ -24,8 +24,9 @@ from echo.transport import TransportConfig, UriError
 
 EPILOG = """\b
 Clients connect with:  echo-client --server ADDRESS --port PORT --control-port CONTROL_PORT
-Each client gets two ports from [clients-base-port, clients-base-port + 2 * max-clients):
-open them in your firewall, along with --port and --control-port (all UDP).
+Ports to open in the firewall (all UDP): --port and --control-port, and
+  --duologue-ports shared:     clients-base-port and clients-base-port + 1 (every client);
+  --duologue-ports per-client: [clients-base-port, clients-base-port + 2 * max-clients).
 SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit 0.
 Exit status 1: a port in use or an address not on this host; 2: a bad command line.
 """
@@ -57,7 +58,16 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
     default=9010,
     show_default=True,
     type=click.IntRange(1, 65535),
-    help="First UDP port used for duologues.",
+    help="First UDP port used for duologues (shared: this one and the next).",
+)
+@click.option(
+    "--duologue-ports",
+    type=click.Choice(["shared", "per-client"]),
+    default="shared",
+    show_default=True,
+    help="shared: every duologue on two ports (Aeron response channels; echo-client and "
+    "echo.session.connect speak it). per-client: two ports per duologue, as the guide's Echo "
+    "2.0 (the Java Echo client and plain Aeron peers need it).",
 )
 @click.option(
     "--max-clients",
@@ -138,6 +148,7 @@ def main(
     port: int,
     control_port: int,
     clients_base_port: int,
+    duologue_ports: str,
     max_clients: int,
     max_per_ip: int,
     ipv6_prefix: int,
@@ -165,6 +176,7 @@ def main(
             max_per_ip=max_per_ip,
             duologue_expiry=duologue_expiry,
             ipv6_prefix=ipv6_prefix,
+            duologue_ports=duologue_ports,
         )
     except ValueError as error:
         raise click.UsageError(str(error)) from None

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 import trio
 
-from echo.transport import Publication, Subscription, TransportConfig, open_transport
+from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
 from tests.transport.lossy import LossyNetwork
 
 
@@ -25,9 +25,11 @@ class PipeClosed(Exception):
 
 
 class PipeSession:
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, substream_delay: float | None = None) -> None:
         self.delay = delay
+        self.substream_delay = delay if substream_delay is None else substream_delay
         self.peer: PipeSession | None = None
+        self._substreams: dict[int, PipeSession] = {}
         self._send, self._receive = trio.open_memory_channel[tuple[float, bytes | None, str]](
             math.inf)
         self.closed_reason: str | None = None
@@ -59,17 +61,33 @@ class PipeSession:
         await trio.lowlevel.checkpoint()
 
 
-def pipe_pair(delay: float = 0.0) -> tuple[PipeSession, PipeSession]:
-    a, b = PipeSession(delay), PipeSession(delay)
+    @contextlib.asynccontextmanager
+    async def open_substream(self, stream: int) -> AsyncIterator[PipeSession]:
+        """Another independent pipe between the same two ends (ChannelSpec.own_stream)."""
+        if stream not in self._substreams:
+            assert self.peer is not None
+            mine, theirs = pipe_pair(self.substream_delay)
+            self._substreams[stream], self.peer._substreams[stream] = mine, theirs
+        yield self._substreams[stream]
+
+
+def pipe_pair(delay: float = 0.0, substream_delay: float | None = None
+              ) -> tuple[PipeSession, PipeSession]:
+    """Two ends of a pipe with `delay` one way; streams opened beside it (own_stream
+    channels) have `substream_delay`, by default the same."""
+    a, b = PipeSession(delay, substream_delay), PipeSession(delay, substream_delay)
     a.peer, b.peer = b, a
     return a, b
 
 
 class TransportSession:
-    """One direction out (a publication), one in (a subscription)."""
+    """One direction out (a publication), one in (a subscription). `transport`,
+    `publication` and `subscription` as echo.session.Session names them, so that channels
+    with own streams open theirs beside it the same way."""
 
-    def __init__(self, pub: Publication, sub: Subscription) -> None:
+    def __init__(self, transport: Transport, pub: Publication, sub: Subscription) -> None:
         self.pub, self.sub = pub, sub
+        self.transport, self.publication, self.subscription = transport, pub, sub
         self.closed_reason: str | None = None
 
     async def send(self, data: bytes) -> None:
@@ -112,4 +130,4 @@ async def transport_pair(
         pub_ba = await tb.add_publication(uri_a, stream_id)
         await pub_ab.wait_connected(timeout=10)
         await pub_ba.wait_connected(timeout=10)
-        yield TransportSession(pub_ab, sub_a), TransportSession(pub_ba, sub_b)
+        yield TransportSession(ta, pub_ab, sub_a), TransportSession(tb, pub_ba, sub_b)

@@ -75,3 +75,45 @@ async def test_bulk_saturated_by_a_slow_consumer_while_control_keeps_answering()
     assert received == list(range(BULK_MESSAGES))
     # A control message never waits behind the bulk backlog (0.64 s of processing).
     assert max(rtts) < 0.3, rtts
+
+
+async def test_a_control_channel_on_its_own_stream_of_a_real_session() -> None:
+    """own_stream over echo.session: the second stream shares the session's ports and session
+    id (the server's dynamic-MDC publication learns the client's subscription to it)."""
+    specs = [ChannelSpec(CONTROL, capacity=4096, own_stream=True),
+             ChannelSpec(BULK, capacity=64 * 1000, priority=1)]
+    config = server_config(free_base(12))
+    received: list[int] = []
+
+    async def app(session: es.Session) -> None:
+        try:
+            async with open_channels(session, specs) as channels:
+
+                async def control_echo() -> None:
+                    async for message in channels[CONTROL]:
+                        await channels[CONTROL].send(message.data)
+
+                async def bulk_consumer() -> None:
+                    async for message in channels[BULK]:
+                        received.append(int.from_bytes(message.data[:4], "big"))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(control_echo)
+                    nursery.start_soon(bulk_consumer)
+        except* ChannelsClosed:
+            pass  # the client left (both tasks learn it at once)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(es.serve, config, app)
+            async with es.connect(config.address, config.port, config.control_port,
+                                  timeout=5) as session:
+                async with open_channels(session, specs) as channels:
+                    for i in range(50):
+                        await channels[BULK].send(i.to_bytes(4, "big") * 250)
+                    for i in range(20):
+                        await channels[CONTROL].send(b"ping %d" % i)
+                        assert (await channels[CONTROL].receive()).data == b"ping %d" % i
+                    await channels.wait_for(lambda: channels[BULK].guarantees == 64 * 1000)
+            nursery.cancel_scope.cancel()
+    assert received == list(range(50))

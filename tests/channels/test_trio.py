@@ -38,7 +38,7 @@ async def test_messages_both_ways_in_order(autojump_clock):
 async def test_guaranteed_send_waits_for_space(autojump_clock):
     a, b = pipe_pair(delay=0.005)
     async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
-        await trio.sleep(0.1)  # the initial guarantees arrive
+        await ca.wait_for(lambda: ca[BULK].guarantees > 0)  # the initial guarantees arrive
         assert ca[BULK].guarantees == 8 * 1024
         for _ in range(8):
             await ca[BULK].send(b"x" * 1024)
@@ -82,7 +82,8 @@ async def test_slow_bulk_consumer_does_not_delay_control(autojump_clock):
             nursery.start_soon(bulk_sender)
             nursery.start_soon(bulk_consumer)
             nursery.start_soon(control_echo)
-            await trio.sleep(1)  # saturate: the bulk buffer is full from here on
+            # Saturated: the bulk buffer is full (less than a message free) from here on.
+            await cb.wait_for(lambda: cb.peer.incoming[BULK].used > 8 * 1024 - 1000)
             start_all, sent_before = trio.current_time(), bulk_sent[0]
             for i in range(50):
                 start = trio.current_time()
@@ -117,13 +118,14 @@ async def test_optimistic_overflow_is_retransmitted_in_order(autojump_clock):
 async def test_resize_gives_the_sender_room(autojump_clock):
     a, b = pipe_pair(delay=0.01)
     async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
-        await trio.sleep(0.1)
+        await ca.wait_for(lambda: ca[CONTROL].guarantees > 0)
         assert ca[CONTROL].guarantees == 1024
         cb[CONTROL].resize(4096)
-        await trio.sleep(0.1)
+        await ca.wait_for(lambda: ca[CONTROL].guarantees != 1024)
         assert ca[CONTROL].guarantees == 4096
         cb[CONTROL].resize(100)
-        await trio.sleep(0.1)
+        # Shrinking an empty buffer takes a plea and the sender's absolution.
+        await cb.wait_for(lambda: cb.peer.incoming[CONTROL].capacity != 4096)
         assert ca[CONTROL].guarantees == 100
         assert cb.peer.incoming[CONTROL].capacity == 100
 
@@ -147,8 +149,11 @@ async def test_handles_over_the_trio_layer(autojump_clock):
         assert cb.handle_value(ref.handle_type, ref.handle, mine=False) == b"shared value"
         ca.free(HANDLES, handle)
         cb[CONTROL].done()
-        await trio.sleep(0.1)
-        assert cb.peer.theirs[HANDLES] == {} and ca.peer.own[HANDLES] == {}
+        # Three steps: a's proposal, b's confirmation once it released the message; each side
+        # deletes the binding when it has both.
+        with trio.fail_after(5):
+            await cb.wait_for(lambda: not cb.peer.theirs[HANDLES])
+            await ca.wait_for(lambda: not ca.peer.own[HANDLES])
 
 
 async def test_protocol_error_closes_the_session_with_a_reason(autojump_clock):
