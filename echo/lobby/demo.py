@@ -72,7 +72,7 @@ def main(ctx: click.Context, port: int) -> None:
                     "game",
                     ["echo.server.cli", "--port", str(game_port), "--control-port",
                      str(game_port + 1), "--clients-base-port", str(game_port + 2),
-                     "--max-per-ip", "8", "--ticket-key", str(key)],
+                     "--max-per-ip", "8", "--duologue-ports", "shared", "--ticket-key", str(key)],
                     "listening",
                 ),
                 (
@@ -189,7 +189,8 @@ async def _bot(server: str, name: str, owner: bool) -> int:
                     say(f"game on {event.address}: ticket of {len(event.ticket)} bytes")
                     host, port = event.address.rsplit(":", 1)
                     async with es.connect(
-                        host, int(port), int(port) + 1, credentials=event.ticket, timeout=10
+                        host, int(port), int(port) + 1, credentials=event.ticket, timeout=10,
+                        duologue_ports="shared",
                     ) as game:
                         await game.send(f"ECHO {name} is in the game".encode())
                         reply = await game.receive()
@@ -198,7 +199,8 @@ async def _bot(server: str, name: str, owner: bool) -> int:
                         forged = event.ticket[:-1] + bytes([event.ticket[-1] ^ 1])
                         try:
                             async with es.connect(
-                                host, int(port), int(port) + 1, credentials=forged, timeout=10
+                                host, int(port), int(port) + 1, credentials=forged, timeout=10,
+                                duologue_ports="shared",
                             ):
                                 say("a forged ticket got in (it should not have)")
                                 return 1
