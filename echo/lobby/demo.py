@@ -72,7 +72,7 @@ def main(ctx: click.Context, port: int) -> None:
                     "game",
                     ["echo.server.cli", "--port", str(game_port), "--control-port",
                      str(game_port + 1), "--clients-base-port", str(game_port + 2),
-                     "--max-per-ip", "8", "--ticket-key", str(key)],
+                     "--max-per-ip", "8", "--duologue-ports", "shared", "--ticket-key", str(key)],
                     "listening",
                 ),
                 (
@@ -188,13 +188,8 @@ async def _bot(server: str, name: str, owner: bool) -> int:
                 if isinstance(event, GameStarting):
                     say(f"game on {event.address}: ticket of {len(event.ticket)} bytes")
                     host, port = event.address.rsplit(":", 1)
-                    # The game is echo-server with its default --duologue-ports shared.
                     async with es.connect(
-                        host,
-                        int(port),
-                        int(port) + 1,
-                        credentials=event.ticket,
-                        timeout=10,
+                        host, int(port), int(port) + 1, credentials=event.ticket, timeout=10,
                         duologue_ports="shared",
                     ) as game:
                         await game.send(f"ECHO {name} is in the game".encode())
@@ -204,11 +199,7 @@ async def _bot(server: str, name: str, owner: bool) -> int:
                         forged = event.ticket[:-1] + bytes([event.ticket[-1] ^ 1])
                         try:
                             async with es.connect(
-                                host,
-                                int(port),
-                                int(port) + 1,
-                                credentials=forged,
-                                timeout=10,
+                                host, int(port), int(port) + 1, credentials=forged, timeout=10,
                                 duologue_ports="shared",
                             ):
                                 say("a forged ticket got in (it should not have)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -27,7 +28,7 @@ async def game_server(
     nursery: trio.Nursery, key_file: Path, topics: list[str]
 ) -> tuple[es.ServerConfig, es.SessionServer]:
     """What `echo-server --ticket-key` runs, plus its announcements on the games topic."""
-    config = session_config(8)
+    config = attrs.evolve(session_config(8), duologue_ports="shared")  # echo-server's default
     server_id = f"{config.address}:{config.port}"
     server = es.SessionServer(
         config, echo_application, admit=ticket_admission(str(key_file), server_id)
@@ -53,7 +54,12 @@ def write_key(tmp_path: Path, key: TicketKey) -> Path:
 
 async def echo_once(config: es.ServerConfig, ticket: bytes) -> bytes:
     async with es.connect(
-        config.address, config.port, config.control_port, credentials=ticket, timeout=5
+        config.address,
+        config.port,
+        config.control_port,
+        credentials=ticket,
+        timeout=5,
+        duologue_ports=config.duologue_ports,
     ) as session:
         await session.send(b"ECHO through the lobby")
         return await session.receive()
@@ -93,7 +99,7 @@ async def test_start_gives_every_member_a_ticket_the_game_server_accepts(tmp_pat
 async def test_the_game_server_refuses_forged_and_missing_tickets(tmp_path: Path) -> None:
     key_file = write_key(tmp_path, GAME_KEY)
     async with trio.open_nursery() as nursery:
-        config = session_config(4)
+        config = attrs.evolve(session_config(4), duologue_ports="shared")
         server_id = f"{config.address}:{config.port}"
         server = es.SessionServer(
             config, echo_application, admit=ticket_admission(str(key_file), server_id)
@@ -131,7 +137,7 @@ async def test_the_readme_example_runs(tmp_path: Path) -> None:
     """The README's library example, as written, against real servers: alice runs it, bob
     joins and readies; alice starts and takes her ticket to the game server."""
     readme = README.read_text()
-    section = readme[readme.index("### The library", readme.index("## Lobby")) :]
+    section = readme[readme.index("### The library", readme.index("\n## Lobby\n")) :]
     code = section[section.index("```python") + len("```python") : section.index("```\n", 10)]
     code = code.replace("trio.run(main)", "")
     key_file = write_key(tmp_path, GAME_KEY)
