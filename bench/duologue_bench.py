@@ -77,6 +77,7 @@ class EchoServerProcess(CliProcess):
         max_clients: int,
         *,
         cpu: int | Literal["next"] | None = "next",
+        duologue_ports: str = "per-client",
     ) -> None:
         argv = [
             sys.executable,
@@ -92,6 +93,10 @@ class EchoServerProcess(CliProcess):
             str(max_clients),
             "--max-per-ip",
             str(max_clients),  # every client comes from 127.0.0.1
+            # Named, not the CLI's default: the lean client and EchoClient's default are
+            # per-client; B4 measures both modes (bench.scale).
+            "--duologue-ports",
+            duologue_ports,
             "--log-format",
             "json",
             "--log-level",
@@ -107,6 +112,7 @@ def start_server(
     *,
     cpu: int | Literal["next"] | None = "next",
     attempts: int = 3,
+    duologue_ports: str = "per-client",
 ) -> EchoServerProcess:
     """`echo-server` on free ports, ready (it logged "listening"), pinned to `cpu`.
 
@@ -122,7 +128,9 @@ def start_server(
         # Duologue ports below the ephemeral range (32768+), where client sockets come from;
         # the server itself skips a pair that some other program holds.
         base = random.randrange(20000, 32000 - 2 * max_clients, 2)
-        server = EchoServerProcess(port, control_port, base, max_clients, cpu=cpu).start()
+        server = EchoServerProcess(
+            port, control_port, base, max_clients, cpu=cpu, duologue_ports=duologue_ports
+        ).start()
         cpu = server.cpu  # a retry keeps the CPU
         try:
             server.wait_ready(30)

@@ -63,6 +63,7 @@ from bench.harness import (
     format_figure,
     percentile,
 )
+from bench.scale_raw import per_datagram, udp_datagrams
 
 DEFAULT_CLIENTS = (100, 500, 1000)
 DEFAULT_SECONDS = 30.0
@@ -75,6 +76,8 @@ QUICK_CLIENTS = (20,)
 QUICK_SECONDS = 3.0
 QUICK_AFTER_STORM = 1.0
 PROCESSES = 4
+#: B4 runs each N with both duologue modes (echo-server --duologue-ports)
+MODES = ("per-client", "shared")
 #: Every wait of a client (connect, CONNECT reply, echo) is bounded by this; at 1,000 clients
 #: starting at once the handshakes may take tens of seconds.
 CLIENT_TIMEOUT = 60.0
@@ -139,6 +142,7 @@ def client_process(
     ramp: float,
     out: Any,
     events: dict[str, Any],
+    duologue_ports: str = "per-client",
 ) -> None:
     try:
         raise_fd_limit()
@@ -149,7 +153,7 @@ def client_process(
         gc.callbacks.append(pauses)
         out.put(("ready", index, None))
         events["go"].wait()
-        trio.run(_clients, index, port, control_port, count, ramp, out, events)
+        trio.run(_clients, index, port, control_port, count, ramp, out, events, duologue_ports)
         out.put(("done", index, {"gc_long": pauses.long, "gc_counts": pauses.counts}))
     except BaseException:
         out.put(("error", index, traceback.format_exc()))
@@ -158,7 +162,16 @@ def client_process(
 class _Population:
     """`count` EchoClients started at random moments of `spread` seconds, and what they saw."""
 
-    def __init__(self, port: int, control_port: int, count: int, spread: float, seed: int):
+    def __init__(
+        self,
+        port: int,
+        control_port: int,
+        count: int,
+        spread: float,
+        seed: int,
+        duologue_ports: str = "per-client",
+    ):
+        self.duologue_ports = duologue_ports
         self.port = port
         self.control_port = control_port
         self.count = count
@@ -221,6 +234,7 @@ class _Population:
                 control_port=self.control_port,
                 interval=1.0,
                 timeout=CLIENT_TIMEOUT,
+                duologue_ports=self.duologue_ports,
             ),
             on_echo=on_echo,
             on_state=on_state,
@@ -248,6 +262,7 @@ async def _clients(
     ramp: float,
     out: Any,
     events: dict[str, Any],
+    duologue_ports: str = "per-client",
 ) -> None:
     from echo.log import configure_logging
 
@@ -259,7 +274,7 @@ async def _clients(
     for part, spread, settled, ended, seed in parts:
         if part == "steady":
             await _wait_for(events["steady_go"])
-        population = _Population(port, control_port, count, spread, seed)
+        population = _Population(port, control_port, count, spread, seed, duologue_ports)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(population.run)
             waiting = trio.CancelScope()
@@ -297,7 +312,13 @@ class _Workers:
     EVENTS = ("go", "storm_stop", "steady_go", "stop")
 
     def __init__(
-        self, clients: int, processes: int, port: int, control_port: int, ramp: float
+        self,
+        clients: int,
+        processes: int,
+        port: int,
+        control_port: int,
+        ramp: float,
+        duologue_ports: str = "per-client",
     ) -> None:
         ctx = mp.get_context("spawn")
         self.out: Any = ctx.Queue()
@@ -309,7 +330,7 @@ class _Workers:
         self.processes = [
             ctx.Process(
                 target=client_process,
-                args=(i, port, control_port, n, ramp, self.out, self.events),
+                args=(i, port, control_port, n, ramp, self.out, self.events, duologue_ports),
                 name=f"scale clients {i}",
                 daemon=True,
             )
@@ -420,6 +441,7 @@ def run(
     *,
     after_storm: float = DEFAULT_AFTER_STORM,
     ramp: float | None = None,
+    duologue_ports: str = "per-client",
 ) -> dict[str, Any]:
     """One N: the storm (handshakes/s), then the steady state (CPU, RSS, echo latency)."""
     raise_fd_limit()
@@ -428,8 +450,10 @@ def run(
     client_cpus = set(cpus[1:]) if len(cpus) > 1 else None
     nan = float("nan")
     # Room for the storm's duologues while they close and the steady clients' at once.
-    with start_server(2 * clients, cpu=server_cpu) as server:
-        workers = _Workers(clients, processes, server.port, server.control_port, ramp)
+    with start_server(2 * clients, cpu=server_cpu, duologue_ports=duologue_ports) as server:
+        workers = _Workers(
+            clients, processes, server.port, server.control_port, ramp, duologue_ports
+        )
         try:
             workers.start(client_cpus)
             workers.expect("ready", 60)
@@ -459,8 +483,10 @@ def run(
             margin = min(5.0, seconds / 4)
             time.sleep(margin)
             t0, cpu0, clients_cpu0 = time.time(), server.cpu_seconds(), workers.cpu_seconds()
+            udp0 = udp_datagrams()
             time.sleep(seconds - margin)
             t1, cpu1, clients_cpu1 = time.time(), server.cpu_seconds(), workers.cpu_seconds()
+            udp1 = udp_datagrams()
             rss = server.rss_mib()
             peak_rss = server.peak_rss_mib()
         finally:
@@ -485,6 +511,7 @@ def run(
     storm_s = max(settled_at - start_at, 1e-9)
     return {
         "clients": clients,
+        "duologue_ports": duologue_ports,
         "seconds": seconds,
         "processes": len(workers.processes),
         # the storm
@@ -518,6 +545,8 @@ def run(
         # seconds from the start of the storm, for reading the clients' reports against
         "steady_window": [round(t0 - start_at, 3), round(t1 - start_at, 3)],
         "server_cpu_percent": 100.0 * (cpu1 - cpu0) / (t1 - t0),
+        # B4's per-datagram figure (bench.scale_raw: exact in a network namespace of its own)
+        **per_datagram(cpu1 - cpu0, udp1 - udp0, len(rtts), t1 - t0),
         "server_rss_mib": rss,
         "server_peak_rss_mib": peak_rss,
         "clients_cpu_percent": round(100.0 * (clients_cpu1 - clients_cpu0) / (t1 - t0), 1),
@@ -544,11 +573,18 @@ def results(row: dict[str, Any]) -> list[Result]:
     """One N's figures. No raw baseline exists for them; at 1,000 clients they have targets."""
     n = row["clients"]
     targets = TARGETS if n == TARGET_CLIENTS else {}
-    name = f"scale_{n}"
+    # per-client keeps the name it has always had; shared is the row beside it
+    name = (
+        f"scale_{n}"
+        if row.get("duologue_ports", "per-client") == "per-client"
+        else (f"scale_shared_{n}")
+    )
     figures = [
         ("handshakes/s", row["handshakes_per_s"], "hs/s", dict(row)),
         ("server CPU", row["server_cpu_percent"], "%", {}),
         ("server RSS", row["server_rss_mib"], "MiB", {}),
+        ("server CPU/datagram", row["server_cpu_us_per_datagram"], "µs", {}),
+        ("server CPU/echo", row["server_cpu_us_per_echo"], "µs", {}),
         ("echo p50", row["echo_p50_ms"], "ms", {}),
         ("echo p99", row["echo_p99_ms"], "ms", {}),
         ("echo p99 after storm", row["echo_after_storm_p99_ms"], "ms", {}),
@@ -571,16 +607,22 @@ def results(row: dict[str, Any]) -> list[Result]:
 
 
 def scale(settings: Settings) -> list[Result]:
-    """B4 for bench.run: N = 100, 500, 1000 for 30 s each; --quick: 20 clients, 3 s."""
+    """B4 for bench.run: N = 100, 500, 1000 for 30 s each, per-client then shared duologue
+    ports (the same N one after the other); --quick: 20 clients, 3 s."""
     plan = QUICK_CLIENTS if settings.quick else DEFAULT_CLIENTS
     seconds = QUICK_SECONDS if settings.quick else DEFAULT_SECONDS
     after_storm = QUICK_AFTER_STORM if settings.quick else DEFAULT_AFTER_STORM
     found: list[Result] = []
     for n in plan:
-        row = run(n, seconds, PROCESSES, settings.pin, after_storm=after_storm)
-        if not row["connected"]:
-            raise BenchError(f"scale: none of {n} clients connected: {row['failure_examples']}")
-        found += results(row)
+        for mode in MODES:
+            row = run(
+                n, seconds, PROCESSES, settings.pin, after_storm=after_storm, duologue_ports=mode
+            )
+            if not row["connected"]:
+                raise BenchError(
+                    f"scale ({mode}): none of {n} clients connected: {row['failure_examples']}"
+                )
+            found += results(row)
     return found
 
 
@@ -591,6 +633,11 @@ def main() -> None:
     parser.add_argument("--clients", default=",".join(map(str, DEFAULT_CLIENTS)))
     parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS)
     parser.add_argument("--processes", type=int, default=PROCESSES)
+    parser.add_argument(
+        "--duologue-ports",
+        default=",".join(MODES),
+        help="the server's --duologue-ports, one run each (default: per-client,shared)",
+    )
     parser.add_argument(
         "--after-storm",
         type=float,
@@ -621,8 +668,10 @@ def main() -> None:
             cpus,
             after_storm=args.after_storm,
             ramp=args.ramp,
+            duologue_ports=mode,
         )
         for n in args.clients.split(",")
+        for mode in args.duologue_ports.split(",")
     ]
     print(json.dumps(rows, indent=2))
     for row in rows:

@@ -181,6 +181,8 @@ class ClientWatcher:
         self.ports: tuple[int, int] | None = None
         self.rtts: list[tuple[float, float]] = []  # (when read, ms)
         self.ready = threading.Event()
+        #: the first round trip was read (or the client's output ended)
+        self.echoing = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -193,6 +195,9 @@ class ClientWatcher:
             found = re.search(r" in ([0-9.]+) ms", line)
             if found:
                 self.rtts.append((time.monotonic(), float(found.group(1))))
+                self.echoing.set()
+        self.ready.set()  # the client exited: whoever waits finds no ports, no echoes
+        self.echoing.set()
 
     def samples(self, windows: list[tuple[float, float]]) -> list[float]:
         return sorted(ms for when, ms in self.rtts if any(a <= when <= b for a, b in windows))
@@ -263,18 +268,20 @@ def run(
     if serving_cpus is not None:
         os.sched_setaffinity(server.pid, serving_cpus)
     log: list[str] = []
+    listening = threading.Event()
 
     def read_server() -> None:
         assert server.stdout is not None
         for line in server.stdout:
             log.append(line)
+            if '"listening"' in line:
+                listening.set()
+        listening.set()  # the server exited: whoever waits finds no "listening" in the log
 
-    threading.Thread(target=read_server, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while not any('"listening"' in line for line in log):
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("echo-server did not start:\n" + "".join(log))
-        time.sleep(0.05)
+    reader = threading.Thread(target=read_server, daemon=True)
+    reader.start()
+    if not listening.wait(30) or not any('"listening"' in line for line in log):
+        raise RuntimeError("echo-server did not start:\n" + "".join(log))
     client = ClientWatcher(base, interval, serving_cpus)
     quiet: list[tuple[float, float]] = []
     fuzzed: list[tuple[float, float]] = []
@@ -282,7 +289,9 @@ def run(
         if not client.ready.wait(30) or client.ports is None:
             raise RuntimeError("echo-client did not get a duologue")
         data_port, control_port = client.ports
-        time.sleep(0.5)
+        # The baseline starts once the client echoes (its start-up stays out of the figures).
+        if not client.echoing.wait(30) or not client.rtts:
+            raise RuntimeError("echo-client got a duologue but never echoed")
         rng = random.Random(seed)
         frames = seed_frames(rng)
         source = mutations(rng, frames)
@@ -340,7 +349,7 @@ def run(
             client_code = -1
         server.send_signal(signal.SIGTERM)
         server_code = server.wait(timeout=30)
-    time.sleep(0.2)
+    reader.join(timeout=30)  # the server exited: its last lines (the counters) are read
     counters: dict[str, Any] = {}
     for line in log:
         if '"transport_counters"' in line:

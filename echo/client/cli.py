@@ -106,6 +106,14 @@ def summary(client: EchoClient) -> dict[str, Any]:
     help="For a server started with --no-address-validation (plain Aeron MDC).",
 )
 @click.option(
+    "--duologue-ports",
+    type=click.Choice(["shared", "per-client"]),
+    default="shared",
+    show_default=True,
+    help="The server's --duologue-ports: shared (every duologue on the server's two duologue "
+    "ports, as Aeron response channels) or per-client (two ports of its own).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -133,6 +141,7 @@ def main(
     message: str | None,
     timeout: float,
     no_validation: bool,
+    duologue_ports: str,
     as_json: bool,
     log_format: str,
     log_level: str,
@@ -164,6 +173,7 @@ def main(
         interval=interval,
         message=message,
         timeout=timeout,
+        duologue_ports=duologue_ports,
     )
 
     def on_echo(echo: EchoReceived) -> None:

@@ -40,7 +40,7 @@ from echo.protocol import (
     Echo,
     format_message,
 )
-from echo.session.client import client_transport_config
+from echo.session.client import client_transport_config, duologue_channels
 from echo.transport import (
     Image,
     Publication,
@@ -80,6 +80,10 @@ class ClientConfig:
     message: str | None = attrs.field(default=None, validator=_check_message)
     timeout: float = 10.0
     stream_id: int = ECHO_STREAM_ID
+    #: the server's --duologue-ports: "shared" opens the duologue as a response channel
+    duologue_ports: str = attrs.field(
+        default="per-client", validator=attrs.validators.in_(("shared", "per-client"))
+    )
 
 
 def _host(server: str) -> str:
@@ -274,11 +278,16 @@ class EchoClient:
             self._state(
                 "joining_duologue", data_port=action.data_port, control_port=action.control_port
             )
-            session = action.session_id
+            sub_channel, pub_channel = duologue_channels(
+                host,
+                action.data_port,
+                action.control_port,
+                action.session_id,
+                config.duologue_ports == "shared",
+            )
             self._duologue = await self._open(
-                f"aeron:udp?control={host}:{action.control_port}|control-mode=dynamic"
-                f"|session-id={session}",
-                f"aeron:udp?endpoint={host}:{action.data_port}|session-id={session}",
+                sub_channel,
+                pub_channel,
                 on_message=machine.on_duologue_message,
                 on_connected=lambda pub: machine.on_duologue_connected,
                 on_closed=machine.on_duologue_closed,
@@ -331,7 +340,11 @@ class EchoClient:
         subscription = await self._transport.add_subscription(
             sub_channel, config.stream_id, on_image_unavailable=image_gone
         )
-        publication = await self._transport.add_publication(pub_channel, config.stream_id)
+        publication = await self._transport.add_publication(
+            # A response channel's request names its subscription (duologue_channels).
+            pub_channel.replace("{registration_id}", str(subscription.registration_id)),
+            config.stream_id,
+        )
         channel = _Channel(
             publication, subscription, on_message, on_connected(publication), on_closed
         )

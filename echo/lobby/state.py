@@ -280,6 +280,14 @@ class LobbyRegistry:
     def lobby_of(self, member_id: str) -> int | None:
         return self._where.get(member_id)
 
+    def member_count(self, lobby_id: int) -> int | None:
+        """How many members the lobby has; None if no such lobby (it was deleted)."""
+        lobby = self._lobbies.get(lobby_id)
+        return None if lobby is None else len(lobby.members)
+
+    def __len__(self) -> int:
+        return len(self._lobbies)
+
     def listing(self, lobby_id: int) -> LobbyListing | None:
         lobby = self._lobbies.get(lobby_id)
         return None if lobby is None else self._listing(lobby)

@@ -17,14 +17,16 @@ import trio
 
 from echo._cli import one_line, sole_error
 from echo.server.config import ServerConfig
-from echo.server.server import EchoServer
+from echo.server.server import EchoServer, echo_application
+from echo.session.server import SessionServer
 from echo.timers import echo_timers
 from echo.transport import TransportConfig, UriError
 
 EPILOG = """\b
 Clients connect with:  echo-client --server ADDRESS --port PORT --control-port CONTROL_PORT
-Each client gets two ports from [clients-base-port, clients-base-port + 2 * max-clients):
-open them in your firewall, along with --port and --control-port (all UDP).
+Ports to open in the firewall (all UDP): --port and --control-port, and
+  --duologue-ports shared:     clients-base-port and clients-base-port + 1 (every client);
+  --duologue-ports per-client: [clients-base-port, clients-base-port + 2 * max-clients).
 SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit 0.
 Exit status 1: a port in use or an address not on this host; 2: a bad command line.
 """
@@ -56,7 +58,16 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
     default=9010,
     show_default=True,
     type=click.IntRange(1, 65535),
-    help="First UDP port used for duologues.",
+    help="First UDP port used for duologues (shared: this one and the next).",
+)
+@click.option(
+    "--duologue-ports",
+    type=click.Choice(["shared", "per-client"]),
+    default="shared",
+    show_default=True,
+    help="shared: every duologue on two ports (Aeron response channels; echo-client and "
+    "echo.session.connect speak it). per-client: two ports per duologue, as the guide's Echo "
+    "2.0 (the Java Echo client and plain Aeron peers need it).",
 )
 @click.option(
     "--max-clients",
@@ -111,6 +122,15 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
     "stream to any address, and forged HELLOs are accepted.",
 )
 @click.option(
+    "--ticket-key",
+    "ticket_key_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Admit only clients showing a game ticket of the lobby service signed with a key of "
+    "this key file (lines 'KEY_ID HEX_SECRET'; see echo-lobby --help). The ticket must name "
+    "this server: --server-id if given, else ADDRESS:PORT. Without it, no ticket is asked.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -128,6 +148,7 @@ def main(
     port: int,
     control_port: int,
     clients_base_port: int,
+    duologue_ports: str,
     max_clients: int,
     max_per_ip: int,
     ipv6_prefix: int,
@@ -136,6 +157,7 @@ def main(
     server_id: str | None,
     ip_salt: str | None,
     no_validation: bool,
+    ticket_key_path: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -154,10 +176,14 @@ def main(
             max_per_ip=max_per_ip,
             duologue_expiry=duologue_expiry,
             ipv6_prefix=ipv6_prefix,
+            duologue_ports=duologue_ports,
         )
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     server_name = server_id or f"{socket.gethostname()}:{port}"
+    admit = None
+    if ticket_key_path is not None:
+        admit = ticket_admission(ticket_key_path, server_id or f"{address}:{port}")
     try:
         events = EventLog(
             events_path,
@@ -168,7 +194,7 @@ def main(
         raise click.UsageError(f"cannot open --events {events_path}: {error}") from None
     try:
         transport = echo_timers(validate_addresses=not no_validation)
-        trio.run(_serve, config, events, transport)
+        trio.run(_serve, config, events, transport, admit)
     except BaseException as error:
         # A port in use, an address not on this host: one clear line and exit 1.
         found = sole_error(error, (OSError, UriError))
@@ -230,9 +256,52 @@ async def trim_heap(interval: float = HEAP_TRIM_INTERVAL) -> None:
         trim()
 
 
-async def _serve(config: ServerConfig, events: object, transport: TransportConfig) -> None:
+def ticket_admission(path: str, ticket_server_id: str) -> Callable[[object, bytes], str | None]:
+    """The admission hook of `--ticket-key`: a HELLO must carry a valid game ticket of the
+    lobby service (echo.lobby.tickets) for this server; the reason otherwise."""
+    import time
+
+    from echo.lobby.keyfile import KeyFileError, read_key_file
+    from echo.lobby.tickets import TicketRefusal, verify
+
+    try:
+        keyring = {key.key_id: key.secret for key in read_key_file(path)}
+    except KeyFileError as error:
+        raise click.UsageError(f"--ticket-key: {error}") from None
     log = structlog.get_logger("echo.server")
-    server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
+
+    def admit(peer: object, credentials: bytes) -> str | None:
+        if not credentials:
+            return "a game ticket is required"
+        verdict = verify(credentials, keyring, ticket_server_id, time.time())
+        if isinstance(verdict, TicketRefusal):
+            log.info("ticket_refused", reason=verdict.reason.name, detail=verdict.detail)
+            return f"ticket refused: {verdict.reason.name.lower()}"
+        log.info("ticket_admitted", lobby_id=verdict.lobby_id, member_id=verdict.member_id)
+        return None
+
+    return admit
+
+
+async def _serve(
+    config: ServerConfig,
+    events: object,
+    transport: TransportConfig,
+    admit: Callable[[object, bytes], str | None] | None = None,
+) -> None:
+    log = structlog.get_logger("echo.server")
+    server: SessionServer
+    if admit is None:
+        server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
+    else:
+        # The same application behind the session library's admission hook.
+        server = SessionServer(
+            config,
+            echo_application,
+            events=events,  # type: ignore[arg-type]
+            transport_config=transport,
+            admit=admit,
+        )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)

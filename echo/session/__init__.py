@@ -15,7 +15,7 @@ Layering: imports only `echo.transport` and `echo.protocol` (and stdlib, attrs, 
 
 from echo.session.admission import Admission, Decision, JoinVerdict, Slot
 from echo.session.client import connect
-from echo.session.config import ServerConfig
+from echo.session.config import DuologuePorts, ServerConfig
 from echo.session.server import (
     Admit,
     Application,
@@ -39,6 +39,7 @@ __all__ = [
     "Admit",
     "Application",
     "Decision",
+    "DuologuePorts",
     "HandshakeTimeout",
     "JoinVerdict",
     "LostContact",

@@ -29,6 +29,8 @@ from echo.protocol import (
 from echo.session.allocators import AllocationError, PortAllocator, RandomSource, SessionAllocator
 from echo.session.config import ServerConfig
 from echo.session.limits import AddressCounter, address_key
+from echo.session.resume import check_proof
+from echo.session.shared import SharedPorts
 
 #: A duologue younger than this is not evicted: its client may be joining right now (a real
 #: client joins within milliseconds; a spoofer's duologue is never joined).
@@ -39,6 +41,14 @@ class JoinVerdict(enum.Enum):
     ACCEPT = "accept"
     WRONG_ADDRESS = "wrong address"  # not the address that said HELLO (spoofed or guessed id)
     SECOND_IMAGE = "second image"  # the owner already has a stream open on this duologue
+
+
+class ResumeVerdict(enum.Enum):
+    ACCEPT = "accept"
+    UNKNOWN_SESSION = "unknown session"  # no live duologue has this session id
+    NOT_RESUMABLE = "not resumable"  # no secret was given out, or nobody joined it yet
+    BAD_PROOF = "bad proof"  # forged, or a secret of another session
+    REPLAYED = "replayed"  # a counter already used (a RESUME copied off the wire)
 
 
 @attrs.define(eq=False)
@@ -59,6 +69,12 @@ class Slot:
     committed: bool = False
     #: everything given back (set once, by `release` or `unreserve`)
     released: bool = False
+    #: the resume secret given out in the CONNECT (None: this client cannot resume)
+    resume_secret: int | None = None
+    #: the highest RESUME counter accepted so far (each counter works once, in order)
+    resume_counter: int = 0
+    #: times the session moved to a new address
+    resumes: int = 0
 
 
 @attrs.frozen
@@ -80,11 +96,17 @@ class Admission:
         eviction_grace: float = EVICTION_GRACE,
     ) -> None:
         self.config = config
-        self.ports = PortAllocator(config.clients_base_port, config.clients_port_count, rng)
+        self.ports: PortAllocator = (
+            SharedPorts(config.clients_base_port, config.clients_base_port + 1)
+            if config.shared
+            else PortAllocator(config.clients_base_port, config.clients_port_count, rng)
+        )
         self.sessions = SessionAllocator(RESERVED_SESSION_LOW, RESERVED_SESSION_HIGH, rng)
         self.per_ip = AddressCounter()
         #: committed duologues by slot id, oldest first (dicts keep insertion order)
         self.slots: dict[int, Slot] = {}
+        #: the same committed duologues by session id (RESUME names its session)
+        self.by_session: dict[int, Slot] = {}
         self.eviction_grace = eviction_grace
         self._next_id = 1
 
@@ -181,6 +203,7 @@ class Admission:
         slot.committed = True
         self.per_ip.increment(slot.owner_key)
         self.slots[slot.slot_id] = slot
+        self.by_session[slot.session_id] = slot
 
     def release(self, slot: Slot) -> bool:
         """Free everything `slot` holds; True the first time, False on every later call."""
@@ -191,6 +214,7 @@ class Admission:
             return True
         slot.released = True
         del self.slots[slot.slot_id]
+        del self.by_session[slot.session_id]
         self.ports.free(slot.data_port)
         self.ports.free(slot.control_port)
         self.sessions.free(slot.session_id)
@@ -218,3 +242,32 @@ class Admission:
 
     def is_expired(self, slot: Slot, now: float) -> bool:
         return not slot.joined and now >= self.expires_at(slot)
+
+    # ---------------------------------------------------------------- resuming
+
+    def resume(
+        self, session_id: int, counter: int, proof: bytes, source_ip: str, key: str
+    ) -> tuple[ResumeVerdict, Slot | None]:
+        """May the sender of a RESUME (from `source_ip`) have session `session_id` back?
+
+        On ACCEPT the duologue now belongs to `source_ip`: only streams from there may join it,
+        and its per-address slot moved to `key`. The session was never free meanwhile: its id,
+        ports and slot stay allocated until it is released, whoever asks.
+        """
+        slot = self.by_session.get(session_id)
+        if slot is None:
+            return ResumeVerdict.UNKNOWN_SESSION, None
+        if slot.resume_secret is None or not slot.joined:
+            return ResumeVerdict.NOT_RESUMABLE, slot
+        if not check_proof(slot.resume_secret, session_id, counter, proof):
+            return ResumeVerdict.BAD_PROOF, slot
+        if counter <= slot.resume_counter:
+            return ResumeVerdict.REPLAYED, slot
+        slot.resume_counter = counter
+        slot.resumes += 1
+        if key != slot.owner_key:
+            self.per_ip.decrement(slot.owner_key)
+            self.per_ip.increment(key)
+        slot.owner_ip = source_ip
+        slot.owner_key = key
+        return ResumeVerdict.ACCEPT, slot

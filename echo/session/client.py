@@ -11,6 +11,7 @@ handshake cannot accept). Leaving the block closes the session (the stream ends;
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ import attrs
 import trio
 
 from echo.protocol import ECHO_STREAM_ID, RESERVED_SESSION_HIGH, RESERVED_SESSION_LOW
+from echo.session.config import DuologuePorts
 from echo.session.machine import (
     Action,
     CloseAllClients,
@@ -31,8 +33,13 @@ from echo.session.machine import (
     OpenAllClients,
     OpenDuologue,
     Opened,
+    ResumeDone,
+    ResumeMachine,
+    ResumeState,
     SendHello,
+    SendResume,
 )
+from echo.session.resume import RESUME_BITS
 from echo.session.session import (
     DEFAULT_RECEIVE_BATCH,
     DEFAULT_SEND_TIMEOUT,
@@ -70,6 +77,29 @@ def client_transport_config(base: TransportConfig | None = None) -> TransportCon
 
 def _host(server: str) -> str:
     return f"[{server}]" if ":" in server else server
+
+
+def duologue_channels(
+    host: str, data_port: int, control_port: int, session_id: int, shared: bool
+) -> tuple[str, str]:
+    """The client's duologue subscription and publication channels; the publication's has a
+    `{registration_id}` field for the subscription's registration id.
+
+    Per-client: an MDC subscription registering with the duologue's own control port (Echo
+    2.0). Shared: a response channel (Aeron 1.48): the subscription waits for the server's
+    RSP_SETUP, the publication's SETUPs ask for it (response-correlation-id).
+    """
+    if shared:
+        return (
+            f"aeron:udp?control-mode=response|control={host}:{control_port}"
+            f"|session-id={session_id}",
+            f"aeron:udp?endpoint={host}:{data_port}|session-id={session_id}"
+            "|response-correlation-id={registration_id}",
+        )
+    return (
+        f"aeron:udp?control={host}:{control_port}|control-mode=dynamic|session-id={session_id}",
+        f"aeron:udp?endpoint={host}:{data_port}|session-id={session_id}",
+    )
 
 
 def failure_error(failure: Failure, timeout: float) -> SessionError:
@@ -125,34 +155,46 @@ async def connect(
     receive_batch: int = DEFAULT_RECEIVE_BATCH,
     send_timeout: float = DEFAULT_SEND_TIMEOUT,
     pad: int | None = None,
+    duologue_ports: DuologuePorts | str = DuologuePorts.PER_CLIENT,
+    resume: bool = True,
 ) -> AsyncIterator[Session]:
     """Say HELLO to `server` (an IP literal), join the duologue it assigns, yield the Session.
 
     `credentials` are opaque bytes for the server's admission hook (they travel in the HELLO,
     base64url); `timeout` bounds each step of the handshake. Many sessions can share one
     `transport` (a game's bots, a load test); without one, the session opens its own.
+    `duologue_ports` must be the server's (ServerConfig.duologue_ports): "shared" opens the
+    duologue as an Aeron response channel.
+
+    `resume` (on by default): ask the server for a resume secret ("+R" in the HELLO; a server
+    without the extension answers as Echo 2.0 and the session simply cannot resume), and when
+    the path to the server breaks (its status messages stop: a NAT mapping changed, the host
+    moved to another network) take the session to the new path with a RESUME, by itself. The
+    application sees no break; `session.counters.resumes` counts the moves. `resume=False`
+    sends Echo 2.0's HELLO byte for byte.
     """
-    if transport is None:
-        try:
+    shared = DuologuePorts(duologue_ports) is DuologuePorts.SHARED
+    try:
+        if transport is None:
             async with open_transport(client_transport_config(transport_config)) as own:
                 async with _connect(
                     own, server, port, control_port, credentials, timeout, stream_id,
-                    receive_batch, send_timeout, pad,
+                    receive_batch, send_timeout, pad, resume, shared,
                 ) as session:  # fmt: skip
                     yield session
-        except BaseExceptionGroup as group:
-            # The transport's nursery wraps whatever crosses it; a caller of connect() should
-            # see Rejected (or their own exception) itself, as with a transport of their own.
-            sole = _sole(group)
-            if sole is None:
-                raise
-            raise sole from None
-    else:
-        async with _connect(
-            transport, server, port, control_port, credentials, timeout, stream_id,
-            receive_batch, send_timeout, pad,
-        ) as session:  # fmt: skip
-            yield session
+        else:
+            async with _connect(
+                transport, server, port, control_port, credentials, timeout, stream_id,
+                receive_batch, send_timeout, pad, resume, shared,
+            ) as session:  # fmt: skip
+                yield session
+    except BaseExceptionGroup as group:
+        # The nurseries (the transport's, the resume watcher's) wrap whatever crosses them; a
+        # caller of connect() should see Rejected (or their own exception) itself.
+        sole = _sole(group)
+        if sole is None:
+            raise
+        raise sole from None
 
 
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -179,9 +221,14 @@ async def _connect(
     receive_batch: int,
     send_timeout: float,
     pad: int | None,
+    resume: bool,
+    shared: bool = False,
 ) -> AsyncIterator[Session]:
     machine = HandshakeMachine(
-        pad=secrets.randbits(32) if pad is None else pad, timeout=timeout, credentials=credentials
+        pad=secrets.randbits(32) if pad is None else pad,
+        timeout=timeout,
+        credentials=credentials,
+        resume_pad=secrets.randbits(RESUME_BITS) if resume else None,
     )
     all_clients = _Pair()
     duologue = _Pair()
@@ -195,7 +242,7 @@ async def _connect(
             try:
                 opened = await _handshake(
                     transport, machine, server, port, control_port, stream_id, all_clients,
-                    duologue, nursery,
+                    duologue, nursery, shared,
                 )  # fmt: skip
             except Exception as error:  # raised below, outside the nursery
                 failure = error
@@ -227,7 +274,24 @@ async def _connect(
         duologue.subscription.on_image_unavailable = image_gone
         if session.image is None:
             live._peer_gone("closed by the server")
-        yield session
+        if opened.resume_secret is None:
+            yield session
+        else:
+            # While the session's own image is alive (it is what keeps this end's receive
+            # position), a sender that stops hearing status messages means the server answers
+            # an old address: take the session to the path this host has now.
+            session._resume_wait = transport.config.image_liveness_timeout
+            path = _Path(
+                transport, server, port, control_port, stream_id, timeout, duologue,
+                opened.data_port,
+            )  # fmt: skip
+            session._resumer = functools.partial(path.resume, session, opened.resume_secret)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(path.keep, session, opened.resume_secret)
+                try:
+                    yield session
+                finally:
+                    nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             if session is not None:
@@ -251,6 +315,7 @@ async def _handshake(
     all_clients: _Pair,
     duologue: _Pair,
     nursery: trio.Nursery,
+    shared: bool = False,
 ) -> Opened:
     host = _host(server)
     pending: list[Action] = machine.start(trio.current_time())
@@ -286,14 +351,14 @@ async def _handshake(
                     nursery.start_soon(_close_publication, pair_pub)
             elif isinstance(action, OpenDuologue):
                 session_id = action.session_id
+                sub_channel, pub_channel = duologue_channels(
+                    host, action.data_port, action.control_port, session_id, shared
+                )
                 duologue.subscription = await transport.add_subscription(
-                    f"aeron:udp?control={host}:{action.control_port}|control-mode=dynamic"
-                    f"|session-id={session_id}",
-                    stream_id,
-                    on_image_unavailable=duologue.on_image_gone,
+                    sub_channel, stream_id, on_image_unavailable=duologue.on_image_gone
                 )
                 duologue.publication = await transport.add_publication(
-                    f"aeron:udp?endpoint={host}:{action.data_port}|session-id={session_id}",
+                    pub_channel.format(registration_id=duologue.subscription.registration_id),
                     stream_id,
                 )
             elif isinstance(action, Opened):
@@ -336,6 +401,177 @@ async def _next_event(
         if state is HandshakeState.CONNECTING:
             return machine.on_all_clients_connected(publication.session_id, now)
         return machine.on_duologue_connected(now)
+    if not publication.is_connected:
+        try:
+            await publication.wait_connected()
+        except trio.ClosedResourceError:
+            await trio.sleep_forever()
+    else:
+        await subscription.wait_activity()
+    return []
+
+
+class _Path:
+    """Watches a resumable session's path and resumes it when it breaks."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        server: str,
+        port: int,
+        control_port: int,
+        stream_id: int,
+        timeout: float,
+        duologue: _Pair,
+        data_port: int,
+    ) -> None:
+        self.duologue = duologue
+        self.data_port = data_port
+        self.transport = transport
+        self.server = server
+        self.port = port
+        self.control_port = control_port
+        self.stream_id = stream_id
+        self.timeout = timeout
+        #: RESUME counter: the server takes each value once, in increasing order
+        self.counter = 0
+        self._lock = trio.Lock()
+
+    async def keep(self, session: Session, secret: int) -> None:
+        liveness = self.transport.config.image_liveness_timeout
+        while not session.is_closed:
+            publication = session.publication
+            await publication.wait_disconnected()
+            if session.is_closed:
+                return
+            if session.publication is not publication:
+                continue  # a resume (the application's) replaced it meanwhile
+            # Until the session's image times out (it is then LostContact, as without
+            # resume), try the new path; each attempt is bounded by the handshake timeout.
+            with trio.move_on_after(liveness):
+                try:
+                    await self.resume(session, secret, broken=publication)
+                except SessionError:
+                    return
+
+    async def resume(
+        self, session: Session, secret: int, *, broken: Publication | None = None
+    ) -> None:
+        """RESUME until the session's stream is connected again; raises SessionClosed if the
+        server refused (the session is then closed) or it closed meanwhile. With `broken`,
+        only if that publication is still the session's (nobody resumed meanwhile)."""
+        async with self._lock:  # the watcher and the application may both ask
+            if broken is not None and session.publication is not broken:
+                return
+            ready = session._path_ready = trio.Event()
+            try:
+                await self._resume(session, secret)
+            finally:
+                ready.set()
+
+    async def _resume(self, session: Session, secret: int) -> None:
+        first = True
+        while first or not session.publication.is_connected:
+            first = False
+            if session.is_closed:
+                raise session._closed_error()
+            self.counter += 1
+            attempt = ResumeMachine(
+                session_id=session.session_id,
+                secret=secret,
+                counter=self.counter,
+                timeout=self.timeout,
+            )
+            try:
+                await self._attempt(attempt)
+            except Rejected as error:
+                # The server no longer has it (it expired) or refuses us: it is gone.
+                session._peer_gone(f"resume refused: {error.reason}", lost=True)
+                raise session._closed_error() from None
+            except SessionError:
+                await trio.sleep(0.2)  # the new path is not up yet: try again shortly
+                first = True
+                continue
+            # The server now reads a new stream from us: start one, on the same session id,
+            # from wherever this host's packets now come from. Nothing was offered on the old
+            # one since the resume began (sends wait), so no message is lost or doubled.
+            old = session.publication
+            if not old.is_closed:
+                await old.close(timeout=0)
+            host = _host(self.server)
+            publication = await self.transport.add_publication(
+                f"aeron:udp?endpoint={host}:{self.data_port}|session-id={session.session_id}",
+                self.stream_id,
+            )
+            session.publication = publication
+            self.duologue.publication = publication
+            session.counters.resumes += 1
+            with trio.move_on_after(self.timeout):
+                try:
+                    await publication.wait_connected()
+                except trio.ClosedResourceError:
+                    raise session._closed_error() from None
+
+    async def _attempt(self, machine: ResumeMachine) -> None:
+        """One RESUME over a fresh all-clients pair; raises the failure as `connect` does."""
+        host = _host(self.server)
+        pair = _Pair()
+        transport = self.transport
+        try:
+            pending: list[Action] = machine.start(trio.current_time())
+            while True:
+                while pending:
+                    action = pending.pop(0)
+                    if isinstance(action, OpenAllClients):
+                        pair.subscription = await transport.add_subscription(
+                            f"aeron:udp?control={host}:{self.control_port}|control-mode=dynamic",
+                            self.stream_id,
+                            on_image_unavailable=pair.on_image_gone,
+                        )
+                        pair.publication = await transport.add_publication(
+                            f"aeron:udp?endpoint={host}:{self.port}", self.stream_id
+                        )
+                    elif isinstance(action, SendResume):
+                        assert pair.publication is not None
+                        try:
+                            await pair.publication.send(action.data, timeout=1.0)
+                        except SendError as error:
+                            pending += machine.on_send_failed(error.name, trio.current_time())
+                    elif isinstance(action, CloseAllClients):
+                        await _close_pair(pair)
+                        pair = _Pair()
+                    elif isinstance(action, ResumeDone):
+                        return
+                    elif isinstance(action, Failed):
+                        raise failure_error(action.failure, machine.timeout)
+                deadline = machine.next_deadline()
+                with trio.move_on_at(math.inf if deadline is None else deadline):
+                    pending += await _next_resume_event(machine, pair)
+                if not pending and deadline is not None and trio.current_time() >= deadline:
+                    pending += machine.on_timer(trio.current_time())
+        finally:
+            with trio.CancelScope(shield=True):
+                await _close_pair(pair)
+
+
+async def _next_resume_event(machine: ResumeMachine, pair: _Pair) -> list[Action]:
+    now = trio.current_time()
+    if pair.lost:
+        return machine.on_all_clients_closed(now)
+    publication, subscription = pair.publication, pair.subscription
+    assert publication is not None and subscription is not None
+    if machine.state is ResumeState.AWAITING_RESUMED:
+        received: list[Message] = []
+        subscription.poll(received.append, fragment_limit=_READ_BATCH)
+        for message in received:
+            actions = machine.on_all_clients_message(message.data, trio.current_time())
+            if actions:
+                return actions
+        if len(received) < _READ_BATCH:
+            await subscription.wait_activity()
+        return []
+    if pair.connected:
+        return machine.on_all_clients_connected(publication.session_id, now)
     if not publication.is_connected:
         try:
             await publication.wait_connected()

@@ -7,6 +7,7 @@ duologue expiry (10 s) (§7.9); both are options here.
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 import math
 from typing import Any
@@ -71,6 +72,30 @@ def _check_stream_id(_inst: object, _attr: attrs.Attribute[int], value: int) -> 
         raise ValueError(f"stream_id must be an int32, got {value}")
 
 
+class DuologuePorts(enum.Enum):
+    """Where duologues live (--duologue-ports).
+
+    PER_CLIENT: two ports of its own per duologue, from --clients-base-port (Echo 2.0 as the
+    guide built it: what the Java Echo client and plain Aeron MDC peers speak).
+    SHARED: every duologue on the same two ports, --clients-base-port (requests) and the one
+    after it (responses), told apart by session id: Aeron 1.48's response channels. Needs a
+    client that opens its duologue as a response channel (echo-client, echo.session.connect
+    with duologue_ports="shared").
+    """
+
+    SHARED = "shared"
+    PER_CLIENT = "per-client"
+
+
+def _duologue_ports(value: object) -> DuologuePorts:
+    try:
+        return DuologuePorts(value)
+    except ValueError:
+        raise ValueError(
+            f"--duologue-ports must be 'shared' or 'per-client', got {value!r}"
+        ) from None
+
+
 @attrs.frozen
 class ServerConfig:
     """Everything `echo-server` needs to know.
@@ -84,6 +109,8 @@ class ServerConfig:
     duologue_expiry    seconds a duologue may wait for its client (--duologue-expiry)
     ipv6_prefix        IPv6 clients are counted per network of this many bits (--ipv6-prefix)
     stream_id          the stream id of every channel (the guide's 0x2044F002)
+    duologue_ports     per-client (two ports per duologue) or shared (two for all)
+                       (--duologue-ports; see DuologuePorts)
     """
 
     address: str = attrs.field(default="127.0.0.1", validator=_check_address)
@@ -95,6 +122,11 @@ class ServerConfig:
     duologue_expiry: float = attrs.field(default=10.0, validator=_check_expiry)
     ipv6_prefix: int = attrs.field(default=64, validator=_check_ipv6_prefix)
     stream_id: int = attrs.field(default=ECHO_STREAM_ID, validator=_check_stream_id)
+    duologue_ports: DuologuePorts = attrs.field(
+        default=DuologuePorts.PER_CLIENT, converter=_duologue_ports
+    )
+    #: give a resume secret to clients that ask ("+R" in their HELLO; echo.session.resume)
+    resume: bool = True
 
     def __attrs_post_init__(self) -> None:
         # Cross-field checks: the two all-clients ports and the duologue range must be disjoint,
@@ -115,9 +147,13 @@ class ServerConfig:
                 )
 
     @property
+    def shared(self) -> bool:
+        return self.duologue_ports is DuologuePorts.SHARED
+
+    @property
     def clients_port_count(self) -> int:
-        """Two ports per duologue: data and control (seed §4.5)."""
-        return 2 * self.max_clients
+        """Two ports per duologue: data and control (seed §4.5); two in all when shared."""
+        return 2 if self.shared else 2 * self.max_clients
 
     @property
     def clients_port_range(self) -> range:

@@ -35,6 +35,7 @@ from typing import Final, TypeAlias
 import attrs
 
 from echo.protocol import (
+    ERROR_BAD_MESSAGE,
     INT32_MAX,
     INT32_MIN,
     RESERVED_SESSION_HIGH,
@@ -46,7 +47,16 @@ from echo.protocol import (
     Hello,
     decrypt_session,
     format_message,
-    parse_all_clients_reply_untrusted,
+)
+from echo.session.resume import (
+    ResumableConnect,
+    ResumableHello,
+    Resume,
+    Resumed,
+    format_resumable_hello,
+    format_resume,
+    parse_server_reply_untrusted,
+    resume_proof,
 )
 
 # Long server texts are cut in failure messages so a hostile server cannot flood a log line.
@@ -108,6 +118,18 @@ class Opened:
     session_id: int
     data_port: int
     control_port: int
+    #: the server's resume secret (None: this session cannot resume)
+    resume_secret: int | None = None
+
+
+@attrs.frozen
+class SendResume:
+    data: bytes
+
+
+@attrs.frozen
+class ResumeDone:
+    pass
 
 
 @attrs.frozen
@@ -115,7 +137,16 @@ class Failed:
     failure: Failure
 
 
-Action: TypeAlias = OpenAllClients | SendHello | CloseAllClients | OpenDuologue | Opened | Failed
+Action: TypeAlias = (
+    OpenAllClients
+    | SendHello
+    | CloseAllClients
+    | OpenDuologue
+    | Opened
+    | Failed
+    | SendResume
+    | ResumeDone
+)
 
 WAITING_FOR: Final = {
     HandshakeState.CONNECTING: "the all-clients channel to connect",
@@ -127,13 +158,27 @@ WAITING_FOR: Final = {
 class HandshakeMachine:
     """One handshake: see the module docstring."""
 
-    def __init__(self, *, pad: int, timeout: float = 10.0, credentials: bytes = b"") -> None:
+    def __init__(
+        self,
+        *,
+        pad: int,
+        timeout: float = 10.0,
+        credentials: bytes = b"",
+        resume_pad: int | None = None,
+    ) -> None:
         if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad <= U32_MAX:
             raise ValueError(f"pad must be a u32, got {pad!r}")
-        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        _check_timeout(timeout)
         # Refused here, not after the all-clients channel connected: a local mistake.
-        self._hello = format_message(Hello(pad, credentials))
+        self._plain_hello = format_message(Hello(pad, credentials))
+        #: with a resume pad, the HELLO says "+R" and the CONNECT may carry a resume secret
+        self._resume_pad = resume_pad
+        self._hello = (
+            self._plain_hello
+            if resume_pad is None
+            else format_resumable_hello(ResumableHello(Hello(pad, credentials), resume_pad))
+        )
+        self.resume_secret: int | None = None
         self._pad = pad
         self._timeout = float(timeout)
         self._state = HandshakeState.IDLE
@@ -219,14 +264,31 @@ class HandshakeMachine:
             return []
         if data[: len(self._prefix)] != self._prefix:
             return []  # a reply to another client: checked before parsing (N clients, N replies)
-        reply = parse_all_clients_reply_untrusted(data)
-        if isinstance(reply, BadMessage):
+        parsed = parse_server_reply_untrusted(data)
+        if isinstance(parsed, BadMessage | Resumed):
+            reason = parsed.reason if isinstance(parsed, BadMessage) else "RESUMED to a HELLO"
             return self._fail(
-                FailureKind.PROTOCOL, f"bad reply from the server ({reply.reason}): {preview(data)}"
+                FailureKind.PROTOCOL, f"bad reply from the server ({reason}): {preview(data)}"
             )
+        secret: int | None = None
+        if isinstance(parsed, ResumableConnect):
+            if self._resume_pad is None or self._hello is self._plain_hello:
+                return self._fail(
+                    FailureKind.PROTOCOL, f"a resume secret nobody asked for: {preview(data)}"
+                )
+            secret = parsed.encrypted_secret ^ self._resume_pad
+            reply: Connect | AllClientsError = parsed.connect
+        else:
+            reply = parsed
         if reply.client_session != self._client_session:
             return []
         if isinstance(reply, AllClientsError):
+            if reply.message == ERROR_BAD_MESSAGE and self._hello is not self._plain_hello:
+                # A server without the resume extension (Echo 2.0's own, say) refuses the
+                # "+R" HELLO as malformed: ask again the Echo 2.0 way, without resume.
+                self._hello = self._plain_hello
+                self._deadline = now + self._timeout
+                return [SendHello(self._hello)]
             return self._fail(FailureKind.REJECTED, reply.message, reply.message)
         session = decrypt_session(reply.encrypted_session, self._pad)
         if not RESERVED_SESSION_LOW <= session <= RESERVED_SESSION_HIGH:
@@ -239,6 +301,7 @@ class HandshakeMachine:
             )
         self._connect = reply
         self._session_id = session
+        self.resume_secret = secret
         self._state = HandshakeState.JOINING
         self._deadline = now + self._timeout
         return [CloseAllClients(), OpenDuologue(reply.data_port, reply.control_port, session)]
@@ -263,7 +326,14 @@ class HandshakeMachine:
         assert self._connect is not None and self._session_id is not None
         self._state = HandshakeState.OPEN
         self._deadline = None
-        return [Opened(self._session_id, self._connect.data_port, self._connect.control_port)]
+        return [
+            Opened(
+                self._session_id,
+                self._connect.data_port,
+                self._connect.control_port,
+                self.resume_secret,
+            )
+        ]
 
     def on_duologue_closed(self, now: float) -> list[Action]:
         self._require_started("on_duologue_closed")
@@ -295,3 +365,127 @@ def preview(data: bytes | bytearray | memoryview) -> str:
     raw = bytes(data[: PREVIEW_CHARS + 1])
     text = raw[:PREVIEW_CHARS].decode("utf-8", "backslashreplace")
     return repr(text) + ("..." if len(raw) > PREVIEW_CHARS else "")
+
+
+def _check_timeout(timeout: float) -> None:
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+class ResumeState(enum.Enum):
+    IDLE = "idle"
+    CONNECTING = "connecting"  # a fresh all-clients pub + sub opening (from the new path)
+    AWAITING_RESUMED = "awaiting_resumed"  # RESUME sent
+    DONE = "done"
+    FAILED = "failed"
+
+
+RESUME_WAITING_FOR: Final = {
+    ResumeState.CONNECTING: "the all-clients channel to connect",
+    ResumeState.AWAITING_RESUMED: "RESUMED from the server",
+}
+
+
+class ResumeMachine:
+    """One attempt to take an open session to a new path (see `echo.session.resume`).
+
+    Driven like `HandshakeMachine`: `OpenAllClients`, then `SendResume` once connected, then
+    `CloseAllClients` and `ResumeDone` on the server's RESUMED, or `Failed` (REJECTED: the
+    server refused; TIMED_OUT; CONNECTION). `counter` must grow from attempt to attempt (the
+    server accepts each value once); the driver keeps it.
+    """
+
+    def __init__(
+        self, *, session_id: int, secret: int, counter: int, timeout: float = 10.0
+    ) -> None:
+        _check_timeout(timeout)
+        self._request = format_resume(
+            Resume(session_id, counter, resume_proof(secret, session_id, counter))
+        )
+        self._timeout = float(timeout)
+        self._state = ResumeState.IDLE
+        self._deadline: float | None = None
+        self._client_session: int | None = None
+        self._prefix = b""
+        self.failure: Failure | None = None
+
+    @property
+    def state(self) -> ResumeState:
+        return self._state
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    def next_deadline(self) -> float | None:
+        return self._deadline
+
+    def start(self, now: float) -> list[Action]:
+        if self._state is not ResumeState.IDLE:
+            raise LocalProtocolError("start() called twice")
+        self._state = ResumeState.CONNECTING
+        self._deadline = now + self._timeout
+        return [OpenAllClients()]
+
+    def on_timer(self, now: float) -> list[Action]:
+        if self._state not in RESUME_WAITING_FOR or self._deadline is None or now < self._deadline:
+            return []
+        waiting_for = RESUME_WAITING_FOR[self._state]
+        return self._fail(
+            FailureKind.TIMED_OUT,
+            f"timed out after {self._timeout} s waiting for {waiting_for}",
+            waiting_for,
+        )
+
+    def on_send_failed(self, reason: str, now: float) -> list[Action]:
+        if self._state not in RESUME_WAITING_FOR:
+            return []
+        waiting_for = RESUME_WAITING_FOR[self._state]
+        return self._fail(FailureKind.CONNECTION, f"send failed: {reason}", waiting_for)
+
+    def on_all_clients_connected(self, client_session: int, now: float) -> list[Action]:
+        if self._state is not ResumeState.CONNECTING:
+            return []
+        self._client_session = client_session
+        self._prefix = f"{client_session} ".encode()
+        self._state = ResumeState.AWAITING_RESUMED
+        self._deadline = now + self._timeout
+        return [SendResume(self._request)]
+
+    def on_all_clients_message(self, data: bytes, now: float) -> list[Action]:
+        """A message on the all-clients subscription (untrusted)."""
+        if self._state is not ResumeState.AWAITING_RESUMED:
+            return []
+        if data[: len(self._prefix)] != self._prefix:
+            return []  # another client's reply
+        reply = parse_server_reply_untrusted(data)
+        if isinstance(reply, Resumed) and reply.client_session == self._client_session:
+            self._state = ResumeState.DONE
+            self._deadline = None
+            return [CloseAllClients(), ResumeDone()]
+        if isinstance(reply, AllClientsError) and reply.client_session == self._client_session:
+            return self._fail(FailureKind.REJECTED, reply.message, reply.message)
+        if isinstance(reply, BadMessage):
+            return self._fail(
+                FailureKind.PROTOCOL, f"bad reply from the server ({reply.reason}): {preview(data)}"
+            )
+        return self._fail(FailureKind.PROTOCOL, f"not a reply to RESUME: {preview(data)}")
+
+    def on_all_clients_closed(self, now: float) -> list[Action]:
+        if self._state not in RESUME_WAITING_FOR:
+            return []
+        waiting_for = RESUME_WAITING_FOR[self._state]
+        return self._fail(
+            FailureKind.CONNECTION,
+            f"the all-clients channel closed while waiting for {waiting_for}",
+            waiting_for,
+        )
+
+    def _fail(self, kind: FailureKind, message: str, detail: str = "") -> list[Action]:
+        closes: list[Action] = []
+        if self._state in RESUME_WAITING_FOR:
+            closes.append(CloseAllClients())
+        self.failure = Failure(kind, message, detail)
+        self._state = ResumeState.FAILED
+        self._deadline = None
+        return [*closes, Failed(self.failure)]

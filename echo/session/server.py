@@ -43,18 +43,29 @@ from echo.protocol import (
     Hello,
     encrypt_session,
     format_message,
-    parse_hello_untrusted,
 )
-from echo.session.admission import Admission, JoinVerdict, Slot
+from echo.session.admission import Admission, JoinVerdict, ResumeVerdict, Slot
 from echo.session.allocators import PortAllocator, RandomSource, SessionAllocator
 from echo.session.config import ServerConfig
 from echo.session.limits import AddressCounter
+from echo.session.resume import (
+    ERROR_RESUME_REFUSED,
+    RESUME_BITS,
+    ResumableConnect,
+    ResumableHello,
+    Resume,
+    Resumed,
+    format_resumable_connect,
+    format_resumed,
+    parse_client_request_untrusted,
+)
 from echo.session.session import (
     DEFAULT_RECEIVE_BATCH,
     DEFAULT_SEND_TIMEOUT,
     Session,
     SessionClosed,
 )
+from echo.session.shared import check_ports_free, response_channel
 from echo.session.timers import echo_timers
 from echo.transport import (
     Image,
@@ -66,6 +77,7 @@ from echo.transport import (
     TransportConfig,
     open_transport,
 )
+from echo.transport.uri import UriError
 
 log = structlog.get_logger("echo.session")
 
@@ -118,6 +130,8 @@ class Duologue:
         self.session: Session | None = None
         self.close_reason: str | None = None
         self.cancel_scope = trio.CancelScope()
+        #: a RESUME moved the client: its next stream is the session's, not a new join
+        self.resuming = False
 
     duologue_id = property(lambda self: self.slot.slot_id)
     session_id = property(lambda self: self.slot.session_id)
@@ -181,6 +195,9 @@ class SessionServer:
         self.hellos = 0
         self.unvalidated_hellos = 0
         self.application_errors = 0
+        #: sessions taken to a new address by a RESUME, and RESUMEs refused
+        self.resumes = 0
+        self.resumes_refused = 0
         #: duologue tasks running (a task leak shows here)
         self.tasks = 0
 
@@ -211,6 +228,8 @@ class SessionServer:
             self.all_clients_sub = await transport.add_subscription(
                 f"aeron:udp?endpoint={host}:{config.port}", config.stream_id
             )
+            if config.shared:
+                check_ports_free(config.address, tuple(config.clients_port_range))
             self.events.emit(
                 "server_started",
                 address=config.address,
@@ -330,11 +349,16 @@ class SessionServer:
             self.unvalidated_hellos += 1
             self.events.emit("hello_rejected", reason="unvalidated address", **fields)
             return
+        parsed = parse_client_request_untrusted(message.data, credentials=self.admit is not None)
+        if isinstance(parsed, Resume):
+            await self._on_resume(parsed, message, key)
+            return
         self.events.emit("hello_received", **fields)
-        request = parse_hello_untrusted(message.data, credentials=self.admit is not None)
-        if isinstance(request, BadMessage):
+        if isinstance(parsed, BadMessage):
             await self._refuse(ERROR_BAD_MESSAGE, client_session, fields)
             return
+        resumable = isinstance(parsed, ResumableHello)
+        request = parsed.hello if isinstance(parsed, ResumableHello) else parsed
         if self.admit is not None:
             refusal = await self._ask_admit((source_ip, message.source_port), request)
             if refusal is not None:
@@ -360,7 +384,87 @@ class SessionServer:
             control_port=duologue.control_port,
             encrypted_session=encrypt_session(duologue.session_id, request.key),
         )
-        await self._reply(format_message(reply), client_session)
+        if resumable and self.config.resume:
+            # Only to a client that said "+R": the Echo 2.0 CONNECT is untouched for others.
+            secret = secrets.randbits(RESUME_BITS)
+            duologue.slot.resume_secret = secret
+            assert isinstance(parsed, ResumableHello)
+            text = format_resumable_connect(ResumableConnect(reply, secret ^ parsed.pad))
+        else:
+            text = format_message(reply)
+        await self._reply(text, client_session)
+
+    async def _on_resume(self, request: Resume, message: Message, key: str) -> None:
+        """A client asks for its session back from a new path (echo.session.resume)."""
+        client_session = message.session_id
+        source_ip = message.source_ip
+        verdict, slot = self.admission.resume(
+            request.session_id, request.counter, request.proof, source_ip, key
+        )
+        duologue = None if slot is None else self.duologues.get(slot.slot_id)
+        if verdict is not ResumeVerdict.ACCEPT or duologue is None or duologue.session is None:
+            # Forged, replayed, a session that is gone or not yet joined: the same answer for
+            # all, so a prober learns nothing about which session ids exist.
+            self.resumes_refused += 1
+            log.warning(
+                "resume_refused",
+                reason=verdict.value,
+                client_session=client_session,
+                source_ip=source_ip,
+            )
+            await self._reply(
+                format_message(AllClientsError(client_session, ERROR_RESUME_REFUSED)),
+                client_session,
+            )
+            return
+        self.resumes += 1
+        await self._repoint(duologue)
+        await self._reply(format_resumed(Resumed(client_session)), client_session)
+
+    async def _repoint(self, duologue: Duologue) -> None:
+        """Take the client's stream of `duologue` from the old path to whatever path it
+        shows up on next, its owner already moved to the RESUME's address.
+
+        The stream's image answers (status messages, NAKs) only to the address its SETUP came
+        from, the old one. So what it holds is read into the session first, and the
+        subscription is replaced: the client, once it hears RESUMED, opens a new publication
+        on the same session id (its SETUP makes a new image, from the new address), and holds
+        its application's sends in between, so no message falls between the two streams. The
+        server's own stream needs nothing: the client's status messages from the new path make
+        it an MDC destination there (after the cookie exchange that validates it).
+        """
+        assert self.transport is not None
+        session = duologue.session
+        old = duologue.subscription
+        assert session is not None and old is not None
+        duologue.image = None
+        duologue.resuming = True
+        session.image = None
+        # Everything the old image rebuilt goes to the session's own queue first.
+        while old.poll(session._batch.append, fragment_limit=1024):
+            pass
+        await old.close()
+        old.on_image_available = None
+        old.on_image_unavailable = None
+        slot = duologue.slot
+        host = _url_host(self.config.address)
+        try:
+            duologue.subscription = await self.transport.add_subscription(
+                f"aeron:udp?endpoint={host}:{slot.data_port}|session-id={slot.session_id}",
+                self.config.stream_id,
+                on_image_available=functools.partial(self._on_image, duologue),
+                on_image_unavailable=functools.partial(self._on_image_gone, duologue),
+            )
+        except OSError as error:
+            duologue.subscription = None
+            log.warning("resume_failed", duologue_id=slot.slot_id, error=str(error))
+            session._mark_closed("resume failed")
+            return
+        session.subscription = duologue.subscription
+        if session._owner_ip != slot.owner_ip:
+            session._prior_owner_ip = session._owner_ip
+            session._owner_ip = slot.owner_ip
+        session.counters.resumes += 1
 
     async def _ask_admit(self, peer: tuple[str, int], request: Hello) -> str | None:
         """The admission hook's verdict, as a one-line reason; a failing hook refuses."""
@@ -395,11 +499,14 @@ class SessionServer:
                 return None
             duologue = Duologue(slot)
             try:
-                duologue.publication = await self.transport.add_publication(
-                    f"aeron:udp?control={host}:{slot.control_port}|control-mode=dynamic"
-                    f"|session-id={slot.session_id}",
-                    config.stream_id,
-                )
+                if not config.shared:
+                    # Shared: the response publication answers the client's image (it names
+                    # the image), so it is opened once the client joined (_run_duologue).
+                    duologue.publication = await self.transport.add_publication(
+                        f"aeron:udp?control={host}:{slot.control_port}|control-mode=dynamic"
+                        f"|session-id={slot.session_id}",
+                        config.stream_id,
+                    )
                 duologue.subscription = await self.transport.add_subscription(
                     f"aeron:udp?endpoint={host}:{slot.data_port}|session-id={slot.session_id}",
                     config.stream_id,
@@ -452,8 +559,19 @@ class SessionServer:
             image.reject()
             return
         duologue.image = image
-        if duologue.session is not None:
-            duologue.session.image = image
+        session = duologue.session
+        if session is not None:
+            session.image = image
+            session.peer = (image.source_ip, image.source_port)
+        if duologue.resuming:
+            duologue.resuming = False
+            log.info(
+                "session_resumed",
+                duologue_id=duologue.duologue_id,
+                source_ip=image.source_ip,
+                source_port=image.source_port,
+            )
+            return
         self.events.emit(
             "duologue_connected",
             duologue_id=duologue.duologue_id,
@@ -474,6 +592,8 @@ class SessionServer:
         try:
             with duologue.cancel_scope:
                 joined = await self._wait_for_join(duologue)
+                if joined is None and self.config.shared:
+                    joined = await self._answer(duologue)
                 reason = joined or await self._run_session(duologue)
         finally:
             self.tasks -= 1
@@ -494,6 +614,30 @@ class SessionServer:
                 return "expired"
             with trio.move_on_at(expires):
                 await subscription.wait_activity()
+        return None
+
+    async def _answer(self, duologue: Duologue) -> str | None:
+        """Shared ports: open the response publication to the client that joined; None, or
+        why the duologue ends (a client that did not ask for a response channel)."""
+        assert self.transport is not None and duologue.image is not None
+        host = _url_host(self.config.address)
+        image = duologue.image
+        try:
+            duologue.publication = await self.transport.add_publication(
+                response_channel(host, duologue.control_port, image, duologue.session_id),
+                self.config.stream_id,
+            )
+        except UriError as error:
+            # A per-client client (the Java Echo 2.0 client, a plain Aeron peer) joined the
+            # shared ports: its SETUP did not ask for a response channel.
+            self.events.emit(
+                "image_refused",
+                duologue_id=duologue.duologue_id,
+                source_ip=image.source_ip,
+                reason="no response channel",
+            )
+            log.warning("duologue_needs_response_channel", error=str(error))
+            return "client has no response channel (--duologue-ports per-client?)"
         return None
 
     async def _run_session(self, duologue: Duologue) -> str:

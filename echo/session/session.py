@@ -22,14 +22,22 @@ ports and session id; a `Session` carries the transport and addresses they need
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 import attrs
 import trio
 
 from echo.protocol import DuologueError, format_message, parse_duologue_reply_untrusted
-from echo.transport import Image, Message, Publication, SendError, Subscription, Transport
+from echo.transport import (
+    NOT_CONNECTED,
+    Image,
+    Message,
+    Publication,
+    SendError,
+    Subscription,
+    Transport,
+)
 
 #: Messages read from the subscription per poll; the bound on a session's own queue.
 DEFAULT_RECEIVE_BATCH: Final = 16
@@ -89,6 +97,8 @@ class SessionCounters:
     bytes_received: int = 0
     #: messages from another address than the peer's, dropped before the application saw them
     foreign_dropped: int = 0
+    #: times the session moved to a new path (echo.session.resume)
+    resumes: int = 0
 
 
 class Session:
@@ -122,6 +132,9 @@ class Session:
         #: the peer's stream, while it is up
         self.image: Image | None = None
         self._owner_ip = owner_ip
+        #: the owner's address before its last resume: messages read from the old path before
+        #: the move are still the peer's
+        self._prior_owner_ip: str | None = None
         self._batch_size = receive_batch
         self._send_timeout = send_timeout
         self._batch: deque[Message] = deque()
@@ -133,6 +146,15 @@ class Session:
         # socket was read), so `receive` waits at once instead of polling for nothing first.
         # With 1,000 sessions every empty poll is paid 1,000 times over.
         self._polled_at_count = -1
+        #: a resumable session's `send` waits this long for a broken path to be resumed
+        #: (instead of failing after `send_timeout`); 0 for a session that cannot resume
+        self._resume_wait = 0.0
+        #: the client's way to resume now (None: this session cannot resume)
+        self._resumer: Callable[[], Awaitable[None]] | None = None
+        #: set while no resume is under way; `send` waits on it (so nothing is offered on a
+        #: path that is being left)
+        self._path_ready = trio.Event()
+        self._path_ready.set()
 
     # ---------------------------------------------------------------- state
 
@@ -149,6 +171,7 @@ class Session:
             return False
         self.close_reason = reason
         self._closed_event.set()
+        self._path_ready.set()
         if self._on_close is not None:
             self._on_close(self)
         return True
@@ -169,8 +192,27 @@ class Session:
         cycles (the callbacks hold the duologue that holds this session), so it is freed by
         reference counting, not by a pass of the cyclic collector."""
         self._on_close = None
+        self._resumer = None
         self.image = None
         self._batch.clear()
+
+    @property
+    def resumable(self) -> bool:
+        """Can this end take the session to a new path (a client that holds a secret)?"""
+        return self._resumer is not None
+
+    async def resume(self) -> None:
+        """Take the session to the path this host has now, at once (client side).
+
+        A resumable session does this by itself when its path breaks; call it when the
+        application knows better (the OS said the network changed). Raises SessionError if the
+        session cannot resume, SessionClosed if it is closed or the server refused.
+        """
+        if self._resumer is None:
+            raise SessionError("this session cannot resume (no resume secret)")
+        if self.close_reason is not None:
+            raise self._closed_error()
+        await self._resumer()
 
     # ---------------------------------------------------------------- sending
 
@@ -185,11 +227,13 @@ class Session:
             raise self._closed_error()
         if data.startswith(_ERROR_PREFIX):
             raise ValueError("messages starting with b'ERROR ' are reserved for close(reason)")
+        if not self._path_ready.is_set():
+            await self._wait_path()
         publication = self.publication
         if publication.offer(data) <= 0:
             # Back pressure or a term rotation: retry (and so yield) a while.
             try:
-                await publication.send(data, timeout=self._send_timeout)
+                await self._send_retrying(publication, data)
             except SendError:
                 self._mark_closed("send failed")
                 raise self._closed_error() from None
@@ -200,6 +244,27 @@ class Session:
         counters.messages_sent += 1
         counters.bytes_sent += len(data)
 
+    async def _wait_path(self) -> None:
+        with trio.move_on_after(self._resume_wait):
+            await self._path_ready.wait()
+        if self.close_reason is not None:
+            raise self._closed_error()
+
+    async def _send_retrying(self, publication: Publication, data: bytes) -> None:
+        try:
+            await publication.send(data, timeout=self._send_timeout)
+        except SendError as error:
+            if error.code != NOT_CONNECTED or self._resume_wait <= 0:
+                raise
+            # Nobody answers at the old path: a resume is under way (or the peer is gone,
+            # which the session learns within the wait). Nothing was appended, so nothing is
+            # lost or sent twice: offer again once the stream is connected.
+            with trio.move_on_after(self._resume_wait):
+                await publication.wait_connected()
+            if self.close_reason is not None:
+                raise
+            await publication.send(data, timeout=self._send_timeout)
+
     # ---------------------------------------------------------------- receiving
 
     def _take(self) -> bytes | None:
@@ -209,7 +274,11 @@ class Session:
         owner = self._owner_ip
         while batch:
             message = batch.popleft()
-            if owner is not None and message.source_ip != owner:
+            if (
+                owner is not None
+                and message.source_ip != owner
+                and message.source_ip != self._prior_owner_ip
+            ):
                 self.counters.foreign_dropped += 1
                 continue
             data = message.data

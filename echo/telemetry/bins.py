@@ -14,6 +14,9 @@ from typing import Final
 LIFETIME_EDGES_S: Final = (0.0, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 # Echoes answered per duologue: decades, with zero apart (a joined client that never spoke).
 MESSAGE_EDGES: Final = (0, 1, 10, 100, 1000, 10000)
+# Lobby waits in seconds (created -> full or started, created -> started): players wait seconds
+# to minutes in a lobby, so the edges are finer than the duologue lifetimes' at the short end.
+LOBBY_WAIT_EDGES_S: Final = (0.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 # Client-reported echo round-trip medians in milliseconds.
 RTT_EDGES_MS: Final = (0.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 

@@ -80,6 +80,9 @@ def print_table(data: dict[str, Any], top: int = 5) -> None:
             f"{'lifetime p50/p90/p99 s':<{width}}  "
             f"{life['p50']:.1f}/{life['p90']:.1f}/{life['p99']:.1f}"
         )
+    lob = data.get("lobbies")
+    if lob and lob["created"] + lob["joins"] + lob["refusals"]["total"]:
+        _print_lobbies(lob, width)
     worst = data["top_sources"]["by_rejections"][:top]
     if worst:
         click.echo(f"{'':-<{width + 14}}")
@@ -90,6 +93,35 @@ def print_table(data: dict[str, Any], top: int = 5) -> None:
                 f"{row['rejections']:>12,}  {row['duologues']:>9,}"
             )
     click.echo(f"{'':-<{width + 14}}")
+
+
+def _print_lobbies(lob: dict[str, Any], width: int) -> None:
+    """The lobby lines of the console table (only for logs with lobby events)."""
+    chat = lob["chat"]
+    rows = [
+        ("lobbies created", lob["created"]),
+        ("lobbies re-homed", lob["rehomed"]),
+        ("lobby joins", lob["joins"]),
+        ("lobbies started", lob["started"]),
+        ("lobbies never filled", lob["time_to_fill_s"]["never"]),
+        ("lobby chat lines", chat["lines"]),
+        ("lobby chat bytes", chat["bytes"]),
+        ("lobby refusals", lob["refusals"]["total"]),
+        *((f"refused: {k}", v) for k, v in lob["refusals"]["by_code"].items()),
+    ]
+    click.echo(f"{'':-<{width + 14}}")
+    for key, value in rows:
+        click.echo(f"{key:<{width}}  {value:>12,}")
+    for name, label in (("time_to_fill_s", "time to fill"), ("time_to_start_s", "time to start")):
+        w = lob[name]
+        if w["p50"] is not None:
+            click.echo(
+                f"{label + ' p50/p90/p99 s':<{width}}  {w['p50']:.1f}/{w['p90']:.1f}/{w['p99']:.1f}"
+            )
+    for name, label in (("at_start", "members at start"), ("peak", "most members")):
+        sizes = lob["sizes"][name]
+        if sizes:
+            click.echo(f"{label:<{width}}  " + " ".join(f"{k}:{v}" for k, v in sizes.items()))
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,7 +176,7 @@ def print_table(data: dict[str, Any], top: int = 5) -> None:
     default=100_000,
     show_default=True,
     type=click.IntRange(1),
-    help="With --generate: about this many lines.",
+    help="With --generate: about this many echo-server lines (--lobbies adds its own).",
 )
 @click.option(
     "--seed",
@@ -177,6 +209,20 @@ def print_table(data: dict[str, Any], top: int = 5) -> None:
     default=None,
     help="With --generate: pseudonymise addresses with this salt, as echo-server --ip-salt does.",
 )
+@click.option(
+    "--lobbies",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="With --generate: also simulate this many lobbies (echo-lobby --events lines).",
+)
+@click.option(
+    "--lobby-servers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="With --generate: lobby servers the lobbies live on (more than one: some fail over).",
+)
 def main(
     inputs: tuple[str, ...],
     out: str | None,
@@ -192,9 +238,11 @@ def main(
     days: int,
     start: str,
     ip_salt: str | None,
+    lobbies: int,
+    lobby_servers: int,
 ) -> None:
-    """Analyse echo-server event logs (EVENTS: files, directories or globs, local or any
-    Hadoop-compatible URI such as hdfs:// or s3a://) with PySpark.
+    """Analyse echo-server and echo-lobby event logs (EVENTS: files, directories or globs,
+    local or any Hadoop-compatible URI such as hdfs:// or s3a://) with PySpark.
 
     Bad lines are counted and sampled in the report, never fatal; the exit status is 0 when
     any event was read and 1 when none could be.
@@ -204,6 +252,7 @@ def main(
       echo-analyze /var/log/echo/events-*.jsonl --out report/
       echo-analyze 'hdfs:///echo/2026-11-*/*.jsonl' --out hdfs:///echo/report --master spark://head:7077
       echo-analyze --generate /tmp/events.jsonl --events 1000000 --seed 7
+      echo-analyze --generate /tmp/lobby.jsonl --events 1000 --lobbies 5000 --lobby-servers 3
     """
     configure_logging(log_format, log_level)  # type: ignore[arg-type]
     if generate_path is not None:
@@ -225,6 +274,8 @@ def main(
                 start=first_day,
                 days=days,
                 ip_salt=ip_salt.encode() if ip_salt else None,
+                lobbies=lobbies,
+                lobby_servers=lobby_servers,
             )
         except OSError as error:
             raise click.ClickException(f"cannot write {generate_path}: {error.strerror}") from None

@@ -10,6 +10,9 @@ a cluster need nothing but Spark):
    the aggregates of the summary.
 A bad line is counted and sampled, never fatal: a server that crashed mid-line, or a log from a
 newer server, must still yield a report.
+
+Lobby events (`echo-lobby --events`) are summarised under `lobbies` (see `_lobbies` for the
+rules); a log without them gets the same summary as before plus an all-zero `lobbies`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from echo.telemetry import bins
+from echo.telemetry.bins import LOBBY_WAIT_EDGES_S
 from echo.telemetry.schema import (
     COMMON_FIELDS,
     EVENT_FIELDS,
@@ -458,6 +462,8 @@ def _aggregate(ev: DataFrame, top_n: int) -> dict[str, Any]:
     assert rtt_row is not None
     states = {r["state"]: r["count"] for r in clients.groupBy("state").count().collect()}
 
+    lobbies = _lobbies(ev, by_type)
+
     def pct(values: list[float] | None) -> dict[str, float | None]:
         values = values or [None, None]  # type: ignore[list-item]
         return {"median": values[0], "p90": values[1]}
@@ -509,5 +515,140 @@ def _aggregate(ev: DataFrame, top_n: int) -> dict[str, Any]:
             **{c: pct(rtt_row[c]) for c in rtt_cols},
             "p50_edges_ms": list(bins.RTT_EDGES_MS),
             "p50_histogram": _histogram(clients, "rtt_ms_p50", bins.RTT_EDGES_MS),
+        },
+        "lobbies": lobbies,
+    }
+
+
+def _counts_by(df: DataFrame, column: str) -> dict[str, int]:
+    """{value: rows} with string keys, numbers in numeric order (JSON keys are strings)."""
+    rows = [(r[column], r["count"]) for r in df.groupBy(column).count().collect()]
+    rows.sort(key=lambda kv: (isinstance(kv[0], str), kv[0]))
+    return {str(k): int(v) for k, v in rows}
+
+
+def _lobbies(ev: DataFrame, by_type: Mapping[str, int]) -> dict[str, Any]:
+    """The lobby report.
+
+    A lobby is its `lobby_id` across servers: ids are random 63-bit numbers, and a lobby its
+    members re-created on the next server after its home died is the same lobby; `rehomed`
+    counts the lobbies whose events come from more than one server. Per lobby, from its first
+    `lobby_created`:
+    - capacity: that event's `max_members`; peak: the most `members` any event of it carried
+      (at least 1, the creator);
+    - time to fill: until the first `lobby_joined` with `members` >= capacity, or until its
+      first `lobby_started` if that came earlier (a lobby that starts before it is full has
+      stopped waiting for players); a lobby that did neither is counted as `never`;
+    - time to start and members at start: its first `lobby_started`.
+    Lobbies whose `lobby_created` is not in the log (it began before the log did) count in
+    joins, chat and refusals but not in the per-lobby numbers.
+    """
+    from pyspark.sql import functions as F
+
+    lob = ev.filter(F.col("event").startswith("lobby_"))
+    servers = lob.agg(F.sort_array(F.collect_set("server_id")).alias("s")).first()
+    event = F.col("event")
+
+    def first_ts(name: str) -> Column:
+        return F.when(event == name, F.col("ts"))
+
+    per = (
+        lob.filter(F.col("lobby_id").isNotNull())
+        .groupBy("lobby_id")
+        .agg(
+            F.min(first_ts("lobby_created")).alias("created"),
+            # min_by ignores rows whose ordering is null, so these read the first such event.
+            F.min_by("max_members", first_ts("lobby_created")).alias("capacity"),
+            F.max("members").alias("peak"),
+            F.min(first_ts("lobby_started")).alias("started"),
+            F.min_by("members", first_ts("lobby_started")).alias("at_start"),
+            F.countDistinct("server_id").alias("servers"),
+        )
+        .filter(F.col("created").isNotNull())
+    )
+    joined = lob.filter(event == "lobby_joined").select("lobby_id", "ts", "members")
+    full = (
+        joined.join(per.select("lobby_id", "capacity"), "lobby_id")
+        .filter(F.col("members") >= F.col("capacity"))
+        .groupBy("lobby_id")
+        .agg(F.min("ts").alias("full"))
+    )
+
+    def seconds_since_created(column: Column) -> Column:
+        return (F.unix_micros(column) - F.unix_micros(F.col("created"))) / F.lit(1e6)
+
+    per = (
+        per.join(full, "lobby_id", "left")
+        .withColumn("peak", F.greatest(F.lit(1), F.coalesce(F.col("peak"), F.lit(1))))
+        .withColumn("fill_s", seconds_since_created(F.least("full", "started")))
+        .withColumn("start_s", seconds_since_created(F.col("started")))
+        .cache()
+    )
+    waits = per.agg(
+        F.count(F.lit(1)).alias("created"),
+        F.count("fill_s").alias("filled"),
+        F.count("start_s").alias("started"),
+        F.sum(F.when(F.col("servers") > 1, 1).otherwise(0)).alias("rehomed"),
+        F.percentile_approx("fill_s", [0.5, 0.9, 0.99], 10000).alias("fill_p"),
+        F.percentile_approx("start_s", [0.5, 0.9, 0.99], 10000).alias("start_p"),
+    ).first()
+    assert waits is not None
+
+    def wait_stats(column: str, count: int, p: list[float] | None) -> dict[str, Any]:
+        p = p or [None, None, None]  # type: ignore[list-item]
+        return {
+            "count": count,
+            "edges": list(LOBBY_WAIT_EDGES_S),
+            "histogram": _histogram(per, column, LOBBY_WAIT_EDGES_S),
+            "p50": p[0],
+            "p90": p[1],
+            "p99": p[2],
+        }
+
+    created = int(waits["created"])
+    filled = int(waits["filled"])
+    sizes = {
+        "capacity": _counts_by(per, "capacity"),
+        "peak": _counts_by(per, "peak"),
+        "at_start": _counts_by(per.filter(F.col("at_start").isNotNull()), "at_start"),
+    }
+    fill = {**wait_stats("fill_s", filled, waits["fill_p"]), "never": created - filled}
+    start = wait_stats("start_s", int(waits["started"]), waits["start_p"])
+    per.unpersist()
+
+    chat = (
+        lob.filter(event == "lobby_chat")
+        .agg(
+            F.count(F.lit(1)).alias("lines"),
+            F.sum("bytes").alias("bytes"),
+            F.countDistinct("lobby_id").alias("lobbies"),
+        )
+        .first()
+    )
+    assert chat is not None
+    lines, chat_bytes = int(chat["lines"]), int(chat["bytes"] or 0)
+    refused = lob.filter(event == "lobby_refused")
+    by_code = _counts_by(refused, "code")
+    return {
+        "servers": list(servers["s"]) if servers is not None else [],
+        "created": created,
+        "rehomed": int(waits["rehomed"] or 0),
+        "joins": by_type.get("lobby_joined", 0),
+        "started": int(waits["started"]),
+        "left": _counts_by(lob.filter(event == "lobby_left"), "reason"),
+        "deleted": _counts_by(lob.filter(event == "lobby_deleted"), "reason"),
+        "sizes": sizes,
+        "time_to_fill_s": fill,
+        "time_to_start_s": start,
+        "chat": {
+            "lines": lines,
+            "bytes": chat_bytes,
+            "lobbies_with_chat": int(chat["lobbies"]),
+            "bytes_per_line": chat_bytes / lines if lines else None,
+        },
+        "refusals": {
+            "total": sum(by_code.values()),
+            "by_code": by_code,
+            "by_request": _counts_by(refused, "request"),
         },
     }

@@ -144,6 +144,60 @@ text-align:right}td:first-child,th:first-child{text-align:left;font-family:monos
 """
 
 
+def _waits(w: dict[str, Any]) -> str:
+    return f"p50 {_fmt(w['p50'])} s · p90 {_fmt(w['p90'])} s · p99 {_fmt(w['p99'])} s"
+
+
+def _sizes_chart(sizes: dict[str, int], title: str, color: int) -> str:
+    return bar_chart(list(sizes), list(sizes.values()), title=title, color=color)
+
+
+def _lobby_section(lob: dict[str, Any]) -> list[str]:
+    """Lobbies (echo-lobby --events): sizes, waits, chat and refusals."""
+    fill, start, chat, refusals = (
+        lob["time_to_fill_s"],
+        lob["time_to_start_s"],
+        lob["chat"],
+        lob["refusals"],
+    )
+    cards = [
+        ("lobbies", lob["created"]),
+        ("re-homed", lob["rehomed"]),
+        ("joins", lob["joins"]),
+        ("started", lob["started"]),
+        ("never filled", fill["never"]),
+        ("chat lines", chat["lines"]),
+        ("chat bytes", chat["bytes"]),
+        ("refusals", refusals["total"]),
+    ]
+    by_code = sorted(refusals["by_code"].items(), key=lambda kv: -kv[1])
+    left = sorted(lob["left"].items(), key=lambda kv: -kv[1])
+    return [
+        "<h2>Lobbies</h2>",
+        f"<p class=muted>lobby servers: {_e(', '.join(lob['servers']) or DASH)}</p>",
+        '<div class="cards">',
+        *(f'<div class="card">{_e(k)}<b>{_fmt(v)}</b></div>' for k, v in cards),
+        "</div>",
+        _sizes_chart(lob["sizes"]["at_start"], "lobbies by members at start", 2),
+        _sizes_chart(lob["sizes"]["peak"], "lobbies by most members at once", 0),
+        f"<p>time to fill (to full, or to start if earlier): {_waits(fill)}</p>",
+        bar_chart(bin_labels(fill["edges"], "s"), fill["histogram"], title="time to fill"),
+        f"<p>time to start: {_waits(start)}</p>",
+        bar_chart(
+            bin_labels(start["edges"], "s"), start["histogram"], title="time to start", color=3
+        ),
+        f"<p>{_fmt(chat['lines'])} chat lines, {_fmt(chat['bytes'])} bytes, in "
+        f"{_fmt(chat['lobbies_with_chat'])} lobbies · {_fmt(chat['bytes_per_line'])} "
+        "bytes per line</p>",
+        hbar_chart(
+            [k for k, _ in by_code], [v for _, v in by_code], title="requests refused, by code"
+        ),
+        hbar_chart(
+            [k for k, _ in left], [v for _, v in left], title="members left, by reason", color=0
+        ),
+    ]
+
+
 def render_html(s: dict[str, Any]) -> str:
     """The whole report page for a summary dict."""
     cards = [
@@ -258,6 +312,10 @@ def render_html(s: dict[str, Any]) -> str:
         f"<p>{_fmt(rtt['clients'])} client summaries, states: "
         f"{_e(', '.join(f'{k} {v}' for k, v in rtt['states'].items()) or DASH)}</p>"
     )
+
+    lobbies = s.get("lobbies")  # absent in a summary.json written before the lobby service
+    if lobbies and lobbies["created"] + lobbies["joins"] + lobbies["refusals"]["total"]:
+        out.extend(_lobby_section(lobbies))
 
     out.append("<h2>Input quality</h2>")
     out.append(

@@ -79,6 +79,10 @@ class Image:
         self.source_port: int = link.source_port
         self.source_address = link.source_address
         self.join_position = link.join_position
+        #: what a response publication names (response-correlation-id) to answer this image
+        self.correlation_id = link.correlation_id
+        #: its publisher asked for a response channel (SETUP flag 0x80, Aeron 1.48)
+        self.requested_response = link.requested_response
         self.closed = False
         self.close_reason: str | None = None
 
@@ -227,6 +231,8 @@ class Subscription:
         self._queue: deque[Message] = deque()
         self.channel = channel
         self.stream_id = channel_object.stream_id
+        #: what a request publication names (response-correlation-id) to be answered here
+        self.registration_id = channel_object.registration_id
         self.on_image_available = on_image_available
         self.on_image_unavailable = on_image_unavailable
         channel_object.on_available = self._on_available

@@ -151,9 +151,11 @@ class ImageLink:
 
     __slots__ = (
         "_channel",
+        "correlation_id",
         "image",
         "join_position",
         "origin",
+        "requested_response",
         "session_id",
         "source_address",
         "source_ip",
@@ -179,6 +181,10 @@ class ImageLink:
             self.source_port,
         )
         self.join_position = image.join_position
+        #: unique within the transport: what a response publication names to answer this
+        #: image (response-correlation-id), Aeron's image correlation id
+        self.correlation_id = channel.new_correlation_id()
+        self.requested_response = image.requested_response
 
     @property
     def position(self) -> int:
@@ -187,6 +193,10 @@ class ImageLink:
     @property
     def is_end_of_stream(self) -> bool:
         return self.image.is_end_of_stream
+
+    @property
+    def subscription_socket(self) -> ReceiveSocket:
+        return self._channel.socket
 
     def reject(self) -> None:
         self._channel.reject(self)
@@ -201,8 +211,14 @@ class SubscriptionChannel:
         udp: ReceiveSocket,
         stream_id: int,
         uri: str,
+        session_id: int | None = None,
+        registration_id: int = 0,
     ) -> None:
         self._driver = driver
+        #: the session-id filter it was added with (None: every session of the stream)
+        self.session_id = session_id
+        #: what a request publication names as its response-correlation-id
+        self.registration_id = registration_id
         #: the channel URI it was added with
         self.uri = uri
         self.socket = udp
@@ -223,6 +239,9 @@ class SubscriptionChannel:
     @property
     def closed(self) -> bool:
         return self._closed or self.socket.closed
+
+    def new_correlation_id(self) -> int:
+        return self._driver.ids.next_receiver_id()
 
     def on_image_event(self, event: ImageEvent) -> None:
         """An image of this stream came or went (the driver, while servicing the socket)."""

@@ -41,6 +41,8 @@ COMPILED_MODULES: Final = (
     "echo.transport.status",
     "echo.transport.scanner",
     "echo.transport.liveness",
+    "echo.transport.image",
+    "echo.transport.publication",
 )
 
 #: written by the build beside this file: {"echo.transport.frames": "<sha256 of frames.py>", ...}

@@ -50,6 +50,8 @@ FIELDS = (
     "gso_runs_sent",
     "gro_batches_received",
     "gso_disabled",
+    "response_setups_sent",
+    "response_setups_received",
 )
 
 
@@ -95,6 +97,8 @@ class Counters:
     gso_runs_sent: int
     gro_batches_received: int
     gso_disabled: int
+    response_setups_sent: int
+    response_setups_received: int
     invalid_by_reason: Counter[str]
 
     def __init__(self) -> None:

@@ -1,11 +1,12 @@
 """The trio driver: the only module that runs sockets.
 
-It owns one non-blocking UDP socket per channel endpoint (sockets.py), one reader task per
-socket (each wakes on readability and drains the socket until it would block, DESIGN.md §7),
-and one timer loop for the whole transport that sleeps until the earliest deadline of any
-socket. The protocol itself lives in the pure endpoints of sender.py and receiver.py; the driver
-hands them datagrams with `now = trio.current_time()` and gives them a `send` that writes to the
-socket. Streams are wired by wiring.py, which hands the api a channel (channels.py).
+It owns one non-blocking UDP socket per channel endpoint (sockets.py), one reader task for all
+of them (readiness.py: it waits on one epoll set and drains each ready socket until it would
+block, DESIGN.md §7; a task per socket where there is no epoll), and one timer loop for the
+whole transport that sleeps until the earliest deadline of any socket. The protocol itself
+lives in the pure endpoints of sender.py and receiver.py; the driver hands them datagrams with
+`now = trio.current_time()` and gives them a `send` that writes to the socket. Streams are
+wired by wiring.py, which hands the api a channel (channels.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from echo.transport.channels import PublicationChannel, SubscriptionChannel
 from echo.transport.config import TransportConfig
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
+from echo.transport.readiness import Readiness, open_readiness
 from echo.transport.receiver import ReceiveEndpoint
 from echo.transport.sender import NetworkPublication, SendEndpoint
 from echo.transport.sockets import (
@@ -99,6 +101,11 @@ class Driver:
         self.cookies = CookieJar() if config.validate_addresses else None
         self.limiter = RateLimiter(config.unvalidated_reply_rate, config.unvalidated_reply_burst)
         self.ids = StreamIds(config, self.rng)
+        #: the sockets read by the one reader task (None: a reader task per socket)
+        self._readiness: Readiness[DriverSocket] | None = open_readiness()
+        self._ready_reader = False
+        #: response subscriptions by registration id: where an RSP_SETUP is routed
+        self.response_subscriptions: dict[int, SubscriptionChannel] = {}
 
     # ---------------------------------------------------------------- streams (wiring.py)
 
@@ -128,7 +135,14 @@ class Driver:
         self.endpoints[udp.key] = udp
         if self.config.gso:
             udp.enable_offload()
-        self.nursery.start_soon(self._reader, udp)
+        readiness = self._readiness
+        if readiness is not None and readiness.add(udp):
+            udp.shared_reader = True
+            if not self._ready_reader:
+                self._ready_reader = True
+                self.nursery.start_soon(self._read_ready, readiness)
+        else:
+            self.nursery.start_soon(self._reader, udp)
         self.wake(udp)
 
     def unregister(self, udp: DriverSocket) -> None:
@@ -136,6 +150,9 @@ class Driver:
             return
         self.endpoints.pop(udp.key, None)
         self._dirty.discard(udp)
+        if self._readiness is not None:
+            # Before the close: the descriptor's number may be reused by the next socket.
+            self._readiness.remove(udp)
         udp.close()
 
     @property
@@ -213,8 +230,7 @@ class Driver:
                 if udp.lending.borrowed:
                     # An image came or went while an application task waits on the socket.
                     self.wake_borrower(udp)
-            for subscription in udp.subscriptions.values():
-                subscription.notify()
+            udp.notify_subscriptions()
         self._schedule(udp, now)
 
     def _schedule(self, udp: DriverSocket, now: float) -> None:
@@ -402,6 +418,42 @@ class Driver:
             if counters.invalid_by_reason["internal_error"] <= _LOGGED_INTERNAL_ERRORS:
                 _log.exception("datagram_handling_failed", source=str(source))
 
+    async def _read_ready(self, readiness: Readiness[DriverSocket]) -> None:
+        """The reader of every socket in `readiness`: drains each one that is ready."""
+        while not self._closed:
+            try:
+                await trio.lowlevel.wait_readable(readiness)
+            except (trio.ClosedResourceError, OSError):
+                return
+            # (In a method of its own: this frame would otherwise keep the last socket read
+            # alive while it waits, and a closed stream's socket must go at once.)
+            self._read_ready_sockets(readiness)
+
+    def _read_ready_sockets(self, readiness: Readiness[DriverSocket]) -> None:
+        for udp in readiness.ready():
+            if udp.closed:
+                continue
+            lending = udp.lending
+            if self._drain(udp) and lending is not None and lending.waiters:
+                # As `_reader` does: an application task waits on this socket's
+                # subscriptions, so it reads the socket itself from now on; out of the set
+                # until it is given back (`_give_back`).
+                readiness.remove(udp)
+                self._queue_lend_check(udp, lending.lend(self.now()))
+
+    def _give_back(self, udp: DriverSocket) -> None:
+        """A lent socket goes back to its reader (the set's, or its own task's)."""
+        lending = udp.lending
+        assert lending is not None
+        lending.give_back()  # (wakes the socket's own reader task, if it has one)
+        readiness = self._readiness
+        if not udp.shared_reader or readiness is None or udp.closed:
+            return
+        if not readiness.add(udp):
+            # (Cannot happen for a socket that was in the set; if it does, read it alone.)
+            udp.shared_reader = False
+            self.nursery.start_soon(self._reader, udp)
+
     async def _reader(self, udp: DriverSocket) -> None:
         sock = udp.sock
         lending = udp.lending
@@ -465,7 +517,7 @@ class Driver:
         lending = udp.lending
         if lending.lent and lending.waiters:
             # Other tasks are parked waiting for this socket, and nobody reads it now.
-            lending.give_back()
+            self._give_back(udp)
 
     def drain_if_stale(self, udp: ReceiveSocket) -> None:
         """Read a lent socket that nobody has waited on for a while (`poll`)."""
@@ -493,7 +545,7 @@ class Driver:
                 continue
             again = lending.check(now)
             if again is None:
-                lending.give_back()
+                self._give_back(udp)
             else:
                 self._queue_lend_check(udp, again)
 
@@ -502,3 +554,7 @@ class Driver:
         for udp in list(self.endpoints.values()):
             self.unregister(udp)
         self._wakeup.unpark_all()
+        readiness, self._readiness = self._readiness, None
+        if readiness is not None:
+            trio.lowlevel.notify_closing(readiness)
+            readiness.close()

@@ -10,6 +10,7 @@ address) -> int`; an image never sends a source more than it received from it (b
 from __future__ import annotations
 
 import enum
+import math
 import random
 from collections.abc import Callable
 
@@ -24,6 +25,7 @@ from echo.transport.frames import (
     UNFRAGMENTED_FLAGS,
     FrameType,
     Nak,
+    ResponseSetup,
     StatusMessage,
 )
 from echo.transport.logbuffer import (
@@ -125,6 +127,12 @@ class PublicationImage:
         self.starved = False
         self.assembler = FragmentAssembler()
         self.created = now
+        #: its SETUP carried SETUP_SEND_RESPONSE_FLAG (a request publication, response.py)
+        self.requested_response = False
+        #: set while a response publication answers this image and has not heard from its
+        #: receiver: RSP_SETUP goes out on every SM interval (PublicationImage.responseSessionId)
+        self.response_session_id: int | None = None
+        self.next_response_setup = math.inf
 
     # ---------------------------------------------------------------- network input
 
@@ -284,7 +292,10 @@ class PublicationImage:
         if self.state is not ImageState.ACTIVE:
             return
         counters = self.counters
-        if now - self._last_packet > self.timers.liveness_timeout:
+        # The same sum next_deadline returns: with `now - last > timeout` the timer loop woke
+        # at that deadline, found nothing expired and was due again at once, spinning until
+        # the clock moved on (forever under a MockClock, which moves only when all idle).
+        if now >= self._last_packet + self.timers.liveness_timeout:
             self.state = ImageState.TIMED_OUT
             return
         if self.is_end_of_stream:
@@ -300,6 +311,9 @@ class PublicationImage:
         else:
             self.loss.clear()
 
+        if now >= self.next_response_setup:
+            self._send_response_setup(now, send)
+
         consumption = self.subscriber_position
         status = self.status
         if not self.starved and status.due(consumption, self.hwm, now):
@@ -307,6 +321,21 @@ class PublicationImage:
             if sent >= 0:
                 counters.status_messages_sent += sent
                 status.sent(consumption, self.hwm, now, self.repair.retry_delay())
+
+    def _send_response_setup(self, now: float, send: Send) -> None:
+        response_session_id = self.response_session_id
+        if response_session_id is None:
+            self.next_response_setup = math.inf
+            return
+        frame = ResponseSetup(
+            session_id=self.session_id,
+            stream_id=self.stream_id,
+            response_session_id=response_session_id,
+        ).encode()
+        sent = self._send(frame, send)
+        if sent >= 0:
+            self.counters.response_setups_sent += sent
+            self.next_response_setup = now + self.timers.status_message_interval
 
     @property
     def last_sm_position(self) -> int:
@@ -367,7 +396,7 @@ class PublicationImage:
         if self.starved:
             return liveness  # nothing can be sent before the source sends us more
         status = self.status
-        deadline = min(status.deadline, liveness)
+        deadline = min(status.deadline, liveness, self.next_response_setup)
         if self.is_end_of_stream:
             return now
         if self.rebuild_position < self.hwm:

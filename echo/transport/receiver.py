@@ -21,6 +21,7 @@ from echo.transport.frames import (
     FRAME_ALIGNMENT,
     MAX_UDP_PAYLOAD_LENGTH,
     SETUP_GROUP_FLAG,
+    SETUP_SEND_RESPONSE_FLAG,
     SM_LENGTH,
     SM_SETUP_FLAG,
     FrameError,
@@ -106,8 +107,13 @@ class ReceiveEndpoint:
         limit_amplification: bool = True,
         max_images: int = DEFAULTS.max_images,
         limiter: RateLimiter | None = None,
+        response: bool = False,
     ) -> None:
         self.counters = counters
+        #: a response subscription's endpoint (control-mode=response): its streams wait for
+        #: the publisher's RSP_SETUP before they elicit a SETUP (response.py)
+        self.response = response
+        self.response_pending: dict[int, StreamInterest] = {}
         self.limiter = limiter or RateLimiter()
         self.receiver_id = receiver_id
         self.limit_amplification = limit_amplification
@@ -116,7 +122,10 @@ class ReceiveEndpoint:
         self.group_tag = group_tag
         self.timers = timers or ReceiverTimers()
         self.rng = rng or random.Random()
-        self.interests: dict[int, StreamInterest] = {}
+        #: by (stream id, session id or None): Aeron's session-specific subscriptions share a
+        #: channel with one another and with an all-sessions subscription of the stream
+        self.interests: dict[tuple[int, int | None], StreamInterest] = {}
+        self._streams: dict[int, int] = {}
         self.images: dict[tuple[int, int], PublicationImage] = {}
         self.events: list[ImageEvent] = []
         self._cooldown: dict[tuple[int, int], float] = {}
@@ -131,26 +140,65 @@ class ReceiveEndpoint:
         self._finished: dict[tuple[int, int], PublicationImage] = {}
         self._goodbyes: list[PublicationImage] = []
         self._touched: set[tuple[int, int]] = set()
+        #: images that received a datagram since the socket's subscriptions were last told
+        #: (sockets.ReceiveSocket.notify_subscriptions wakes only theirs)
+        self.fresh: set[tuple[int, int]] = set()
         self._next_cleanup = now
         self.max_images = max_images
 
     # ---------------------------------------------------------------- subscriptions
 
     def add_interest(self, interest: StreamInterest, now: float) -> None:
-        if interest.stream_id in self.interests:
-            raise ValueError(
-                f"stream {interest.stream_id} already has a subscription on this channel"
-            )
-        self.interests[interest.stream_id] = interest
+        stream_id = interest.stream_id
+        key = (stream_id, interest.session_id)
+        if key in self.interests or stream_id in self.response_pending:
+            raise ValueError(f"stream {stream_id} already has a subscription on this channel")
+        if self.response:
+            # DriverConductor: a response subscription joins the receiver only once the
+            # request publication's RSP_SETUP arrives (on_response_setup).
+            self.response_pending[stream_id] = interest
+            return
+        self._arm(interest, now)
+
+    def _arm(self, interest: StreamInterest, now: float) -> None:
+        stream_id = interest.stream_id
+        self.interests[(stream_id, interest.session_id)] = interest
+        self._streams[stream_id] = self._streams.get(stream_id, 0) + 1
         # Register with a multi-destination publisher at once rather than at the next tick.
         self._next_registration = now
 
-    def remove_interest(self, stream_id: int, send: Send) -> None:
-        self.interests.pop(stream_id, None)
+    def on_response_setup(self, stream_id: int, session_id: int, now: float) -> None:
+        """The request publication heard RSP_SETUP: the response stream is `session_id`.
+
+        A pending interest takes that session (DriverConductor.responseSetup); one that has
+        it already elicits a SETUP again (Receiver.onRequestSetup)."""
+        pending = self.response_pending.pop(stream_id, None)
+        if pending is not None:
+            if pending.session_id is None:
+                pending = attrs.evolve(pending, session_id=session_id)
+            self._arm(pending, now)
+        elif any(stream == stream_id for stream, _ in self.interests):
+            self._next_registration = now
+
+    def remove_interest(self, stream_id: int, send: Send, session_id: int | None = None) -> None:
+        self.response_pending.pop(stream_id, None)
+        # A response subscription's interest took its session from RSP_SETUP.
+        keys = [k for k in self.interests if k[0] == stream_id] if self.response else []
+        for key in keys or [(stream_id, session_id)]:
+            if self.interests.pop(key, None) is None:
+                continue
+            left = self._streams[stream_id] - 1
+            if left:
+                self._streams[stream_id] = left
+            else:
+                del self._streams[stream_id]
         for key, image in list(self.images.items()):
-            if key[1] == stream_id:
-                image.close(send)
-                self._drop_image(key, image, ImageState.CLOSED, now=None)
+            if key[1] != stream_id or (stream_id, key[0]) in self.interests:
+                continue  # another stream, or a session-specific subscription's image
+            if session_id is not None and key[0] != session_id:
+                continue
+            image.close(send)
+            self._drop_image(key, image, ImageState.CLOSED, now=None)
 
     def reject_image(self, session_id: int, stream_id: int, now: float, send: Send) -> None:
         """The application refuses this image: say goodbye and ignore the session for a while."""
@@ -181,6 +229,7 @@ class ReceiveEndpoint:
                 image.budget += len(data)
                 starved = image.starved
                 image.starved = False
+                self.fresh.add(key)
                 if image.on_data(heartbeat, flags, term_offset, term_id, data, now) or starved:
                     self._touched.add(key)
                 return
@@ -229,19 +278,20 @@ class ReceiveEndpoint:
         image.budget += len(data)
         starved = image.starved
         image.starved = False
+        self.fresh.add(key)
         if image.on_data(False, flags, term_offset, term_id, data, now, whole_data=True) or starved:
             self._touched.add(key)
         return -(-len(data) // segment)
 
     def _wanted(self, session_id: int, stream_id: int) -> StreamInterest | None:
-        interest = self.interests.get(stream_id)
+        interests = self.interests
+        interest = interests.get((stream_id, session_id)) or interests.get((stream_id, None))
         if interest is None:
-            self.counters.unknown_session_drops += 1
-            return None
-        if interest.session_id is not None and interest.session_id != session_id:
-            # A session filter is silent: the other session learns nothing (reference §5).
-            self.counters.session_filter_drops += 1
-            return None
+            if stream_id in self._streams:
+                # A session filter is silent: the other session learns nothing (reference §5).
+                self.counters.session_filter_drops += 1
+            else:
+                self.counters.unknown_session_drops += 1
         return interest
 
     def _on_unknown_data(self, key: tuple[int, int], source: Address, now: float) -> None:
@@ -300,6 +350,7 @@ class ReceiveEndpoint:
             budgeted=self.limit_amplification,
         )
         image.credit(size)
+        image.requested_response = bool(frame.flags & SETUP_SEND_RESPONSE_FLAG)
         self.images[key] = image
         self._touched.add(key)
         self._elicited.pop(key, None)
@@ -360,7 +411,16 @@ class ReceiveEndpoint:
         """
         assert self.control is not None
         self._next_registration = now + self.timers.mdc_registration_interval
-        if not self._has_every_image():
+        if self.response:
+            # A response publication answers only an SM naming its own session and stream
+            # (SendChannelEndpoint: no MDC registration on a response channel); it sends to
+            # that SM's source, which is this socket's NAT mapping.
+            for stream_id, session_id in self.interests:
+                if session_id is not None and (session_id, stream_id) not in self.images:
+                    sent = send(self._elicitation(session_id, stream_id, (0, 0)), self.control)
+                    if sent > 0:
+                        self.counters.setup_elicitations_sent += sent
+        elif not self._has_every_image():
             sent = send(self._elicitation(0, 0, self._cookie), self.control)
             if sent > 0:
                 self.counters.setup_elicitations_sent += sent
@@ -423,7 +483,10 @@ class ReceiveEndpoint:
         if len(self.images) < len(self.interests):
             return False
         streams = {stream for _, stream in self.images}
-        return all(stream in streams for stream in self.interests)
+        return all(
+            stream in streams if session is None else (session, stream) in self.images
+            for stream, session in self.interests
+        )
 
     def quiet(self) -> bool:
         """Did the datagrams since the last poll leave nothing to do before the next timer?

@@ -19,6 +19,7 @@ from echo.transport.frames import (
     ErrorFrame,
     FrameError,
     Nak,
+    ResponseSetup,
     Rttm,
     StatusMessage,
     parse_datagram_untrusted,
@@ -203,6 +204,15 @@ class SendEndpoint:
             publication = self.publications.get((frame.session_id, frame.stream_id))
             if publication is not None:
                 publication.on_error_frame(frame, now)
+        elif isinstance(frame, ResponseSetup):
+            counters.response_setups_received += 1
+            from echo.transport.response import response_setup_from  # it builds on this module
+
+            request = response_setup_from(self.publications, frame, source, self.remote)
+            if request is None or request.on_response_setup is None:
+                counters.unknown_session_drops += 1
+                return
+            request.on_response_setup(request.response_correlation_id, frame.response_session_id)
         else:
             # DATA, SETUP and the rest flow towards subscriptions, never into a publication.
             counters.invalid("unexpected_on_send_channel")

@@ -130,6 +130,9 @@ class DriverSocket:
     gro = False
     #: receive sockets: who reads the socket (None: always its reader task)
     lending: Lending | None = None
+    #: read by the driver's one reader of every ready socket (readiness.py), not a task of its
+    #: own
+    shared_reader = False
 
     def __init__(self, sock: socket.socket, key: Any, counters: Counters) -> None:
         self.sock = sock
@@ -208,6 +211,9 @@ class DriverSocket:
             return send_one(datagram, address)
 
         return send
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
 
     def quiet_after_read(self) -> bool:
         """May the driver skip servicing the socket after the datagrams it just read?"""
@@ -336,8 +342,9 @@ class ReceiveSocket(DriverSocket):
         self.endpoint = endpoint
         super().__init__(sock, key, endpoint.counters)
         self.lending: Lending = Lending()
-        #: the subscriptions on this socket by stream id: image events and notifications
-        self.subscriptions: dict[int, SubscriptionChannel] = {}
+        #: the subscriptions on this socket by (stream id, session id or None for all
+        #: sessions): image events and notifications
+        self.subscriptions: dict[tuple[int, int | None], SubscriptionChannel] = {}
 
     def enable_offload(self) -> None:
         try:
@@ -355,9 +362,33 @@ class ReceiveSocket(DriverSocket):
     def dispatch(self, events: list[ImageEvent]) -> None:
         subscriptions = self.subscriptions
         for event in events:
-            channel = subscriptions.get(event.image.stream_id)
+            image = event.image
+            channel = subscriptions.get((image.stream_id, image.session_id)) or (
+                subscriptions.get((image.stream_id, None))
+            )
             if channel is not None:
                 channel.on_image_event(event)
+
+    def notify_subscriptions(self) -> None:
+        """Wake the subscriptions' waiting tasks after a service. Many session-specific
+        subscriptions share a server's port (response channels): those wake only for their
+        own image's news, not for every datagram of every session."""
+        subscriptions = self.subscriptions
+        fresh = self.endpoint.fresh
+        if len(subscriptions) == 1:
+            for channel in subscriptions.values():
+                channel.notify()
+            fresh.clear()
+            return
+        for (_, session_id), channel in subscriptions.items():
+            if session_id is None:
+                channel.notify()
+        # An image that came or went woke its channel already (on_image_event).
+        for session_id, stream_id in fresh:
+            found = subscriptions.get((stream_id, session_id))
+            if found is not None:
+                found.notify()
+        fresh.clear()
 
     def close(self) -> None:
         super().close()

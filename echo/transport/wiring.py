@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from echo.transport import response_wiring
 from echo.transport.channels import PublicationChannel, SubscriptionChannel
 from echo.transport.config import TransportConfig
 from echo.transport.flow_control import make_flow_control
 from echo.transport.logbuffer import check_term_length
 from echo.transport.receiver import ReceiveEndpoint, StreamInterest
+from echo.transport.response import RequestPublication, ResponsePublication
 from echo.transport.sender import NetworkPublication, SendEndpoint, SendMode
 from echo.transport.sockets import ReceiveSocket, SendSocket
 from echo.transport.uri import (
-    ChannelUri,
     ControlMode,
     UriAddress,
     UriError,
@@ -106,17 +107,6 @@ def _wildcard(family: int) -> tuple[str, int]:
     return ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
 
 
-def _refuse_response_channels(uri: ChannelUri) -> None:
-    # The URI and the frames (RSP_SETUP, SETUP_SEND_RESPONSE_FLAG) are Aeron 1.48's; the
-    # matching of responses to requests is not built yet, and a channel that half works
-    # would look connected to a peer that waits for its RSP_SETUP.
-    if uri.is_response or uri.response_correlation_id is not None:
-        raise UriError(
-            f"{uri.build()}: response channels (control-mode=response,"
-            " response-correlation-id) are not supported by this transport yet"
-        )
-
-
 def _sessions_taken(driver: Driver) -> set[int]:
     return {publication.session_id for publication in driver.publications()}
 
@@ -167,11 +157,20 @@ async def _send_socket(driver: Driver, uri_text: str) -> tuple[SendSocket, bool]
 async def open_publication(driver: Driver, channel: str, stream_id: int) -> PublicationChannel:
     uri = parse_channel_uri(channel)
     uri.check_publication()
-    _refuse_response_channels(uri)
     config = driver.config
     term_length = uri.term_length or config.term_length
     check_term_length(term_length)
-    udp, multi = await _send_socket(driver, channel)
+    request_image = None
+    if uri.is_response:
+        request_image = response_wiring.find_request_image(driver, uri)
+        if uri.control is None:
+            raise UriError(f"{channel}: a response publication needs control=host:port")
+        family, bind = await _resolve(uri.control)
+        udp, multi = response_wiring.response_socket(driver, bind, family), False
+    else:
+        if uri.response_correlation_id is not None:
+            response_wiring.check_response_subscription(driver, uri)
+        udp, multi = await _send_socket(driver, channel)
     ids = driver.ids
     if uri.session_id is not None:
         session_id = uri.session_id
@@ -182,7 +181,16 @@ async def open_publication(driver: Driver, channel: str, stream_id: int) -> Publ
     timers = config.sender_timers()
     if uri.linger is not None:
         timers = attrs.evolve(timers, linger=uri.linger)
-    state = NetworkPublication(
+    kind: type[NetworkPublication] = NetworkPublication
+    extra: dict[str, Any] = {}
+    if request_image is not None:
+        kind = ResponsePublication
+        extra = {"image": request_image.image, "expected_host": request_image.source_ip}
+    elif uri.response_correlation_id is not None:
+        kind = RequestPublication
+        extra = {"response_correlation_id": uri.response_correlation_id}
+    state = kind(
+        **extra,
         session_id=session_id,
         stream_id=stream_id,
         initial_term_id=(
@@ -201,6 +209,10 @@ async def open_publication(driver: Driver, channel: str, stream_id: int) -> Publ
     udp.endpoint.add(state)
     publication = PublicationChannel(driver, udp, state, channel)
     udp.channels.append(publication)
+    if isinstance(state, ResponsePublication) and request_image is not None:
+        response_wiring.start_answering(driver, state, request_image)
+    elif isinstance(state, RequestPublication):
+        response_wiring.route_response_setups(driver, state)
     driver.wake(udp)
     return publication
 
@@ -208,7 +220,8 @@ async def open_publication(driver: Driver, channel: str, stream_id: int) -> Publ
 async def open_subscription(driver: Driver, channel: str, stream_id: int) -> SubscriptionChannel:
     uri = parse_channel_uri(channel)
     uri.check_subscription()
-    _refuse_response_channels(uri)
+    if uri.is_response and uri.control is None:
+        raise UriError(f"{channel}: a response subscription needs control=host:port")
     config = driver.config
     control: tuple[str, int] | None = None
     family: int = socket.AF_INET
@@ -217,6 +230,8 @@ async def open_subscription(driver: Driver, channel: str, stream_id: int) -> Sub
     if uri.endpoint is not None:
         family, bind = await _resolve(uri.endpoint)
         key: object = ("sub", bind, control)
+        if uri.is_response:
+            key = ("sub-response", bind, control)
     else:
         bind = _wildcard(family)
         key = ("sub", object(), control)
@@ -234,6 +249,7 @@ async def open_subscription(driver: Driver, channel: str, stream_id: int) -> Sub
             limit_amplification=config.validate_addresses,
             max_images=config.max_images,
             limiter=driver.limiter,
+            response=uri.is_response,
         )
         udp = ReceiveSocket(sock, key, endpoint)
         driver.register(udp)
@@ -246,14 +262,24 @@ async def open_subscription(driver: Driver, channel: str, stream_id: int) -> Sub
         max_term_length=config.max_receiver_term_length,
     )
     udp.endpoint.add_interest(interest, driver.now())
-    subscription = SubscriptionChannel(driver, udp, stream_id, channel)
-    udp.subscriptions[stream_id] = subscription
+    subscription = SubscriptionChannel(
+        driver,
+        udp,
+        stream_id,
+        channel,
+        session_id=uri.session_id,
+        registration_id=driver.ids.next_receiver_id(),
+    )
+    udp.subscriptions[(stream_id, uri.session_id)] = subscription
+    if uri.is_response:
+        response_wiring.register_response_subscription(driver, subscription)
     driver.wake(udp)
     return subscription
 
 
 def release_publication(driver: Driver, publication: PublicationChannel) -> None:
     udp = publication.socket
+    response_wiring.stop_answering(publication.state)
     udp.endpoint.remove(publication.state)
     if publication in udp.channels:
         udp.channels.remove(publication)
@@ -263,10 +289,11 @@ def release_publication(driver: Driver, publication: PublicationChannel) -> None
 
 def release_subscription(driver: Driver, subscription: SubscriptionChannel) -> None:
     udp = subscription.socket
-    udp.endpoint.remove_interest(subscription.stream_id, udp.send)
+    udp.endpoint.remove_interest(subscription.stream_id, udp.send, subscription.session_id)
+    response_wiring.forget_response_subscription(driver, subscription)
     driver.service(udp, driver.now())
     subscriptions = udp.subscriptions
-    subscriptions.pop(subscription.stream_id, None)
+    subscriptions.pop((subscription.stream_id, subscription.session_id), None)
     if not subscriptions:
         driver.unregister(udp)
 

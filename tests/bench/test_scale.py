@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from bench import scale
 from bench.run import pin_cpus
 
@@ -11,8 +13,18 @@ CLIENTS = 8
 SECONDS = 2.0
 
 
-def test_a_few_clients_storm_in_then_echo_once_a_second() -> None:
-    row = scale.run(CLIENTS, SECONDS, processes=2, cpus=pin_cpus(None), after_storm=2.0, ramp=1.0)
+@pytest.mark.parametrize("ports", scale.MODES)
+def test_a_few_clients_storm_in_then_echo_once_a_second(ports: str) -> None:
+    row = scale.run(
+        CLIENTS,
+        SECONDS,
+        processes=2,
+        cpus=pin_cpus(None),
+        after_storm=2.0,
+        ramp=1.0,
+        duologue_ports=ports,
+    )
+    assert row["duologue_ports"] == ports
     # The storm: all of them at once.
     assert row["all_settled"] and row["failures"] == 0, row["failure_examples"]
     assert row["connected"] == CLIENTS

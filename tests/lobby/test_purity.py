@@ -20,6 +20,7 @@ FORBIDDEN_PREFIXES = ("echo.server", "echo.client", "echo.session", "echo.channe
 PURE = [
     "__init__",
     "games",
+    "hello",
     "home",
     "limits",
     "listings",
@@ -30,8 +31,12 @@ PURE = [
 ]
 
 
+# The trio driver, the client library, the CLIs and the key-file reader: I/O by design.
+DRIVERS = ["cli", "client", "demo", "keyfile", "server"]
+
+
 def test_every_module_is_classified() -> None:
-    assert sorted(p.stem for p in LOBBY.glob("*.py")) == PURE
+    assert sorted(p.stem for p in LOBBY.glob("*.py")) == sorted(PURE + DRIVERS)
 
 
 @pytest.mark.parametrize("path", [LOBBY / f"{name}.py" for name in PURE], ids=lambda p: p.name)

@@ -15,6 +15,9 @@ from tests.netlab.lab import SERVER_PUBLIC_IP, Host, NatLabFactory
 pytestmark = pytest.mark.netns
 REPO = Path(__file__).resolve().parents[2]
 SERVER = ["--server", SERVER_PUBLIC_IP, "--timeout", "10"]
+#: both duologue modes pass every NAT test: shared (response channels, the CLIs' default) and
+#: per-client (the guide's MDC duologues)
+MODES = pytest.mark.parametrize("ports", ["shared", "per-client"])
 
 
 def start_server(host: Host, *args: str) -> subprocess.Popen[bytes]:
@@ -57,31 +60,34 @@ def wait_for_first_echo(process: subprocess.Popen[bytes]) -> None:
     raise AssertionError(f"client ended early: {process.wait()} {process.stderr.read()!r}")  # type: ignore[union-attr]
 
 
+@MODES
 def test_clients_behind_nat_echo_and_the_limits_hold(
     nat_lab_factory: NatLabFactory,  # noqa: F811
+    ports: str,
 ) -> None:
     lab = nat_lab_factory(sites=2, clients_per_site=4)
     home, other = lab.sites
-    server = start_server(lab.server, "--max-per-ip", "3", "--max-clients", "4")
+    mode = ("--duologue-ports", ports)
+    server = start_server(lab.server, "--max-per-ip", "3", "--max-clients", "4", *mode)
     holders: list[subprocess.Popen[bytes]] = []
     try:
         # Three clients behind one NAT all echo.
         for host in home.clients[:3]:
-            process = client(host, "--interval", "0.2")
+            process = client(host, "--interval", "0.2", *mode)
             holders.append(process)
         for process in holders:
             wait_for_first_echo(process)
         # A fourth from the same public address is refused by the per-IP limit.
-        fourth = client(home.clients[3], "--count", "1")
+        fourth = client(home.clients[3], "--count", "1", *mode)
         _, err = fourth.communicate(timeout=60)
         assert fourth.returncode == 2, err
         assert b"too many connections for IP address" in err
         # Behind another NAT there is room for one more (max-clients 4)...
-        allowed = client(other.clients[0], "--interval", "0.2")
+        allowed = client(other.clients[0], "--interval", "0.2", *mode)
         holders.append(allowed)
         wait_for_first_echo(allowed)
         # ...and then the server is full.
-        fifth = client(other.clients[1], "--count", "1")
+        fifth = client(other.clients[1], "--count", "1", *mode)
         _, err = fifth.communicate(timeout=60)
         assert fifth.returncode == 2, err
         assert b"server full" in err
@@ -97,15 +103,18 @@ def test_clients_behind_nat_echo_and_the_limits_hold(
         assert server.wait(timeout=30) == 0
 
 
+@MODES
 def test_echo_through_nat_with_loss_and_json_summary(
     nat_lab_factory: NatLabFactory,  # noqa: F811
+    ports: str,
 ) -> None:
     lab = nat_lab_factory(sites=1, clients_per_site=1)
     host = lab.sites[0].clients[0]
     host.set_loss(10)
-    server = start_server(lab.server)
+    mode = ("--duologue-ports", ports)
+    server = start_server(lab.server, *mode)
     try:
-        process = client(host, "--count", "20", "--interval", "0", "--json")
+        process = client(host, "--count", "20", "--interval", "0", "--json", *mode)
         out, err = process.communicate(timeout=120)
         assert process.returncode == 0, err
         summary = json.loads(out)

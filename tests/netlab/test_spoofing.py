@@ -13,7 +13,7 @@ import pytest
 
 from tests.netlab.fixtures import nat_lab_factory  # noqa: F401  (fixture)
 from tests.netlab.lab import SERVER_PUBLIC_IP, NatLabFactory
-from tests.netlab.test_echo_nat import client, start_server
+from tests.netlab.test_echo_nat import MODES, client, start_server
 
 pytestmark = pytest.mark.netns
 REPO = Path(__file__).resolve().parents[2]
@@ -21,6 +21,25 @@ REPO = Path(__file__).resolve().parents[2]
 
 def events_of(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def wait_for_hellos(path: Path, sources: set[str], timeout: float = 30.0) -> None:
+    """Until the server's events file holds a HELLO event from each of `sources`."""
+    deadline = time.monotonic() + timeout
+    missing = set(sources)
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        complete = text[: text.rfind("\n") + 1].splitlines()  # the writer may be mid-line
+        seen = {
+            event.get("source_ip")
+            for event in map(json.loads, complete)
+            if event.get("event") in ("hello_received", "hello_rejected")
+        }
+        missing = sources - seen
+        if not missing:
+            return
+        time.sleep(0.05)  # the polling interval of a bounded wait: a file has no change event
+    raise AssertionError(f"no HELLO event within {timeout} s from {sorted(missing)}")
 
 
 def flood(lab, sources: str, rounds: int = 1) -> None:  # type: ignore[no-untyped-def]
@@ -82,7 +101,10 @@ def run_scenario(lab, tmp_path: Path, *extra: str):  # type: ignore[no-untyped-d
         # victim's public address to take its only per-IP slot.
         flood(lab, "198.18.0.100-159")
         flood(lab, victim_ip, rounds=5)
-        time.sleep(1.0)
+        # The victim comes once the server has handled the flood: a HELLO event (received or
+        # rejected) from each of the 60 forged sources. (The forgeries from the victim's own
+        # address leave no event of their own to wait for.)
+        wait_for_hellos(events, {f"198.18.0.{host}" for host in range(100, 160)})
         started = time.monotonic()
         victim = client(home.clients[0], "--count", "3", "--interval", "0", *extra)
         _, err = victim.communicate(timeout=60)
@@ -95,12 +117,14 @@ def run_scenario(lab, tmp_path: Path, *extra: str):  # type: ignore[no-untyped-d
     return events_of(events), elapsed
 
 
+@MODES
 def test_forged_hellos_are_dropped_and_the_victim_connects_at_once(
     nat_lab_factory: NatLabFactory,  # noqa: F811
     tmp_path: Path,
+    ports: str,
 ) -> None:
     lab = nat_lab_factory(sites=1, clients_per_site=1)
-    events, elapsed = run_scenario(lab, tmp_path)
+    events, elapsed = run_scenario(lab, tmp_path, "--duologue-ports", ports)
     rejected = [e for e in events if e["event"] == "hello_rejected"]
     assert sum(e["reason"] == "unvalidated address" for e in rejected) >= 60
     created = [e for e in events if e["event"] == "duologue_created"]
@@ -108,12 +132,16 @@ def test_forged_hellos_are_dropped_and_the_victim_connects_at_once(
     assert elapsed < 2.0 + 1.5  # client start-up included
 
 
+@MODES
 def test_without_validation_spoofed_duologues_expire_and_the_victim_gets_in_before_expiry(
     nat_lab_factory: NatLabFactory,  # noqa: F811
     tmp_path: Path,
+    ports: str,
 ) -> None:
     lab = nat_lab_factory(sites=1, clients_per_site=1)
-    events, elapsed = run_scenario(lab, tmp_path, "--no-address-validation")
+    events, elapsed = run_scenario(
+        lab, tmp_path, "--no-address-validation", "--duologue-ports", ports
+    )
     victim_ip = lab.sites[0].router.public_ip
     created = [e for e in events if e["event"] == "duologue_created"]
     spoofed = [e for e in created if e["source_ip"] != victim_ip]

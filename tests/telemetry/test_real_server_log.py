@@ -32,7 +32,7 @@ def _wait_for_events(
         if sum(json.loads(line).get("event") == event for line in complete) >= count:
             return
         assert all(p.poll() is None for p in processes), "a holder exited before joining"
-        time.sleep(0.05)
+        time.sleep(0.05)  # the polling interval of a bounded wait: a file has no change event
     raise AssertionError(f"fewer than {count} {event} events within 60 s")
 
 

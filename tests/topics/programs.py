@@ -42,7 +42,8 @@ async def subscriber(args: argparse.Namespace) -> dict[str, object]:
             while len(messages) < args.expect:
                 message = await client.receive()
                 messages.append([message.topic.decode(), message.data.decode()])
-        # Copies still in flight are counted as duplicates if they come within a moment.
+        # Copies still in flight are counted as duplicates if they come within a moment: an
+        # observation window on purpose (what is measured is what arrives in it).
         await trio.sleep(0.5)
         return {"messages": messages, "counters": client.counters}
 

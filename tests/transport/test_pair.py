@@ -429,7 +429,8 @@ def test_image_unavailable_after_10s_of_silence() -> None:
     pair.run_until(lambda: bool(pair.unavailable_images()), max_time=12.0)
     ((event),) = pair.unavailable_images()
     assert event.reason is ImageState.TIMED_OUT
-    assert 10.0 < pair.now - last <= 10.2
+    # At the liveness deadline itself (the deadline the timer wakes at), not a tick later.
+    assert 10.0 <= pair.now - last <= 10.2
     assert pair.receive_endpoint.images == {}
     assert pair.receiver_counters.images_closed == 1
 
@@ -851,7 +852,7 @@ def test_many_images_each_time_out_at_its_own_liveness_deadline() -> None:
         endpoint.events.clear()
     assert sorted(gone) == list(range(60))
     for session, when in gone.items():
-        assert 10.0 < when - created[session] <= 10.0 + 1e-3, (session, when, created[session])
+        assert 10.0 <= when - created[session] <= 10.0 + 1e-3, (session, when, created[session])
     assert endpoint.images == {}
     # Each image answered its SETUP (40 bytes) with one SM (36 bytes) and then, its
     # amplification budget spent, stayed silent: its deadline stopped moving, and it was still

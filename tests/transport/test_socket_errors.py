@@ -122,7 +122,7 @@ async def test_port_unreachable_on_send_is_counted_and_the_publication_goes_on()
                 async def keep_offering() -> None:
                     while True:
                         assert pub.offer(b"after the ICMP error") > 0
-                        await trio.sleep(0.05)
+                        await trio.sleep(0.05)  # pacing: one offer per 50 ms until one lands
 
                 nursery.start_soon(keep_offering)
                 assert (await second.receive()).data == b"after the ICMP error"

@@ -634,20 +634,21 @@ def test_capture_channels(text: str, role: str) -> None:
         uri.check_subscription()
 
 
-async def test_the_transport_refuses_response_channels_until_it_implements_them() -> None:
-    # Parsed and validated as Aeron 1.48 does, but not half-served: a request publication
-    # whose SETUPs lacked flag 0x80, or a response subscription that never saw an RSP_SETUP,
-    # would look connected to a peer waiting for the other half.
+async def test_the_transport_applies_aerons_response_channel_rules() -> None:
+    # DriverConductor's checks, with its messages: a request publication names a response
+    # subscription of this transport; a response publication names an image that asked for
+    # a response channel (tests/transport/test_response.py serves the channels themselves).
     from echo.transport import open_transport
 
     async with open_transport() as transport:
-        for channel in (
-            "aeron:udp?endpoint=127.0.0.1:9|response-correlation-id=17",
-            "aeron:udp?control=127.0.0.1:9|control-mode=response|response-correlation-id=4",
-        ):
-            with pytest.raises(UriError, match="response channels"):
-                await transport.add_publication(channel, 1001)
-        with pytest.raises(UriError, match="response channels"):
-            await transport.add_subscription(
-                "aeron:udp?control=127.0.0.1:9|control-mode=response", 1001
+        with pytest.raises(UriError, match="unable to find response subscription"):
+            await transport.add_publication(
+                "aeron:udp?endpoint=127.0.0.1:9|response-correlation-id=17", 1001
             )
+        with pytest.raises(UriError, match=r"image.correlationId=4 not found"):
+            await transport.add_publication(
+                "aeron:udp?control=127.0.0.1:9|control-mode=response|response-correlation-id=4",
+                1001,
+            )
+        with pytest.raises(UriError, match="needs control"):
+            await transport.add_subscription("aeron:udp?control-mode=response", 1001)

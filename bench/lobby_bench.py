@@ -1,0 +1,715 @@
+"""L1 (issue 18, Benchmark): lobbies of members on ONE lobby server, bots in other processes.
+
+For each target, in the same run:
+- echo: `echo-lobby` (python -m echo.lobby.cli server) and bots on `echo.lobby.connect`
+  (this module's `bot` role, many members per process on one shared transport);
+- colyseus: Colyseus 0.16 on Node (bench/colyseus/server.js, a room per lobby) and its bots
+  (bench/colyseus/bots.js); `npm ci` installs the pinned versions into bench/colyseus first.
+
+Phases, the same for both (the bots of a target share one line protocol, see bots.js):
+1. join: every bot process creates its share of the lobbies and fills each with members (the
+   creator, then joins by id); a join is a new member connecting and being seated.
+   joins/s = all members seated / (last seat - first attempt).
+2. chat: `--chat-rate` lines/s over all lobbies for `--chat-seconds`, each from a random member;
+   every other member's delivery latency (wall clock across processes of this machine).
+3. search: `--searches` per bot process, `--search-concurrency` at a time, from random members:
+   string equality on "mode" (a quarter of the lobbies match), first page of 20; round trips.
+Server CPU (utime+stime from /proc) per phase and RSS (after the joins, and the peak) are read
+for the server process; the load average is recorded, because this machine is shared.
+
+One run, not a test: `python -m bench.lobby_bench` (the full L1: 1,000 lobbies of 8), or scaled
+with options; `--smoke` is a seconds-long check that both targets run at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+REPO = Path(__file__).resolve().parents[1]
+COLYSEUS_DIR = REPO / "bench" / "colyseus"
+MODES = ("ffa", "duel", "team", "coop")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ------------------------------------------------------------------------------ measuring
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Nearest-rank percentile (p in 0..100)."""
+    if not values:
+        return None
+    ranked = sorted(values)
+    index = max(0, min(len(ranked) - 1, -(-len(ranked) * p // 100) - 1))
+    return ranked[int(index)]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def udp_bound(port: int) -> bool:
+    want = f":{port:04X}"
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        if any(line.split()[1].endswith(want) for line in lines):
+            return True
+    return False
+
+
+class Lines:
+    """A child's stdout lines, read by a thread; waits are on a condition variable."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], label: str) -> None:
+        self.proc, self.label = proc, label
+        self.lines: list[str] = []
+        self.eof = False
+        self.cond = threading.Condition()
+        assert proc.stdout is not None
+        threading.Thread(target=self._read, args=(proc.stdout,), daemon=True).start()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        for raw in stream:
+            with self.cond:
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.eof = True
+            self.cond.notify_all()
+
+    def wait_json(self, phase: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for i, line in enumerate(self.lines):
+                    if line.startswith("{") and json.loads(line).get("phase") == phase:
+                        found: dict[str, Any] = json.loads(self.lines.pop(i))
+                        return found
+                left = deadline - time.monotonic()
+                if self.eof or left <= 0:
+                    why = "exited" if self.eof else f"no {phase} result in {timeout:.0f} s"
+                    raise RuntimeError(f"{self.label}: {why}; last: {self.lines[-5:]}")
+                self.cond.wait(left)
+
+    def wait_text(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not any(text in line for line in self.lines):
+                left = deadline - time.monotonic()
+                if self.eof or left <= 0:
+                    raise RuntimeError(f"{self.label}: never said {text!r}: {self.lines[-5:]}")
+                self.cond.wait(left)
+
+
+# ------------------------------------------------------------------------------ targets
+
+
+def _ensure_colyseus() -> str | None:
+    """`npm ci` into bench/colyseus when needed; None, or why Colyseus cannot run here."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        return "node/npm not found on PATH"
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    if not version.startswith("v20."):
+        return f"Colyseus 0.16 is measured on Node 20 here; this is node {version}"
+    stamp = COLYSEUS_DIR / "node_modules" / ".package-lock.json"
+    lock = COLYSEUS_DIR / "package-lock.json"
+    if not stamp.exists() or stamp.stat().st_mtime < lock.stat().st_mtime:
+        print("==> npm ci in bench/colyseus (pinned Colyseus 0.16)", file=sys.stderr)
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=COLYSEUS_DIR,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            return f"npm ci failed: {done.stderr.strip()[-400:]}"
+    return None
+
+
+class Target:
+    name = ""
+
+    def start_server(self, args: argparse.Namespace, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        raise NotImplementedError
+
+    def bot_argv(self, args: argparse.Namespace, offset: int, lobbies: int) -> list[str]:
+        raise NotImplementedError
+
+
+class Echo(Target):
+    name = "echo"
+
+    def start_server(self, args: argparse.Namespace, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        members = args.lobbies * args.members + 64
+        argv = [
+            sys.executable,
+            "-m",
+            "echo.lobby.cli",
+            "server",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(args.echo_port),
+            "--max-clients",
+            str(members),
+            "--max-per-ip",
+            str(members),
+            "--indexed-keys",
+            "mode,skill",
+            "--log-level",
+            "warning",
+        ]
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        # At warning level it says nothing when ready: its HELLO port being bound is the sign.
+        deadline = time.monotonic() + 60
+        while not udp_bound(args.echo_port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"echo-lobby did not start (exit {proc.poll()})")
+            time.sleep(0.05)
+        return proc
+
+    def bot_argv(self, args: argparse.Namespace, offset: int, lobbies: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "bench.lobby_bench",
+            "bot",
+            "--server",
+            f"127.0.0.1:{args.echo_port}",
+            "--lobbies",
+            str(lobbies),
+            "--members",
+            str(args.members),
+            "--offset",
+            str(offset),
+            "--concurrency",
+            str(args.join_concurrency),
+            *(["--liveness", str(args.echo_client_liveness)] if args.echo_client_liveness else []),
+        ]
+
+
+class Colyseus(Target):
+    name = "colyseus"
+
+    def start_server(self, args: argparse.Namespace, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            ["node", "server.js", str(args.colyseus_port)],
+            cwd=COLYSEUS_DIR,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+        Lines(proc, "colyseus server").wait_text("listening", 60)
+        return proc
+
+    def bot_argv(self, args: argparse.Namespace, offset: int, lobbies: int) -> list[str]:
+        return [
+            "node",
+            str(COLYSEUS_DIR / "bots.js"),
+            "--url",
+            f"ws://127.0.0.1:{args.colyseus_port}",
+            "--lobbies",
+            str(lobbies),
+            "--members",
+            str(args.members),
+            "--offset",
+            str(offset),
+            "--concurrency",
+            str(args.join_concurrency),
+        ]
+
+
+def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    result: dict[str, Any] = {"target": target.name, "load_before": os.getloadavg()}
+    server_log = (work / f"{target.name}-server.log").open("wb")
+    server = target.start_server(args, server_log)
+    bots: list[subprocess.Popen[bytes]] = []
+    try:
+        cpu0 = cpu_seconds(server.pid)
+        share = [args.lobbies // args.bot_procs] * args.bot_procs
+        for i in range(args.lobbies % args.bot_procs):
+            share[i] += 1
+        outs: list[Lines] = []
+        offset = 0
+        for i, n in enumerate(share):
+            if n == 0:
+                continue
+            proc = subprocess.Popen(
+                target.bot_argv(args, offset, n),
+                cwd=REPO,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=(work / f"{target.name}-bot{i}.err").open("wb"),
+            )
+            bots.append(proc)
+            outs.append(Lines(proc, f"{target.name} bot {i}"))
+            offset += n
+
+        joined = [o.wait_json("joined", args.phase_timeout) for o in outs]
+        bots_cpu = [sum(cpu_seconds(p.pid) for p in bots)]
+        cpu_joined = cpu_seconds(server.pid)
+        mem_joined = memory_kib(server.pid)
+        # Everyone seated, nobody talking: what keeping the sessions alive costs.
+        time.sleep(args.idle_seconds)
+        cpu1 = cpu_seconds(server.pid)
+        bots_cpu.append(sum(cpu_seconds(p.pid) for p in bots))
+        joins = sum(j["joins"] for j in joined)
+        span = (max(j["t1"] for j in joined) - min(j["t0"] for j in joined)) / 1000
+        lat = [x for j in joined for x in j["lat"]]
+        result["join"] = {
+            "members_seated": joins,
+            "expected": args.lobbies * args.members,
+            "errors": sum(j["errors"] for j in joined),
+            "seconds": span,
+            "joins_per_s": joins / span if span > 0 else None,
+            "latency_ms_p50": percentile(lat, 50),
+            "latency_ms_p99": percentile(lat, 99),
+            "server_cpu_s": cpu_joined - cpu0,
+            "bots_cpu_s": bots_cpu[0],
+        }
+        result["idle"] = {
+            "seconds": args.idle_seconds,
+            "server_cpu_pct": 100 * (cpu1 - cpu_joined) / args.idle_seconds,
+            "bots_cpu_pct": 100 * (bots_cpu[1] - bots_cpu[0]) / args.idle_seconds,
+        }
+
+        rate = args.chat_rate / len(outs)
+        for proc in bots:
+            _say(proc, f"chat {rate} {args.chat_seconds}")
+        chats = [o.wait_json("chat", args.chat_seconds + args.phase_timeout) for o in outs]
+        cpu2 = cpu_seconds(server.pid)
+        bots_cpu.append(sum(cpu_seconds(p.pid) for p in bots))
+        lat = [x for c in chats for x in c["lat"]]
+        sent = sum(c["sent"] for c in chats)
+        result["chat"] = {
+            "lines_sent": sent,
+            "lines_per_s": sent / args.chat_seconds,
+            "deliveries": sum(c["deliveries"] for c in chats),
+            "expected_deliveries": sum(c["expected"] for c in chats),
+            "send_errors": sum(c.get("errors", 0) for c in chats),
+            "send_error_kinds": [c["error_kinds"] for c in chats if c.get("error_kinds")],
+            "sessions_dropped_and_back": sum(c.get("reconnects", 0) for c in chats),
+            "delivery_ms_p50": percentile(lat, 50),
+            "delivery_ms_p99": percentile(lat, 99),
+            "server_cpu_s": cpu2 - cpu1,
+            "server_cpu_pct": 100 * (cpu2 - cpu1) / (args.chat_seconds + 3),
+            "bots_cpu_pct": 100 * (bots_cpu[2] - bots_cpu[1]) / (args.chat_seconds + 3),
+        }
+
+        for proc in bots:
+            _say(proc, f"search {args.searches} {args.search_concurrency}")
+        searches = [o.wait_json("search", args.phase_timeout) for o in outs]
+        cpu3 = cpu_seconds(server.pid)
+        lat = [x for s in searches for x in s["lat"]]
+        n = sum(s["n"] for s in searches)
+        result["search"] = {
+            "searches": n,
+            "errors": sum(s.get("errors", 0) for s in searches),
+            "mean_results": sum(s["results"] for s in searches) / n if n else None,
+            "latency_ms_p50": percentile(lat, 50),
+            "latency_ms_p99": percentile(lat, 99),
+            "server_cpu_s": cpu3 - cpu2,
+        }
+        result["server"] = {
+            "cpu_s_total": cpu3 - cpu0,
+            "rss_mib_after_joins": mem_joined.get("VmRSS", 0) / 1024,
+            "rss_mib_peak": memory_kib(server.pid).get("VmHWM", 0) / 1024,
+        }
+        for proc in bots:
+            _say(proc, "quit")
+    finally:
+        for proc in bots:
+            _stop(proc)
+        _stop(server)
+        server_log.close()
+    result["load_after"] = os.getloadavg()
+    return result
+
+
+def _say(proc: subprocess.Popen[bytes], line: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write((line + "\n").encode())
+    proc.stdin.flush()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+# ------------------------------------------------------------------------------ echo's bots
+
+
+def bot_main(args: argparse.Namespace) -> None:
+    import trio
+
+    trio.run(_bot, args)
+
+
+async def _bot(args: argparse.Namespace) -> None:
+    import trio
+
+    from echo.lobby.client import (
+        CLIENT_LIVENESS,
+        LobbyClient,
+        LobbyError,
+        LobbyUnavailable,
+        Reconnected,
+        Rehomed,
+        filters_from,
+    )
+    from echo.lobby.client import connect as lobby_connect
+    from echo.lobby.protocol import ChatLine
+    from echo.session.client import client_transport_config
+    from echo.session.timers import echo_timers
+    from echo.transport import open_transport
+
+    def now_ms() -> float:
+        return time.time() * 1000
+
+    def out(obj: dict[str, Any]) -> None:
+        print(json.dumps(obj), flush=True)
+
+    chat_lat: list[float] = []
+    deliveries = 0
+    errors = 0
+    reconnects = 0
+    liveness = args.liveness or CLIENT_LIVENESS
+    config = client_transport_config(echo_timers(image_liveness_timeout=liveness))
+    async with open_transport(config) as transport, trio.open_nursery() as nursery:
+
+        async def member(name: str, *, task_status: Any) -> None:
+            nonlocal deliveries, reconnects
+            async with lobby_connect(
+                [args.server], member=name, transport=transport, timeout=120
+            ) as client:
+                task_status.started(client)
+                async for event in client.events():
+                    if isinstance(event, ChatLine) and event.member_id != name:
+                        deliveries += 1
+                        chat_lat.append(now_ms() - float(event.text.split()[0]))
+                    elif isinstance(event, Reconnected | Rehomed):
+                        reconnects += 1  # the session dropped (liveness) and came back
+
+        lobbies: list[list[LobbyClient]] = []
+        join_lat: list[float] = []
+
+        async def fill(i: int) -> None:
+            idx = args.offset + i
+            t = now_ms()
+            owner = await nursery.start(member, f"o{idx}")
+            lobby_id = await owner.create(
+                f"lobby-{idx}",
+                args.members,
+                metadata={"mode": MODES[idx % len(MODES)], "skill": idx % 100},
+            )
+            join_lat.append(now_ms() - t)
+            seats = [owner]
+            for j in range(1, args.members):
+                t = now_ms()
+                client = await nursery.start(member, f"m{idx}-{j}")
+                await client.join(lobby_id)
+                join_lat.append(now_ms() - t)
+                seats.append(client)
+            lobbies.append(seats)
+
+        t0 = now_ms()
+        queue = iter(range(args.lobbies))
+
+        async def worker() -> None:
+            nonlocal errors
+            for i in queue:
+                try:
+                    await fill(i)
+                except Exception as error:  # a failed lobby is counted, the run goes on
+                    errors += 1
+                    print(f"lobby {i}: {error!r}", file=sys.stderr, flush=True)
+
+        async with trio.open_nursery() as workers:
+            for _ in range(min(args.concurrency, args.lobbies)):
+                workers.start_soon(worker)
+        out(
+            {
+                "phase": "joined",
+                "joins": len(join_lat),
+                "t0": t0,
+                "t1": now_ms(),
+                "errors": errors,
+                "lat": join_lat,
+            }
+        )
+
+        stdin = trio.wrap_file(sys.stdin)
+        while True:
+            line = await stdin.readline()
+            words = line.split()
+            if not words or words[0] == "quit":
+                break
+            if words[0] == "chat":
+                rate, seconds = float(words[1]), float(words[2])
+                chat_lat.clear()
+                deliveries = 0
+                sent = 0
+                chat_errors: dict[str, int] = {}
+
+                async def say(client: LobbyClient, text: str, kinds: dict[str, int]) -> None:
+                    try:
+                        await client.chat(text)
+                    except (LobbyError, LobbyUnavailable) as error:
+                        kinds[str(error)[:120]] = kinds.get(str(error)[:120], 0) + 1
+
+                start = trio.current_time()
+                async with trio.open_nursery() as senders:
+                    while trio.current_time() - start < seconds:
+                        seats = lobbies[sent % len(lobbies)]
+                        text = f"{now_ms():.3f} ".ljust(32, "x")
+                        senders.start_soon(say, random.choice(seats), text, chat_errors)
+                        sent += 1
+                        await trio.sleep_until(start + sent / rate)
+                await trio.sleep(3.0)  # lines still in flight
+                out(
+                    {
+                        "phase": "chat",
+                        "sent": sent,
+                        "deliveries": deliveries,
+                        "expected": sent * (args.members - 1),
+                        "lat": list(chat_lat),
+                        "errors": sum(chat_errors.values()),
+                        "error_kinds": chat_errors,
+                        "reconnects": reconnects,
+                    }
+                )
+            elif words[0] == "search":
+                count, concurrency = int(words[1]), int(words[2])
+                lat: list[float] = []
+                found = 0
+                refused = 0
+                todo = iter(range(count))
+
+                async def searcher(todo: Any, lat: list[float]) -> None:
+                    nonlocal found, refused
+                    for k in todo:
+                        client = random.choice(random.choice(lobbies))
+                        t = now_ms()
+                        try:
+                            page = await client.search(
+                                filters_from({"mode": MODES[k % len(MODES)]}), limit=20
+                            )
+                        except (LobbyError, LobbyUnavailable):
+                            refused += 1  # (rate limited: that member searched just now)
+                            continue
+                        lat.append(now_ms() - t)
+                        found += len(page.listings)
+
+                async with trio.open_nursery() as searchers:
+                    for _ in range(concurrency):
+                        searchers.start_soon(searcher, todo, lat)
+                out(
+                    {
+                        "phase": "search",
+                        "n": len(lat),
+                        "lat": lat,
+                        "results": found,
+                        "errors": refused,
+                    }
+                )
+        nursery.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def summary_table(results: list[dict[str, Any]]) -> str:
+    def f(x: float | None, digits: int = 1) -> str:
+        return "-" if x is None else f"{x:,.{digits}f}"
+
+    rows = [
+        ("joins/s", lambda r: f(r["join"]["joins_per_s"])),
+        ("members seated", lambda r: f"{r['join']['members_seated']}/{r['join']['expected']}"),
+        (
+            "join p50 / p99 ms",
+            lambda r: f"{f(r['join']['latency_ms_p50'])} / {f(r['join']['latency_ms_p99'])}",
+        ),
+        ("chat lines/s sent", lambda r: f(r["chat"]["lines_per_s"])),
+        (
+            "chat delivered",
+            lambda r: f"{r['chat']['deliveries']}/{r['chat']['expected_deliveries']}",
+        ),
+        (
+            "chat send errors / drops",
+            lambda r: (
+                f"{r['chat'].get('send_errors', 0)} / "
+                f"{r['chat'].get('sessions_dropped_and_back', 0)}"
+            ),
+        ),
+        (
+            "chat delivery p50 / p99 ms",
+            lambda r: f"{f(r['chat']['delivery_ms_p50'])} / {f(r['chat']['delivery_ms_p99'])}",
+        ),
+        (
+            "search p50 / p99 ms",
+            lambda r: f"{f(r['search']['latency_ms_p50'])} / {f(r['search']['latency_ms_p99'])}",
+        ),
+        ("searches (refused)", lambda r: f"{r['search']['searches']} ({r['search']['errors']})"),
+        (
+            "server CPU s join/chat/search",
+            lambda r: (
+                f"{f(r['join']['server_cpu_s'])}/"
+                f"{f(r['chat']['server_cpu_s'])}/{f(r['search']['server_cpu_s'])}"
+            ),
+        ),
+        (
+            "idle CPU % server / bots",
+            lambda r: f"{f(r['idle']['server_cpu_pct'], 0)} / {f(r['idle']['bots_cpu_pct'], 0)}",
+        ),
+        (
+            "chat CPU % server / bots",
+            lambda r: (
+                f"{f(r['chat']['server_cpu_pct'], 0)} / {f(r['chat'].get('bots_cpu_pct'), 0)}"
+            ),
+        ),
+        (
+            "server RSS MiB (joined/peak)",
+            lambda r: f"{f(r['server']['rss_mib_after_joins'])}/{f(r['server']['rss_mib_peak'])}",
+        ),
+        ("load avg before/after", lambda r: f"{r['load_before'][0]:.1f}/{r['load_after'][0]:.1f}"),
+    ]
+    ok = [r for r in results if "join" in r]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{'':<{width}}  " + "  ".join(f"{r['target']:>22}" for r in ok)]
+    for name, cell in rows:
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{cell(r):>22}" for r in ok))
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['target']}: NOT MEASURED: {r['error']}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="role")
+    bot = sub.add_parser("bot", help="(internal) echo bots of one process")
+    bot.add_argument("--server", required=True)
+    bot.add_argument("--lobbies", type=int, required=True)
+    bot.add_argument("--members", type=int, default=8)
+    bot.add_argument("--offset", type=int, default=0)
+    bot.add_argument("--concurrency", type=int, default=20)
+    bot.add_argument("--liveness", type=float, default=None)
+    parser.add_argument("--lobbies", type=int, default=1000)
+    parser.add_argument("--members", type=int, default=8)
+    parser.add_argument("--bot-procs", type=int, default=4, help="bot processes per target")
+    parser.add_argument(
+        "--join-concurrency",
+        type=int,
+        default=20,
+        help="lobbies being filled at once in each bot process",
+    )
+    parser.add_argument(
+        "--chat-rate", type=float, default=200.0, help="chat lines per second over all lobbies"
+    )
+    parser.add_argument("--chat-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=5.0,
+        help="all seated, nobody talking: the cost of keeping sessions",
+    )
+    parser.add_argument("--searches", type=int, default=100, help="per bot process")
+    parser.add_argument("--search-concurrency", type=int, default=2)
+    parser.add_argument("--targets", default="echo,colyseus")
+    parser.add_argument(
+        "--echo-port",
+        type=int,
+        default=12000,
+        help="HELLO port; duologues use the 2 x members ports above it",
+    )
+    parser.add_argument("--colyseus-port", type=int, default=12567)
+    parser.add_argument(
+        "--echo-client-liveness",
+        type=float,
+        default=None,
+        help="the echo bots' image liveness in seconds [default: the library's, "
+        "echo.lobby.client.CLIENT_LIVENESS]",
+    )
+    parser.add_argument("--phase-timeout", type=float, default=1800.0)
+    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "lobby_bench.json"))
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="10 lobbies of 4, 2 bot processes, 2 s of chat: that it runs",
+    )
+    args = parser.parse_args(argv)
+    if args.role == "bot":
+        bot_main(args)
+        return
+    if args.smoke:
+        args.lobbies, args.members, args.bot_procs = 10, 4, 2
+        args.chat_rate, args.chat_seconds, args.searches = 20.0, 2.0, 10
+        args.phase_timeout = 300.0
+    work = Path(args.out).parent
+    work.mkdir(parents=True, exist_ok=True)
+    print(
+        f"L1: {args.lobbies} lobbies x {args.members} members on one server, "
+        f"{args.bot_procs} bot processes per target; load average {os.getloadavg()}",
+        flush=True,
+    )
+    results: list[dict[str, Any]] = []
+    for name in args.targets.split(","):
+        if name == "colyseus":
+            why = _ensure_colyseus()
+            if why is not None:
+                results.append({"target": name, "error": why})
+                print(f"colyseus: not measured: {why}", flush=True)
+                continue
+            target: Target = Colyseus()
+        else:
+            target = Echo()
+        print(f"==> {name}", flush=True)
+        try:
+            results.append(run_target(target, args, work))
+        except RuntimeError as error:
+            results.append({"target": name, "error": str(error)})
+            print(f"{name}: failed: {error}", flush=True)
+    record = {
+        "scenario": {k: v for k, v in vars(args).items() if k not in ("role", "out")},
+        "node": shutil.which("node")
+        and subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip(),
+        "cpus": os.cpu_count(),
+        "results": results,
+    }
+    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+    print(summary_table(results))
+    print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

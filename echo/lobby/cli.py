@@ -1,0 +1,728 @@
+"""`echo-lobby` (the server), `echo-lobby-client` (a line-oriented member) and
+`echo-lobby-announce` (a game server's announcements on the games topic)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import click
+import structlog
+import trio
+
+from echo._cli import one_line, sole_error
+
+DEFAULT_PORT = 7600
+
+SERVER_EPILOG = """\b
+Members connect with:  echo-lobby-client --servers ADDRESS:PORT --member NAME
+Many servers: run one per host, give each the same --lobby-servers list (ADDRESS:PORT of
+every lobby server, the ring; members use the same list), the same --seat-key (so a member's
+seat is honoured by the server a lobby moves to when its home dies) and the same --topics
+(listings of every server are searchable everywhere; game servers announce there).
+Starting games needs --ticket-key: the key file the game servers (echo-server --ticket-key)
+hold; without it a start is refused NO_GAME_SERVER. Key files hold lines 'KEY_ID HEX_SECRET':
+  echo "1 $(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')" > game.key
+Open --port, --control-port and the duologue ports (--clients-base-port ..., 2 per member) in
+your firewall, all UDP. SIGINT or SIGTERM: members get "ERROR server shutting down", exit 0.
+\b
+Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host or an
+--events file that cannot be opened; 2 a bad command line (or an unreadable key file).
+"""
+
+
+def _server_list(text: str | None, flag: str) -> tuple[str, ...]:
+    from echo.lobby.client import split_server
+
+    if not text:
+        return ()
+    out = tuple(part.strip() for part in text.split(",") if part.strip())
+    for server in out:
+        try:
+            split_server(server)
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint=flag) from None
+    if len(set(out)) != len(out):
+        raise click.BadParameter("a server is listed twice", param_hint=flag)
+    return out
+
+
+def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
+    from echo.lobby.keyfile import KeyFileError, read_key_file
+
+    if path is None:
+        return ()
+    try:
+        return tuple(read_key_file(path))
+    except KeyFileError as error:
+        raise click.BadParameter(str(error), param_hint=flag) from None
+
+
+@click.command(epilog=SERVER_EPILOG)
+@click.option("--address", default="127.0.0.1", show_default=True, help="Local IP address to bind.")
+@click.option(
+    "--port",
+    default=DEFAULT_PORT,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="UDP port where members say HELLO (the all-clients channel).",
+)
+@click.option(
+    "--control-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="UDP control port of the all-clients channel [default: --port + 1, which is what "
+    "members assume for a HOST:PORT in their list].",
+)
+@click.option(
+    "--clients-base-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="First UDP port of the members' duologues [default: --port + 2].",
+)
+@click.option(
+    "--max-clients",
+    default=256,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most member sessions at once (two UDP ports each).",
+)
+@click.option(
+    "--max-per-ip",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most member sessions per IPv4 address or IPv6 prefix.",
+)
+@click.option(
+    "--server-id",
+    default=None,
+    help="This server's name on the ring and in listings [default: ADDRESS:PORT, which is "
+    "how members list it].",
+)
+@click.option(
+    "--lobby-servers",
+    default=None,
+    help="Comma-separated HOST:PORT of every lobby server, this one included (the ring) "
+    "[default: this server alone].",
+)
+@click.option(
+    "--topics",
+    default=None,
+    help="Comma-separated HOST:PORT of topic servers (echo-topics) for listings and game-"
+    "server announcements [default: none: searches see this server only, no games].",
+)
+@click.option(
+    "--ticket-key",
+    "ticket_key_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Key file shared with the game servers: signs the game tickets of a start.",
+)
+@click.option(
+    "--ticket-ttl",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds a game ticket stays valid.",
+)
+@click.option(
+    "--seat-key",
+    "seat_key_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Key file every lobby server shares: signs members' seats (reconnection, re-creating "
+    "a lobby elsewhere) [default: a random key of this process].",
+)
+@click.option(
+    "--reconnect-grace",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds a member whose session dropped keeps its seat.",
+)
+@click.option(
+    "--indexed-keys",
+    default="mode,region,map,skill",
+    show_default=True,
+    help="Comma-separated metadata keys that searches may filter on (and listings carry).",
+)
+@click.option(
+    "--events",
+    "events_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append one JSON line per lobby and session event to this file (echo-analyze).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    default="console",
+    show_default=True,
+    help="Log lines for people (console) or machines (json).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning"]),
+    default="info",
+    show_default=True,
+)
+def server_main(
+    address: str,
+    port: int,
+    control_port: int | None,
+    clients_base_port: int | None,
+    max_clients: int,
+    max_per_ip: int,
+    server_id: str | None,
+    lobby_servers: str | None,
+    topics: str | None,
+    ticket_key_path: str | None,
+    ticket_ttl: float,
+    seat_key_path: str | None,
+    reconnect_grace: float,
+    indexed_keys: str,
+    events_path: str | None,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run a lobby server: lobbies over echo sessions, spread over many servers."""
+    from echo.lobby.limits import LobbyConfig
+    from echo.lobby.server import LobbyServer, LobbyServerConfig
+    from echo.log import configure_logging
+    from echo.session import ServerConfig
+    from echo.session.timers import echo_timers
+    from echo.telemetry.events import EventLog
+
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    log = structlog.get_logger("echo.lobby")
+    try:
+        session_config = ServerConfig(
+            address=address,
+            port=port,
+            control_port=control_port or port + 1,
+            clients_base_port=clients_base_port or port + 2,
+            max_clients=max_clients,
+            max_per_ip=max_per_ip,
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    name = server_id or f"{address}:{port}"
+    ring = _server_list(lobby_servers, "--lobby-servers") or (name,)
+    if name not in ring:
+        raise click.BadParameter(
+            f"the list does not name this server ({name}); set --server-id to its entry",
+            param_hint="--lobby-servers",
+        )
+    keys = frozenset(k.strip() for k in indexed_keys.split(",") if k.strip())
+    try:
+        lobby = LobbyConfig(indexed_keys=keys, reconnect_grace=reconnect_grace)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    config = LobbyServerConfig(
+        lobby=lobby,
+        server_id=name,
+        lobby_servers=ring,
+        topics=_server_list(topics, "--topics"),
+        seat_keys=_keys(seat_key_path, "--seat-key"),
+        ticket_keys=_keys(ticket_key_path, "--ticket-key"),
+        ticket_ttl=ticket_ttl,
+    )
+    try:
+        events = EventLog(events_path, server_id=name) if events_path else None
+    except OSError as error:
+        click.echo(f"echo-lobby: cannot open --events {events_path}: {one_line(error)}", err=True)
+        sys.exit(1)
+    try:
+        server = LobbyServer(session_config, config, events=events, transport_config=echo_timers())
+        trio.run(_serve, server, log)
+    except BaseException as error:
+        found = sole_error(error, OSError)
+        if found is None:
+            raise
+        why = one_line(found)
+        log.error("server_failed", error=why)
+        click.echo(f"echo-lobby: cannot serve on {address}:{port}: {why}", err=True)
+        sys.exit(1)
+    finally:
+        if events is not None:
+            events.close()
+
+
+async def _serve(server: Any, log: Any) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run)
+            log.info("listening", server_id=server.server_id, pid=os.getpid())
+            async for signum in signals:
+                log.info("shutting_down", signal=signal.Signals(signum).name)
+                await server.stop(reason=signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+# --------------------------------------------------------------------------------------------
+# echo-lobby-client
+
+CLIENT_EPILOG = """\b
+Commands, one a line on standard input (arguments split like a shell's):
+  create NAME [MAX] [private] [KEY=VALUE...]   join LOBBY_ID        code JOIN_CODE
+  quick [KEY=VALUE | KEY=LOW..HIGH | free=N]...  search [FILTERS...] [page=N]   leave
+  meta KEY=VALUE...   lock   unlock   kick M   ban M   transfer M   (owner only)
+  attr KEY=VALUE...   ready   unready   chat TEXT...   start   state   sleep SECONDS
+  wait EVENT [SECONDS]   (until an event of that name arrives, e.g. wait game)   quit
+Values that are integers are sent as numbers; KEY= deletes a key.
+\b
+Output, one line each: "ok COMMAND", "refused CODE message", "joined ID SERVER",
+"lobby ID NAME MEMBERS/MAX home=SERVER KEY=VALUE...", and the events as they arrive:
+snapshot, member_joined, member_left, owner, metadata, locked, attributes, ready, presence,
+banned, game SERVER_ID ADDRESS TICKET_HEX, chat MEMBER TEXT, rehomed, reconnected, left.
+With --json, one JSON object a line with an "event" key.
+\b
+Exit status: 0 standard input ended (or quit) and every command was accepted; 1 no lobby
+server answered (or all went away); 2 a bad command line; 3 some command was refused or
+malformed (the lines say which); 4 a wait timed out.
+"""
+
+
+@click.command(epilog=CLIENT_EPILOG)
+@click.option(
+    "--servers",
+    default=f"127.0.0.1:{DEFAULT_PORT}",
+    show_default=True,
+    help="Comma-separated HOST:PORT of every lobby server (the same list as theirs).",
+)
+@click.option("--member", required=True, help="Your member id (1..64 printable bytes).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per output line.")
+@click.option(
+    "--timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds to wait for a server's answer.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    default="console",
+    show_default=True,
+    help="Diagnostics on stderr for people (console) or machines (json).",
+)
+def client_main(
+    servers: str, member: str, as_json: bool, timeout: float, log_format: str
+) -> None:
+    """A lobby member driven by commands on standard input; events are printed as lines."""
+    from echo.log import configure_logging
+
+    configure_logging(log_format, "warning")  # type: ignore[arg-type]
+    listed = _server_list(servers, "--servers")
+    if not listed:
+        raise click.BadParameter("no servers listed", param_hint="--servers")
+    if not 1 <= len(member.encode()) <= 64 or not member.isprintable():
+        raise click.BadParameter("1..64 printable bytes", param_hint="--member")
+    out = _Printer(as_json)
+    try:
+        code = trio.run(_client, list(listed), member, timeout, out)
+    except KeyboardInterrupt:
+        code = 0
+    sys.exit(code)
+
+
+class _Printer:
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def __call__(self, event: str, *words: Any, **fields: Any) -> None:
+        if self.as_json:
+            record = {"event": event, **fields}
+            print(json.dumps(record, default=_jsonable), flush=True)
+        else:
+            said = [str(w) for w in words]
+            # Fields already said as words are not repeated as KEY=VALUE.
+            parts = [event, *said]
+            parts += [f"{k}={_text(v)}" for k, v in fields.items() if str(v) not in said]
+            print(" ".join(parts), flush=True)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if hasattr(value, "name"):
+        return value.name.lower()
+    return str(value)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _value(text: str) -> str | int | None:
+    if text == "":
+        return None
+    if text.lstrip("-").isdigit():
+        return int(text)
+    return text
+
+
+def _pairs(words: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {word!r}")
+        out[key] = _value(value)
+    return out
+
+
+def _filters(words: Sequence[str]) -> tuple[tuple[Any, ...], int]:
+    from echo.lobby.client import filters_from
+
+    equals: dict[str, str] = {}
+    ranges: dict[str, tuple[int | None, int | None]] = {}
+    free: int | None = None
+    page = 20
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep:
+            raise ValueError(f"expected KEY=VALUE, got {word!r}")
+        if key == "free":
+            free = int(value)
+        elif key == "page":
+            page = int(value)
+        elif ".." in value:
+            low, _, high = value.partition("..")
+            ranges[key] = (int(low) if low else None, int(high) if high else None)
+        else:
+            equals[key] = value
+    return filters_from(equals, ranges, free), page
+
+
+def _print_event(out: _Printer, event: Any) -> None:
+    from echo.lobby import protocol as p
+    from echo.lobby.client import Left, Reconnected, Rehomed
+
+    match event:
+        case p.LobbySnapshot():
+            out(
+                "snapshot",
+                event.lobby_id,
+                lobby_id=event.lobby_id,
+                name=event.name,
+                owner=event.owner,
+                members=[m.member_id for m in event.members],
+                max=event.max_members,
+                locked=event.locked,
+                code=event.join_code,
+                metadata=dict(event.metadata),
+            )
+        case p.MemberJoined():
+            out("member_joined", event.member.member_id, member=event.member.member_id)
+        case p.MemberLeft():
+            reason = event.reason.name.lower()
+            out("member_left", event.member_id, reason, member=event.member_id, reason=reason)
+        case p.OwnerChanged():
+            out("owner", event.owner, owner=event.owner)
+        case p.MetadataChanged():
+            out("metadata", changes=dict(event.changes))
+        case p.LockChanged():
+            out("locked" if event.locked else "unlocked")
+        case p.AttributesChanged():
+            out("attributes", event.member_id, member=event.member_id, changes=dict(event.changes))
+        case p.ReadyChanged():
+            out("ready" if event.ready else "unready", event.member_id, member=event.member_id)
+        case p.PresenceChanged():
+            presence = event.presence.name.lower()
+            out("presence", event.member_id, presence, member=event.member_id, presence=presence)
+        case p.MemberBanned():
+            out("banned", event.member_id, member=event.member_id)
+        case p.GameStarting():
+            out(
+                "game",
+                event.server_id,
+                event.address,
+                event.ticket.hex(),
+                server_id=event.server_id,
+                address=event.address,
+                ticket=event.ticket.hex(),
+            )
+        case p.ChatLine():
+            out("chat", event.member_id, event.text, member=event.member_id, text=event.text)
+        case Rehomed():
+            out("rehomed", event.lobby_id, event.server, lobby_id=event.lobby_id,
+                server=event.server)
+        case Reconnected():
+            out("reconnected", event.server, server=event.server)
+        case Left():
+            out("left", event.lobby_id, event.reason, lobby_id=event.lobby_id,
+                reason=event.reason)
+
+
+def _event_name(event: Any) -> str:
+    from echo.lobby import protocol as p
+    from echo.lobby.client import Left, Reconnected, Rehomed
+
+    names = {
+        p.LobbySnapshot: "snapshot",
+        p.MemberJoined: "member_joined",
+        p.MemberLeft: "member_left",
+        p.OwnerChanged: "owner",
+        p.MetadataChanged: "metadata",
+        p.LockChanged: "locked",
+        p.AttributesChanged: "attributes",
+        p.ReadyChanged: "ready",
+        p.PresenceChanged: "presence",
+        p.MemberBanned: "banned",
+        p.GameStarting: "game",
+        p.ChatLine: "chat",
+        Rehomed: "rehomed",
+        Reconnected: "reconnected",
+        Left: "left",
+    }
+    return names.get(type(event), type(event).__name__)
+
+
+async def _client(servers: list[str], member: str, timeout: float, out: _Printer) -> int:
+    import echo.lobby.client as lc
+
+    status = 0
+    seen: list[str] = []
+    arrived = trio.Event()
+    try:
+        async with lc.connect(servers, member=member, timeout=timeout) as lobby:
+            out("connected", lobby.server, server=lobby.server, member=member)
+
+            async def show_events() -> None:
+                nonlocal arrived
+                async for event in lobby.events():
+                    _print_event(out, event)
+                    seen.append(_event_name(event))
+                    arrived.set()
+                    arrived = trio.Event()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(show_events)
+                stdin = trio.wrap_file(sys.stdin)
+                while True:
+                    line = await stdin.readline()
+                    if not line:
+                        break
+                    try:
+                        words = shlex.split(line)
+                    except ValueError as error:
+                        out("refused", "BAD_COMMAND", str(error), code="BAD_COMMAND",
+                            message=str(error))
+                        status = 3
+                        continue
+                    if not words or words[0].startswith("#"):
+                        continue
+                    if words[0] == "quit":
+                        break
+                    if words[0] == "wait":
+                        name = words[1] if len(words) > 1 else "snapshot"
+                        limit = float(words[2]) if len(words) > 2 else timeout
+                        start = len(seen)
+                        with trio.move_on_after(limit) as waited:
+                            while name not in seen[start:]:
+                                await arrived.wait()
+                        if waited.cancelled_caught:
+                            out("timeout", name, event_name=name)
+                            status = 4
+                        continue
+                    try:
+                        await _command(lobby, words, out)
+                    except lc.LobbyError as error:
+                        out("refused", error.code.name, error.message, command=words[0],
+                            code=error.code.name, message=error.message)
+                        status = 3
+                    except (ValueError, IndexError) as error:
+                        out("refused", "BAD_COMMAND", str(error) or "missing argument",
+                            command=words[0], code="BAD_COMMAND", message=str(error))
+                        status = 3
+                nursery.cancel_scope.cancel()
+    except lc.LobbyUnavailable as error:
+        click.echo(f"echo-lobby-client: {error}", err=True)
+        return 1
+    return status
+
+
+async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
+    verb, args = words[0], words[1:]
+    match verb:
+        case "create":
+            name = args[0]
+            rest = args[1:]
+            size = int(rest.pop(0)) if rest and rest[0].isdigit() else 8
+            private = bool(rest and rest[0] == "private")
+            if private:
+                rest = rest[1:]
+            lobby_id = await lobby.create(name, size, private=private, metadata=_pairs(rest))
+            out("joined", lobby_id, lobby.server, lobby_id=lobby_id, server=lobby.server)
+        case "join":
+            lobby_id = await lobby.join(int(args[0]))
+            out("joined", lobby_id, lobby.server, lobby_id=lobby_id, server=lobby.server)
+        case "code":
+            lobby_id = await lobby.join_code(args[0])
+            out("joined", lobby_id, lobby.server, lobby_id=lobby_id, server=lobby.server)
+        case "quick":
+            filters, _ = _filters(args)
+            lobby_id = await lobby.quick_join(filters)
+            out("joined", lobby_id, lobby.server, lobby_id=lobby_id, server=lobby.server)
+        case "search":
+            filters, page = _filters(args)
+            for listing in await lobby.search_all(filters, limit=page):
+                out(
+                    "lobby",
+                    listing.lobby_id,
+                    listing.name,
+                    f"{listing.member_count}/{listing.max_members}",
+                    f"home={listing.home}",
+                    *(f"{k}={v}" for k, v in listing.metadata.items()),
+                    lobby_id=listing.lobby_id,
+                    name=listing.name,
+                    members=listing.member_count,
+                    max=listing.max_members,
+                    home=listing.home,
+                    metadata=dict(listing.metadata),
+                )
+            out("ok", verb, command=verb)
+            return
+        case "leave":
+            await lobby.leave()
+        case "meta":
+            await lobby.set_metadata(_pairs(args))
+        case "lock":
+            await lobby.lock(True)
+        case "unlock":
+            await lobby.lock(False)
+        case "kick":
+            await lobby.kick(args[0])
+        case "ban":
+            await lobby.ban(args[0])
+        case "transfer":
+            await lobby.transfer(args[0])
+        case "attr":
+            await lobby.set_attributes(_pairs(args))
+        case "ready":
+            await lobby.ready(True)
+        case "unready":
+            await lobby.ready(False)
+        case "chat":
+            await lobby.chat(" ".join(args))
+        case "start":
+            await lobby.start()
+        case "sleep":
+            await trio.sleep(float(args[0]))
+        case "state":
+            replica = lobby.replica
+            if replica is None:
+                out("state", "none", lobby_id=None)
+            else:
+                snap = replica.snapshot()
+                out(
+                    "state",
+                    snap.lobby_id,
+                    lobby_id=snap.lobby_id,
+                    owner=snap.owner,
+                    members=[m.member_id for m in snap.members],
+                    ready=[m.member_id for m in snap.members if m.ready],
+                    metadata=dict(snap.metadata),
+                )
+            return
+        case _:
+            raise ValueError(f"unknown command {verb!r}")
+    if verb not in {"create", "join", "code", "quick"}:
+        out("ok", verb, command=verb)
+
+
+# --------------------------------------------------------------------------------------------
+# echo-lobby-announce
+
+ANNOUNCE_EPILOG = """\b
+Run next to a game server (echo-server --ticket-key KEYFILE, or your own on echo.session with
+an admission hook): every --interval seconds it tells the lobby servers on --topics that the
+server --server-id at --address has --slots free slots. Lobby servers forget a server 5 s
+after its last announcement. The id must be what the game server checks tickets for
+(echo-server: --server-id, else ADDRESS:PORT).
+\b
+Exit status: 0 stopped by SIGINT/SIGTERM; 1 a topic server that does not resolve; 2 a bad
+command line.
+"""
+
+
+@click.command(epilog=ANNOUNCE_EPILOG)
+@click.option("--topics", required=True, help="Comma-separated HOST:PORT of topic servers.")
+@click.option("--address", required=True, help="HOST:PORT where the game server admits sessions.")
+@click.option("--server-id", default=None, help="The game server's id [default: --address].")
+@click.option(
+    "--slots", default=16, show_default=True, type=click.IntRange(0, 65535),
+    help="Free slots to announce.",
+)
+@click.option(
+    "--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
+    help="Seconds between announcements.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    default="console",
+    show_default=True,
+)
+def announce_main(
+    topics: str, address: str, server_id: str | None, slots: int, interval: float,
+    log_format: str,
+) -> None:
+    """Announce a game server and its free slots to the lobby servers."""
+    from echo.lobby.games import GameServerAnnouncement, encode_announcement
+    from echo.lobby.protocol import LobbyProtocolError
+    from echo.log import configure_logging
+
+    configure_logging(log_format, "info")  # type: ignore[arg-type]
+    listed = _server_list(topics, "--topics")
+    if not listed:
+        raise click.BadParameter("no servers listed", param_hint="--topics")
+    announcement = GameServerAnnouncement(server_id or address, address, slots)
+    try:
+        encode_announcement(announcement)
+    except LobbyProtocolError as error:
+        raise click.UsageError(str(error)) from None
+    try:
+        trio.run(_announce, list(listed), announcement, interval)
+    except BaseException as error:
+        found = sole_error(error, OSError)
+        if found is None:
+            raise
+        click.echo(f"echo-lobby-announce: {one_line(found)}", err=True)
+        sys.exit(1)
+
+
+async def _announce(topics: list[str], announcement: Any, interval: float) -> None:
+    from echo.lobby.server import announce_game_server
+    from echo.topics import ClientConfig, open_topic_client
+
+    log = structlog.get_logger("echo.lobby")
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_topic_client(topics, ClientConfig(k=min(3, len(topics)))) as client:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    lambda: announce_game_server(client, lambda: announcement, interval=interval)
+                )
+                log.info("announcing", **attrs.asdict(announcement), at=time.time())
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m echo.lobby.cli server|client|announce`
+    {"server": server_main, "client": client_main, "announce": announce_main}[sys.argv.pop(1)]()

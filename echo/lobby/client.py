@@ -1,0 +1,772 @@
+"""The lobby library a game embeds (issue 18 item 6)::
+
+    import echo.lobby
+
+    async with echo.lobby.connect(["10.0.0.1:7600", "10.0.0.2:7600"], member="alice") as lobby:
+        lobby_id = await lobby.create("alice's room", max_members=4, metadata={"mode": "duel"})
+        await lobby.ready()
+        async for event in lobby.events():     # updates, chat lines, GameStarting, ...
+            ...
+
+The client talks to one lobby server at a time over one `echo.session` session carrying the
+lobby's three logical channels (`echo.lobby.server.lobby_channel_specs`). It keeps a
+`LobbyReplica` of its lobby from the snapshot and the versioned updates (a gap asks for a
+snapshot again). A lobby's home is the first server of its id on the consistent-hashing ring of
+the lobby-server list (`echo.lobby.home`); every member computes it alone, so:
+
+- when the session to the home drops, the client first tries the home again (same seat: within
+  the server's grace period the seat is kept), and if the home does not answer it re-creates
+  the lobby on the next server of the ring from its replica (`RecreateLobby`); every member
+  does the same, so they meet there within a few seconds (liveness 2 s + one retry);
+- a join by id goes to the id's home; a join code is made to land on its server, so a join by
+  code goes to the code's home; both walk on along the ring past dead servers.
+
+Errors: a refused request raises `LobbyError` (`.code`, an `ErrorCode`, and the server's
+message); no reachable server raises `LobbyUnavailable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+import structlog
+import trio
+
+from echo.channels import ChannelsClosed, open_channels
+from echo.channels.api import Channels
+from echo.lobby.hello import Hello, encode_hello, parse_welcome_untrusted
+from echo.lobby.home import failover_home
+from echo.lobby.protocol import (
+    I64_MAX,
+    I64_MIN,
+    BanMember,
+    Channel,
+    ChatLine,
+    CreateLobby,
+    Done,
+    ErrorCode,
+    Filter,
+    FreeSlots,
+    GameStarting,
+    JoinByCode,
+    JoinLobby,
+    KickMember,
+    LeaveLobby,
+    LobbyJoined,
+    LobbyListing,
+    LobbyProtocolError,
+    LobbySnapshot,
+    NumberRange,
+    QuickJoin,
+    Refusal,
+    Reply,
+    Request,
+    SearchLobbies,
+    SearchResults,
+    SendChat,
+    SetAttributes,
+    SetLocked,
+    SetMetadata,
+    SetReady,
+    StartGame,
+    StringEquals,
+    TransferOwner,
+    Update,
+    Value,
+    channel_of,
+    encode,
+    parse_server_message_untrusted,
+)
+from echo.lobby.replica import ApplyResult, LobbyReplica
+from echo.lobby.server import code_walk, lobby_channel_specs
+from echo.session import HandshakeTimeout, LostContact, SessionError
+from echo.session import connect as session_connect
+from echo.session.timers import echo_timers
+from echo.topics.ring import HashRing
+from echo.transport import TransportConfig
+
+log = structlog.get_logger("echo.lobby.client")
+
+#: The home's heartbeats come every 0.5 s; silence this long means the session is gone. With
+#: one retry of `RETRY_TIMEOUT` this keeps a re-created lobby within the issue's 5 s.
+CLIENT_LIVENESS = 1.5
+RETRY_TIMEOUT = 1.0
+#: How long a handshake with a lobby server may take before the next server is tried (a
+#: handshake on a working network takes one or two round trips).
+CONNECT_TIMEOUT = 3.0
+
+
+class LobbyError(Exception):
+    """The lobby server refused a request."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class LobbyUnavailable(Exception):
+    """No lobby server could be reached (or the one that holds the lobby is gone)."""
+
+
+@attrs.frozen
+class Rehomed:
+    """The lobby's home died; this member re-created (or joined) it on `server`."""
+
+    lobby_id: int
+    server: str
+
+
+@attrs.frozen
+class Reconnected:
+    """The session dropped and came back to `server` (the seat was kept)."""
+
+    server: str
+
+
+@attrs.frozen
+class Left:
+    """This member is no longer in the lobby (`reason`: left, kicked, banned, dropped, ...)."""
+
+    lobby_id: int
+    reason: str
+
+
+Event = Update | ChatLine | GameStarting | Rehomed | Reconnected | Left
+
+
+def split_server(server: str) -> tuple[str, int, int]:
+    """``host:port`` (control port = port + 1), ``host:port:control``, ``[v6]:port[:control]``."""
+    if server.startswith("["):
+        host, _, rest = server[1:].partition("]")
+        numbers = rest[1:].split(":") if rest.startswith(":") else []
+    else:
+        host, *numbers = server.split(":")
+    if not host or len(numbers) not in (1, 2) or not all(n.isdigit() for n in numbers):
+        raise ValueError(f"{server!r} is not host:port")
+    port = int(numbers[0])
+    control = int(numbers[1]) if len(numbers) == 2 else port + 1
+    if not 0 < port < 65536 or not 0 < control < 65536:
+        raise ValueError(f"{server!r} is not host:port")
+    return host, port, control
+
+
+def filters_from(
+    equals: Mapping[str, str] | None = None,
+    ranges: Mapping[str, tuple[int | None, int | None]] | None = None,
+    free_slots: int | None = None,
+) -> tuple[Filter, ...]:
+    """Search filters: ``equals={"mode": "duel"}, ranges={"skill": (10, 20)}, free_slots=2``."""
+    out: list[Filter] = [StringEquals(k, v) for k, v in (equals or {}).items()]
+    for key, (low, high) in (ranges or {}).items():
+        out.append(
+            NumberRange(key, I64_MIN if low is None else low, I64_MAX if high is None else high)
+        )
+    if free_slots is not None:
+        out.append(FreeSlots(free_slots))
+    return tuple(out)
+
+
+class _Link:
+    """One session to one lobby server, with its channels."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.channels: Channels | None = None
+        self.closed = trio.Event()
+        self.close_reason = ""
+        self.dropped = False  # ended without our asking
+        self.wanted_close = False
+        self.cancel_scope = trio.CancelScope()
+        self.session: Any = None
+
+
+class LobbyClient:
+    """A member's connection to the lobby service. Use `connect`."""
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        member: str,
+        nursery: trio.Nursery,
+        transport: Any,
+        *,
+        timeout: float,
+        reconnect: bool,
+    ) -> None:
+        if not servers:
+            raise ValueError("the lobby-server list is empty")
+        for server in servers:
+            split_server(server)
+        self.servers = list(servers)
+        self.ring = HashRing(self.servers)
+        self.member = member
+        self.timeout = timeout
+        self.connect_timeout = min(timeout, CONNECT_TIMEOUT)
+        self.auto_reconnect = reconnect
+        self._nursery = nursery
+        self._transport = transport
+        self._link: _Link | None = None
+        self._request_ids = itertools.count(1)
+        self._pending: dict[int, trio.MemoryReceiveChannel[Reply]] = {}
+        self._pending_send: dict[int, trio.MemorySendChannel[Reply]] = {}
+        self._events_in, self._events_out = trio.open_memory_channel[Event](10_000)
+        self.events_dropped = 0
+        self.replica: LobbyReplica | None = None
+        self._seats: dict[int, bytes] = {}
+        self._changed = trio.Event()
+        self.dead: set[str] = set()
+        self._lock = trio.Lock()  # one server switch at a time
+        self._recovering = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def server(self) -> str | None:
+        """The lobby server this member is talking to."""
+        return None if self._link is None else self._link.server
+
+    @property
+    def lobby_id(self) -> int | None:
+        return None if self.replica is None else self.replica.lobby_id
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._iterate()
+
+    def events(self) -> AsyncIterator[Event]:
+        """Everything the server sends (updates, chat, game starts) and what the client does
+        on its own (`Rehomed`, `Reconnected`, `Left`), in arrival order."""
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Event]:
+        async for event in self._events_out:
+            yield event
+
+    async def next_event(self, kind: type | tuple[type, ...] = object) -> Any:
+        """The next event of `kind` (others before it are skipped)."""
+        while True:
+            event = await self._events_out.receive()
+            if isinstance(event, kind):
+                return event
+
+    async def wait_until(self, predicate: Any, timeout: float | None = None) -> None:
+        """Until predicate(self) holds (checked after every message)."""
+        with trio.fail_after(timeout if timeout is not None else self.timeout):
+            while not predicate(self):
+                changed = self._changed
+                await changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _event(self, event: Event) -> None:
+        try:
+            self._events_in.send_nowait(event)
+        except trio.WouldBlock:
+            self.events_dropped += 1
+        except trio.ClosedResourceError:
+            pass  # the client is closing
+
+    # ------------------------------------------------------------------ links
+
+    async def _open(self, server: str, timeout: float) -> _Link:
+        """A new link to `server` (the old one closed first)."""
+        await self._close_link()
+        link = _Link(server)
+        try:
+            await self._nursery.start(self._run_link, link, timeout)
+        except (SessionError, OSError, trio.TooSlowError, ChannelsClosed) as error:
+            # Silence is what a dead server looks like; a server that answers with a refusal
+            # (its reason in the error) is alive, and stays on the members' walk of the ring.
+            if isinstance(error, HandshakeTimeout | LostContact | OSError | trio.TooSlowError):
+                self.dead.add(server)
+            raise LobbyUnavailable(f"{server}: {error}") from None
+        self.dead.discard(server)
+        self._link = link
+        return link
+
+    async def _close_link(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.wanted_close = True
+            link.cancel_scope.cancel()
+            await link.closed.wait()
+
+    async def _run_link(self, link: _Link, timeout: float, *, task_status: Any) -> None:
+        host, port, control = split_server(link.server)
+        started = False
+        try:
+            with link.cancel_scope:
+                async with session_connect(
+                    host, port, control, timeout=timeout, transport=self._transport
+                ) as session:
+                    link.session = session
+                    seat = b""
+                    if self.replica is not None:
+                        seat = self.replica.seat
+                    await session.send(encode_hello(Hello(self.member, seat)))
+                    with trio.fail_after(timeout):
+                        welcome = await session.receive()
+                    if parse_welcome_untrusted(welcome) is None:
+                        raise LobbyUnavailable(f"{link.server} is not a lobby server")
+                    async with open_channels(
+                        session, lobby_channel_specs(server=False)
+                    ) as channels:
+                        link.channels = channels
+                        started = True
+                        task_status.started()
+                        async with trio.open_nursery() as nursery:
+                            nursery.start_soon(self._read_quietly, link, Channel.REQUESTS)
+                            nursery.start_soon(self._read_quietly, link, Channel.CHAT)
+                            await self._read_quietly(link, Channel.UPDATES)
+                            nursery.cancel_scope.cancel()
+        except (SessionError, ChannelsClosed, trio.ClosedResourceError) as error:
+            if not started:
+                raise
+            link.close_reason = str(error)
+        finally:
+            link.closed.set()
+            if started and not link.wanted_close:
+                link.dropped = True
+                self._fail_pending(link)
+                if self._link is link:
+                    self._link = None
+                    self._nursery.start_soon(self._recover, link)
+            self._notify()
+
+    def _fail_pending(self, link: _Link) -> None:
+        for send in list(self._pending_send.values()):
+            send.close()
+
+    async def _read_quietly(self, link: _Link, ch: Channel) -> None:
+        try:
+            await self._read(link, ch)
+        except (SessionError, ChannelsClosed, trio.ClosedResourceError) as error:
+            link.close_reason = link.close_reason or str(error)
+
+    async def _read(self, link: _Link, ch: Channel) -> None:
+        assert link.channels is not None
+        async for delivery in link.channels[ch]:
+            try:
+                message = parse_server_message_untrusted(delivery.data)
+            except LobbyProtocolError as error:
+                log.warning("lobby_bad_server_message", server=link.server, error=str(error))
+                continue
+            self._on_message(message)
+            self._notify()
+        if ch is Channel.UPDATES:
+            link.close_reason = link.close_reason or "the server ended the session"
+
+    def _on_message(self, message: Any) -> None:
+        if isinstance(message, Refusal | Done | LobbyJoined | SearchResults):
+            if isinstance(message, LobbyJoined):
+                self._seats[message.lobby_id] = message.seat
+                if self.replica is not None and self.replica.lobby_id == message.lobby_id:
+                    self.replica.seat = message.seat
+            send = self._pending_send.get(message.request_id)
+            if send is not None:
+                with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError):
+                    send.send_nowait(message)
+            return
+        if isinstance(message, LobbySnapshot):
+            if self.replica is None or self.replica.lobby_id != message.lobby_id:
+                self.replica = LobbyReplica(
+                    self.member, message, self._seats.get(message.lobby_id, b"")
+                )
+            else:
+                self.replica.apply(message)
+            self._event(message)
+            return
+        if isinstance(message, ChatLine | GameStarting):
+            self._event(message)
+            return
+        replica = self.replica
+        if replica is None:
+            return
+        result = replica.apply(message)
+        if result is ApplyResult.GAP:
+            # Missed an update: ask for the whole state again.
+            self._nursery.start_soon(self._resync, replica.lobby_id)
+        elif result is ApplyResult.LEFT:
+            self.replica = None
+            reason = getattr(message, "reason", None)
+            self._event(message)
+            self._event(Left(replica.lobby_id, reason.name.lower() if reason else "left"))
+            return
+        if result is ApplyResult.APPLIED:
+            self._event(message)
+
+    async def _resync(self, lobby_id: int) -> None:
+        with contextlib.suppress(LobbyError, LobbyUnavailable):
+            await self._request(JoinLobby(0, lobby_id))
+
+    async def _recover(self, link: _Link) -> None:
+        """The session dropped. Back to the same server if it answers (the seat is kept for
+        the grace period); else, with a lobby, to the next server of its ring, re-creating it
+        from the replica."""
+        if "replaced by a new session" in link.close_reason:
+            # Another session of this member took the seat (another device, or this program
+            # restarted): coming back would only take it back and start a tug of war.
+            if self.replica is not None:
+                self._event(Left(self.replica.lobby_id, "replaced"))
+                self.replica = None
+            return
+        if not self.auto_reconnect:
+            return
+        async with self._lock:
+            if self._link is not None:
+                return
+            self._recovering = True
+            try:
+                shut_down = "shutting down" in link.close_reason
+                # After silence the server may be dead: retry briefly (the 5 s budget of a
+                # re-created lobby). After a close it answered, so it is most likely alive.
+                silent = "lost contact" in link.close_reason
+                if not shut_down:
+                    try:
+                        await self._open(
+                            link.server, RETRY_TIMEOUT if silent else self.connect_timeout
+                        )
+                    except LobbyUnavailable:
+                        pass
+                    else:
+                        self._event(Reconnected(link.server))
+                        if self.replica is not None:
+                            await self._check_still_there(self.replica)
+                        return
+                self.dead.add(link.server)
+                replica = self.replica
+                if replica is None:
+                    return
+                await self._rehome(replica)
+            except LobbyUnavailable as error:
+                log.warning("lobby_unavailable", member=self.member, error=str(error))
+            finally:
+                self._recovering = False
+                self._notify()
+
+    async def _check_still_there(self, replica: LobbyReplica) -> None:
+        """Back on the same server: if it restarted meanwhile it has forgotten the lobby, and
+        it is still the lobby's home, so the lobby is re-created there from our copy."""
+        reply = await self._exchange(JoinLobby(self._next_id(), replica.lobby_id))
+        if isinstance(reply, Refusal) and reply.code is ErrorCode.NO_SUCH_LOBBY:
+            recreated = await self._exchange(replica.recreate_request(self._next_id()))
+            if isinstance(recreated, LobbyJoined):
+                self._event(Rehomed(replica.lobby_id, self.server or ""))
+
+    async def _rehome(self, replica: LobbyReplica) -> None:
+        while True:
+            target = failover_home(self.ring, replica.lobby_id, self.dead)
+            if target is None:
+                raise LobbyUnavailable("every lobby server of this lobby is gone")
+            try:
+                await self._open(target, self.connect_timeout)
+            except LobbyUnavailable:
+                continue  # _open marked it dead
+            reply = await self._exchange(replica.recreate_request(self._next_id()))
+            if isinstance(reply, LobbyJoined):
+                self._event(Rehomed(replica.lobby_id, target))
+                return
+            if isinstance(reply, Refusal) and reply.code is ErrorCode.RECREATE_REFUSED:
+                # It lives there already (another member's copy made it, or we are a member):
+                # a join with our seat brings the state.
+                joined = await self._exchange(JoinLobby(self._next_id(), replica.lobby_id))
+                if isinstance(joined, LobbyJoined):
+                    self._event(Rehomed(replica.lobby_id, target))
+                    return
+            raise LobbyUnavailable(f"the lobby could not be re-created on {target}: {reply}")
+
+    # ------------------------------------------------------------------ requests
+
+    def _next_id(self) -> int:
+        return next(self._request_ids) % 2**32 or next(self._request_ids)
+
+    async def _exchange(self, request: Request) -> Reply:
+        """Send on the current link and wait for the reply (no retry)."""
+        link = self._link
+        if link is None or link.channels is None:
+            raise LobbyUnavailable("not connected to a lobby server")
+        send, receive = trio.open_memory_channel[Reply](1)
+        rid = request.request_id
+        self._pending_send[rid] = send
+        try:
+            with trio.fail_after(self.timeout):
+                await link.channels[channel_of(request)].send(encode(request))
+                try:
+                    return await receive.receive()
+                except trio.EndOfChannel:
+                    raise LobbyUnavailable(f"{link.server}: the session dropped") from None
+        except ChannelsClosed as error:
+            raise LobbyUnavailable(f"{link.server}: {error.reason}") from None
+        except trio.TooSlowError:
+            raise LobbyUnavailable(f"{link.server}: no reply in {self.timeout} s") from None
+        finally:
+            self._pending_send.pop(rid, None)
+
+    async def _request(self, request: Request, server: str | None = None) -> Reply:
+        """On `server` (or the current one, or the member's own server), refusals raised."""
+        request = attrs.evolve(request, request_id=self._next_id())
+        await self._wait_recovered()
+        if server is not None and self.server != server:
+            async with self._lock:
+                await self._open(server, self.connect_timeout)
+        elif self._link is None:
+            await self._connect_any()
+        reply = await self._exchange(request)
+        if isinstance(reply, Refusal):
+            raise LobbyError(reply.code, reply.message)
+        return reply
+
+    async def _wait_recovered(self) -> None:
+        if self._recovering:
+            await self.wait_until(lambda c: not c._recovering, timeout=self.timeout * 2)
+
+    async def _connect_any(self) -> None:
+        """The member's own server by CH of its id, or the next that answers."""
+        async with self._lock:
+            if self._link is not None:
+                return
+            order = self.ring.servers_for(f"member:{self.member}", len(self.servers))
+            errors = []
+            for server in sorted(order, key=lambda s: s in self.dead):
+                try:
+                    await self._open(server, self.connect_timeout)
+                    return
+                except LobbyUnavailable as error:
+                    errors.append(str(error))
+            raise LobbyUnavailable("no lobby server answered: " + "; ".join(errors))
+
+    async def _joined(self, reply: Reply) -> int:
+        assert isinstance(reply, LobbyJoined)
+        lobby_id = reply.lobby_id
+        await self.wait_until(lambda c: c.replica is not None and c.replica.lobby_id == lobby_id)
+        return lobby_id
+
+    def _not_in_a_lobby(self, allowed: int | None = None) -> None:
+        # Checked here too: moving to another server for another lobby would leave this
+        # lobby's seat reconnecting on its own server.
+        if self.replica is not None and self.replica.lobby_id != allowed:
+            raise LobbyError(ErrorCode.ALREADY_IN_LOBBY, "already in a lobby: leave it first")
+
+    def _require_lobby(self) -> int:
+        if self.replica is None:
+            raise LobbyError(ErrorCode.NOT_MEMBER, "not in a lobby")
+        return self.replica.lobby_id
+
+    # ------------------------------------------------------------------ the API
+
+    async def connect(self) -> None:
+        """Open a session to this member's server now (otherwise the first request does)."""
+        await self._connect_any()
+
+    async def create(
+        self,
+        name: str,
+        max_members: int = 8,
+        *,
+        private: bool = False,
+        metadata: Mapping[str, Value] | None = None,
+    ) -> int:
+        """Create a lobby on the current server (its id lands there by CH); its id."""
+        self._not_in_a_lobby()
+        reply = await self._request(CreateLobby(0, name, max_members, private, metadata or {}))
+        return await self._joined(reply)
+
+    async def join(self, lobby_id: int) -> int:
+        """Join by id on the lobby's home (walking on past dead servers)."""
+        self._not_in_a_lobby(allowed=lobby_id)
+        last: Exception | None = None
+        for _ in range(len(self.servers)):
+            home = failover_home(self.ring, lobby_id, self.dead)
+            if home is None:
+                break
+            try:
+                reply = await self._request(JoinLobby(0, lobby_id), server=home)
+                return await self._joined(reply)
+            except LobbyUnavailable as error:
+                last = error
+        raise LobbyUnavailable(f"no server holds lobby {lobby_id}: {last}")
+
+    async def join_code(self, code: str) -> int:
+        """Join a private lobby by its code: the code's own server first, then along its ring."""
+        self._not_in_a_lobby()
+        code = code.strip().upper()
+        refusal: LobbyError | None = None
+        for server in code_walk(self.ring, code, len(self.servers)):
+            if server in self.dead:
+                continue
+            try:
+                reply = await self._request(JoinByCode(0, code), server=server)
+                return await self._joined(reply)
+            except LobbyError as error:
+                if error.code is not ErrorCode.NO_SUCH_CODE:
+                    raise
+                refusal = refusal or error
+            except LobbyUnavailable:
+                continue
+        raise refusal or LobbyError(ErrorCode.NO_SUCH_CODE, "no lobby has this code")
+
+    async def quick_join(self, filters: Sequence[Filter] = ()) -> int:
+        """Join the fullest open lobby that matches, on the current server, then the others."""
+        self._not_in_a_lobby()
+        first = self.server
+        order = [s for s in ([first] if first else []) + self.servers if s not in self.dead]
+        refusal: LobbyError | None = None
+        for server in dict.fromkeys(order):
+            try:
+                reply = await self._request(QuickJoin(0, tuple(filters)), server=server)
+                return await self._joined(reply)
+            except LobbyError as error:
+                if error.code is not ErrorCode.NO_MATCH:
+                    raise
+                refusal = refusal or error
+            except LobbyUnavailable:
+                continue
+        raise refusal or LobbyError(ErrorCode.NO_MATCH, "no open lobby matches")
+
+    async def search(
+        self, filters: Sequence[Filter] = (), *, cursor: int | None = None, limit: int = 20
+    ) -> SearchResults:
+        """One page of every server's listed lobbies (each names its `home`)."""
+        reply = await self._request(SearchLobbies(0, tuple(filters), cursor, limit))
+        assert isinstance(reply, SearchResults)
+        return reply
+
+    async def search_all(
+        self, filters: Sequence[Filter] = (), limit: int = 20
+    ) -> list[LobbyListing]:
+        """Every page of a search."""
+        out: list[LobbyListing] = []
+        cursor: int | None = None
+        while True:
+            page = await self.search(filters, cursor=cursor, limit=limit)
+            out.extend(page.listings)
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
+
+    async def leave(self) -> None:
+        lobby_id = self._require_lobby()
+        await self._request(LeaveLobby(0, lobby_id))
+        if self.replica is not None and self.replica.lobby_id == lobby_id:
+            self.replica = None
+
+    async def set_metadata(self, changes: Mapping[str, Value | None]) -> None:
+        await self._request(SetMetadata(0, self._require_lobby(), dict(changes)))
+
+    async def lock(self, locked: bool = True) -> None:
+        await self._request(SetLocked(0, self._require_lobby(), locked))
+
+    async def kick(self, member: str) -> None:
+        await self._request(KickMember(0, self._require_lobby(), member))
+
+    async def ban(self, member: str) -> None:
+        await self._request(BanMember(0, self._require_lobby(), member))
+
+    async def transfer(self, member: str) -> None:
+        await self._request(TransferOwner(0, self._require_lobby(), member))
+
+    async def set_attributes(self, changes: Mapping[str, Value | None]) -> None:
+        await self._request(SetAttributes(0, self._require_lobby(), self.member, dict(changes)))
+
+    async def ready(self, ready: bool = True) -> None:
+        await self._request(SetReady(0, self._require_lobby(), self.member, ready))
+
+    async def chat(self, text: str) -> None:
+        """Send a chat line; returns once the server took it (held back by credit when
+        sending faster than the server's chat rate)."""
+        await self._request(SendChat(0, self._require_lobby(), text))
+
+    async def start(self) -> None:
+        """Owner only: every member gets a `GameStarting` with its ticket."""
+        await self._request(StartGame(0, self._require_lobby()))
+
+    async def request(self, request: Request) -> Reply:
+        """Any request as it is (tests, tools); refusals raise `LobbyError`."""
+        return await self._request(request)
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    servers: Sequence[str],
+    *,
+    member: str,
+    timeout: float = 10.0,
+    reconnect: bool = True,
+    transport: Any = None,
+    transport_config: TransportConfig | None = None,
+    connect_now: bool = True,
+) -> AsyncIterator[LobbyClient]:
+    """A member's lobby client over `servers` (``host:port`` of every lobby server, the same
+    list on every member: it is the ring). Leaving the block closes the session without
+    leaving the lobby: the seat is kept for the server's grace period."""
+
+    try:
+        async with _client(
+            servers, member, timeout, reconnect, transport, transport_config, connect_now
+        ) as client:
+            yield client
+    except BaseExceptionGroup as group:
+        # Our nurseries wrap whatever crosses them; the caller should see LobbyUnavailable
+        # (or its own exception) itself.
+        sole = _sole(group)
+        if sole is None:
+            raise
+        raise sole from None
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        if len(found.exceptions) != 1:
+            return None
+        found = found.exceptions[0]
+    return None if isinstance(found, trio.Cancelled) else found
+
+
+@contextlib.asynccontextmanager
+async def _client(
+    servers: Sequence[str],
+    member: str,
+    timeout: float,
+    reconnect: bool,
+    transport: Any,
+    transport_config: TransportConfig | None,
+    connect_now: bool,
+) -> AsyncIterator[LobbyClient]:
+    from echo.session.client import client_transport_config
+    from echo.transport import open_transport
+
+    async with contextlib.AsyncExitStack() as stack:
+        if transport is None:
+            config = transport_config or echo_timers(image_liveness_timeout=CLIENT_LIVENESS)
+            transport = await stack.enter_async_context(
+                open_transport(client_transport_config(config))
+            )
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        client = LobbyClient(
+            servers, member, nursery, transport, timeout=timeout, reconnect=reconnect
+        )
+        try:
+            if connect_now:
+                await client.connect()
+            yield client
+        finally:
+            client.auto_reconnect = False
+            client._events_in.close()  # an `async for` over the events ends
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(2):
+                    await client._close_link()
+            nursery.cancel_scope.cancel()
+
+
+def shuffled(servers: Sequence[str], rng: random.Random | None = None) -> list[str]:
+    out = list(servers)
+    (rng or random).shuffle(out)
+    return out

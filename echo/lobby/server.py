@@ -1,0 +1,608 @@
+"""The lobby server: one trio driver around `LobbyRegistry` (issue 18).
+
+A `SessionServer` application. Each member's session starts with the hello of
+`echo.lobby.hello` (who it is; its seat if it sits in a lobby here), then carries the lobby's
+three logical channels (`echo.lobby.protocol.Channel`): requests and replies, state updates,
+chat. All registry calls happen in this one trio thread with ``now = trio.current_time()``.
+
+Why the pieces are shaped as they are:
+
+- **Chat never delays state.** Each member's outgoing messages go through one bounded queue
+  and one writer task per channel, so a chat channel waiting for a slow member's credit never
+  holds up its updates. A member's incoming chat is read at its chat rate (the registry's
+  `chat_limit`): while the reader waits, that channel's guarantees run out and the flooding
+  member's `send` is held back by credit (seed 003), on its own channel only.
+- **A slow member does not slow the others.** Sending to a member never blocks the driver: a
+  chat line that does not fit that member's queue is dropped for it (counted); an update that
+  does not fit closes its session (it comes back with a snapshot: updates carry versions).
+- **Reconnection.** A dropped session leaves the seat RECONNECTING for the grace period
+  (`LobbyConfig.reconnect_grace`); a new session of the member with its seat takes it back.
+- **Many servers.** The server only creates lobbies (and join codes) whose home is itself on
+  the consistent-hashing ring of the lobby-server list, so members find a lobby's home from its
+  id alone. Listings go out on a topic (soft state, refreshed) and other servers' listings come
+  in, so a search sees every server; game servers' announcements come in on another topic.
+- **Bad input** is a `Refusal` with a code (undecodable bytes: BAD_REQUEST), counted; it never
+  raises here.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import attrs
+import structlog
+import trio
+
+from echo.channels import ChannelsClosed, ChannelSpec, open_channels
+from echo.channels.api import Channels
+from echo.lobby.games import (
+    GameServerAnnouncement,
+    GameServerDirectory,
+    encode_announcement,
+    parse_announcement_untrusted,
+)
+from echo.lobby.hello import HelloError, encode_welcome, parse_hello_untrusted
+from echo.lobby.home import home_of
+from echo.lobby.limits import LobbyConfig, TokenBucket
+from echo.lobby.listings import (
+    ListingBoard,
+    encode_listing_record,
+    parse_listing_record_untrusted,
+)
+from echo.lobby.protocol import (
+    MAX_MESSAGE_BYTES,
+    Channel,
+    ChatLine,
+    CreateLobby,
+    ErrorCode,
+    GameStarting,
+    LobbyJoined,
+    LobbyProtocolError,
+    MemberJoined,
+    MemberLeft,
+    RecreateLobby,
+    Refusal,
+    Request,
+    StartGame,
+    channel_of,
+    encode,
+    parse_request_untrusted,
+)
+from echo.lobby.state import LobbyRegistry, Send, random_join_code, random_lobby_id
+from echo.lobby.tickets import TicketIssuer, TicketKey, TicketSeats
+from echo.session import ServerConfig, Session, SessionError, SessionServer
+from echo.session.server import EventSink
+from echo.topics.ring import HashRing
+
+log = structlog.get_logger("echo.lobby")
+
+LISTINGS_TOPIC = "echo-lobby/listings"
+GAMES_TOPIC = "echo-lobby/games"
+
+
+def lobby_channel_specs(*, server: bool) -> list[ChannelSpec]:
+    """The lobby's logical channels. Capacities are each side's receive buffers: the server
+    takes requests up to the largest message (a recreate carries a whole lobby) and hardly
+    anything on the updates channel (members send nothing there); chat holds a few lines, so a
+    flood runs out of credit at once. Chat has the lowest priority on the wire."""
+    if server:
+        caps = {Channel.REQUESTS: MAX_MESSAGE_BYTES, Channel.UPDATES: 1024, Channel.CHAT: 2048}
+    else:
+        caps = {
+            Channel.REQUESTS: MAX_MESSAGE_BYTES,
+            Channel.UPDATES: MAX_MESSAGE_BYTES,
+            Channel.CHAT: 16 * 1024,
+        }
+    return [
+        ChannelSpec(Channel.REQUESTS, capacity=caps[Channel.REQUESTS], priority=0),
+        ChannelSpec(Channel.UPDATES, capacity=caps[Channel.UPDATES], priority=0),
+        ChannelSpec(Channel.CHAT, capacity=caps[Channel.CHAT], priority=1),
+    ]
+
+
+@attrs.frozen
+class LobbyServerConfig:
+    """Everything one lobby server needs besides its sockets' `ServerConfig`.
+
+    server_id      this server's name on the ring and in listings; members reach it as
+                   "host:port" (the all-clients port; the control port is port + 1 unless the
+                   members' list says otherwise), so by default it is exactly that
+    lobby_servers  every lobby server's id, this one included: the consistent-hashing ring
+    topics         topic servers ("host:port") for listings and game-server announcements;
+                   empty: no listings from others and no games
+    seat_keys      the key every lobby server shares to sign seats (first signs); empty: a
+                   random key of this process (seats then only work on this server)
+    ticket_keys    the game servers' key for game tickets (first signs); empty: no starts
+    """
+
+    lobby: LobbyConfig = attrs.Factory(LobbyConfig)
+    server_id: str = ""
+    lobby_servers: tuple[str, ...] = ()
+    topics: tuple[str, ...] = ()
+    seat_keys: tuple[TicketKey, ...] = ()
+    seat_ttl: float = 24 * 3600.0
+    ticket_keys: tuple[TicketKey, ...] = ()
+    ticket_ttl: float = 30.0
+    hello_timeout: float = 10.0
+    listings_topic: str = LISTINGS_TOPIC
+    games_topic: str = GAMES_TOPIC
+    listing_ttl: float = 10.0  # how long other servers keep our listings without a refresh
+    listing_interval: float = 0.25  # changed listings are published this often
+    game_ttl: float = 5.0
+    updates_queue: int = 4096  # messages queued for one member before it is cut off
+    chat_queue: int = 256  # chat lines queued for one member before lines are dropped for it
+    topic_k: int = 3
+
+
+class _Conn:
+    """One member's live session: its channels and the bounded queues that feed them."""
+
+    def __init__(self, member_id: str, session: Session, config: LobbyServerConfig) -> None:
+        self.member_id = member_id
+        self.session = session
+        self.channels: Channels | None = None
+        sizes = {
+            Channel.REQUESTS: config.updates_queue,
+            Channel.UPDATES: config.updates_queue,
+            Channel.CHAT: config.chat_queue,
+        }
+        self.queues: dict[Channel, Any] = {}
+        self.outlets: dict[Channel, Any] = {}
+        for ch, size in sizes.items():
+            send, receive = trio.open_memory_channel[bytes](size)
+            self.queues[ch] = send
+            self.outlets[ch] = receive
+        self.closing: str | None = None
+
+
+class LobbyServer:
+    """The lobby service on one `SessionServer`. ``await nursery.start(server.run)``."""
+
+    def __init__(
+        self,
+        session_config: ServerConfig,
+        config: LobbyServerConfig | None = None,
+        *,
+        events: EventSink | None = None,
+        transport_config: Any = None,
+        clock: Callable[[], float] = time.time,
+        new_lobby_id: Callable[[], int] = random_lobby_id,
+        new_join_code: Callable[[], str] = random_join_code,
+    ) -> None:
+        config = config or LobbyServerConfig()
+        server_id = config.server_id or f"{session_config.address}:{session_config.port}"
+        lobby_servers = config.lobby_servers or (server_id,)
+        if server_id not in lobby_servers:
+            raise ValueError(f"the lobby-server list does not name this server ({server_id})")
+        self.config = attrs.evolve(config, server_id=server_id, lobby_servers=lobby_servers)
+        self.server_id = server_id
+        self.session_config = session_config
+        self.ring = HashRing(list(lobby_servers))
+        self.events: EventSink | None = events
+        seat_keys = config.seat_keys or (TicketKey(1, secrets.token_bytes(32)),)
+        self.seats = TicketSeats(
+            seat_keys[0],
+            ttl=config.seat_ttl,
+            clock=clock,
+            retired={k.key_id: k.secret for k in seat_keys[1:]},
+        )
+        self.games = GameServerDirectory(ttl=config.game_ttl)
+        tickets = (
+            TicketIssuer(config.ticket_keys[0], ttl=config.ticket_ttl, clock=clock)
+            if config.ticket_keys
+            else None
+        )
+        self.board = ListingBoard(server_id, ttl=config.listing_ttl)
+        self._new_lobby_id = new_lobby_id
+        self._new_join_code = new_join_code
+        self.registry = LobbyRegistry(
+            config.lobby,
+            new_lobby_id=self._home_lobby_id,
+            new_join_code=self._home_join_code,
+            seats=self.seats,
+            games=self.games,
+            tickets=tickets,
+            server_id=server_id,
+            board=self.board,
+        )
+        self.sessions = SessionServer(
+            session_config, self._app, events=events, transport_config=transport_config
+        )
+        self.conns: dict[str, _Conn] = {}
+        self.counters: Counter[str] = Counter()
+        self.topic_client: Any = None
+        self._wake_expiry = trio.Event()
+        self._listings_dirty = False
+
+    # ------------------------------------------------------------------ ids that land here
+
+    def _home_lobby_id(self) -> int:
+        """A fresh id whose home on the ring is this server (about N tries for N servers)."""
+        if len(self.config.lobby_servers) == 1:
+            return self._new_lobby_id()
+        for _ in range(64 * len(self.config.lobby_servers)):
+            lobby_id = self._new_lobby_id()
+            if 0 < lobby_id < 2**64 and home_of(self.ring, lobby_id).home == self.server_id:
+                return lobby_id
+        return self._new_lobby_id()  # pragma: no cover - astronomically unlikely
+
+    def _home_join_code(self) -> str:
+        """A code whose home is this server, so a member finds the lobby from the code."""
+        if len(self.config.lobby_servers) == 1:
+            return self._new_join_code()
+        for _ in range(64 * len(self.config.lobby_servers)):
+            code = self._new_join_code()
+            if code_home(self.ring, code) == self.server_id:
+                return code
+        return self._new_join_code()  # pragma: no cover
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.sessions.run)
+            nursery.start_soon(self._expiry_loop)
+            if self.config.topics:
+                await nursery.start(self._topics_loop)
+            self._emit(
+                "lobby_server_started",
+                address=self.session_config.address,
+                port=self.session_config.port,
+                control_port=self.session_config.control_port,
+            )
+            log.info(
+                "lobby_server_listening",
+                server_id=self.server_id,
+                port=self.session_config.port,
+                lobby_servers=len(self.config.lobby_servers),
+                topics=len(self.config.topics),
+            )
+            task_status.started(self)
+
+    async def stop(self, reason: str = "signal") -> None:
+        """Withdraw our listings, say goodbye to every member, stop."""
+        if self.topic_client is not None:
+            for listing in self.registry.listings():
+                self._publish_gone(listing.lobby_id)
+        self._emit("lobby_server_stopped", reason=reason, lobbies_open=len(self.registry))
+        await self.sessions.stop(reason)
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self.events is not None:
+            self.events.emit(event, **fields)
+
+    # ------------------------------------------------------------------ one member's session
+
+    async def _app(self, session: Session) -> None:
+        member_id = await self._authenticate(session)
+        if member_id is None:
+            return
+        conn = _Conn(member_id, session, self.config)
+        old = self.conns.get(member_id)
+        self.conns[member_id] = conn
+        try:
+            await session.send(encode_welcome(self.server_id))
+            async with open_channels(session, lobby_channel_specs(server=True)) as channels:
+                conn.channels = channels
+                if old is not None:
+                    # The member came back on a new session while the old one still looked
+                    # alive (its network changed): the new one wins and gets the state.
+                    old.closing = "replaced by a new session"
+                    self.counters["sessions_replaced"] += 1
+                    await old.session.close("replaced by a new session")
+                    lobby_id = self.registry.lobby_of(member_id)
+                    snapshot = None if lobby_id is None else self.registry.snapshot(lobby_id)
+                    if snapshot is not None:
+                        self._deliver((Send((member_id,), snapshot),))
+                else:
+                    self._deliver(self.registry.reconnected(member_id, trio.current_time()))
+                    self._wake_expiry.set()
+                async with trio.open_nursery() as nursery:
+                    for ch in Channel:
+                        nursery.start_soon(_quietly, self._writer, conn, ch)
+                    nursery.start_soon(_quietly, self._read_chat, conn)
+                    await _quietly(self._read_requests, conn)
+                    nursery.cancel_scope.cancel()
+        except _GONE:
+            pass
+        finally:
+            # No await here: this runs to the end even when the task is being cancelled.
+            if self.conns.get(member_id) is conn:
+                del self.conns[member_id]
+                self._deliver(self.registry.disconnected(member_id, trio.current_time()))
+                self._wake_expiry.set()
+            for queue in conn.queues.values():
+                queue.close()
+
+    async def _authenticate(self, session: Session) -> str | None:
+        """The hello: the member id, and its seat if it sits in a lobby here."""
+        with trio.move_on_after(self.config.hello_timeout):
+            data = await session.receive()
+            try:
+                hello = parse_hello_untrusted(data)
+            except HelloError as error:
+                self.counters["hellos_refused"] += 1
+                await session.close(f"bad hello: {error}")
+                return None
+            member_id = hello.member_id
+            limit = self.config.lobby.max_member_id_bytes
+            if len(member_id.encode()) > limit or not member_id.isprintable():
+                self.counters["hellos_refused"] += 1
+                await session.close(f"a member id is 1..{limit} printable bytes")
+                return None
+            lobby_id = self.registry.lobby_of(member_id)
+            if lobby_id is not None and not self.seats.check(hello.seat, lobby_id, member_id):
+                # Seated here (connected or reconnecting): only its own seat takes it back.
+                self.counters["hellos_refused"] += 1
+                await session.close("member seated in a lobby here: its seat is needed")
+                return None
+            if lobby_id is None and member_id in self.conns:
+                self.counters["hellos_refused"] += 1
+                await session.close("member id in use")
+                return None
+            return member_id
+        self.counters["hellos_timed_out"] += 1
+        await session.close("no hello")
+        return None
+
+    async def _read_requests(self, conn: _Conn) -> None:
+        assert conn.channels is not None
+        async for delivery in conn.channels[Channel.REQUESTS]:
+            self._on_request(conn.member_id, delivery.data, Channel.REQUESTS)
+
+    async def _read_chat(self, conn: _Conn) -> None:
+        """Chat is read at the member's chat rate: a flood waits in its own channel's buffer,
+        and once that is full, at the sender, for credit."""
+        assert conn.channels is not None
+        limit = self.config.lobby.chat_limit
+        bucket = TokenBucket(limit, trio.current_time())
+        async for delivery in conn.channels[Channel.CHAT]:
+            while not bucket.take(trio.current_time()):  # noqa: ASYNC110 (a rate, not an event)
+                await trio.sleep(max(0.001, (1.0 - bucket.tokens) / limit.rate))
+            self._on_request(conn.member_id, delivery.data, Channel.CHAT)
+
+    async def _writer(self, conn: _Conn, ch: Channel) -> None:
+        assert conn.channels is not None
+        channel = conn.channels[ch]
+        async for data in conn.outlets[ch]:
+            await channel.send(data)
+        if conn.closing is not None:
+            await conn.session.close(conn.closing)
+
+    # ------------------------------------------------------------------ requests
+
+    def _on_request(self, member_id: str, data: bytes, arrived_on: Channel) -> None:
+        now = trio.current_time()
+        try:
+            request = parse_request_untrusted(data)
+        except LobbyProtocolError as error:
+            self.counters["bad_messages"] += 1
+            rid = int.from_bytes(data[1:5], "big") if len(data) >= 5 else 0
+            self._refused(member_id, "undecodable", ErrorCode.BAD_REQUEST)
+            self._reply(member_id, Refusal(rid, ErrorCode.BAD_REQUEST, f"bad message: {error}"))
+            return
+        if channel_of(request) is not arrived_on:
+            # The channel is part of the contract: chat on the requests channel would skip the
+            # chat pacing, and a request on the chat channel would wait behind chat.
+            self.counters["wrong_channel"] += 1
+            self._refused(member_id, type(request).__name__, ErrorCode.BAD_REQUEST)
+            self._reply(
+                member_id,
+                Refusal(request.request_id, ErrorCode.BAD_REQUEST, "sent on the wrong channel"),
+            )
+            return
+        before = self.registry.lobby_of(member_id)
+        handled = self.registry.handle(member_id, request, now)
+        reply = handled.reply
+        if isinstance(reply, Refusal):
+            self._refused(member_id, type(request).__name__, reply.code)
+        else:
+            self._note(member_id, request, reply, handled.sends, before)
+        self._reply(member_id, reply)
+        self._deliver(handled.sends)
+        self._wake_expiry.set()
+
+    def _refused(self, member_id: str, request: str, code: ErrorCode) -> None:
+        self.counters["refusals"] += 1
+        self._emit("lobby_refused", member_id=member_id, request=request, code=code.name)
+
+    def _note(
+        self,
+        member_id: str,
+        request: Request,
+        reply: Any,
+        sends: Sequence[Send],
+        before: int | None,
+    ) -> None:
+        """The telemetry events of one accepted request."""
+        if isinstance(request, CreateLobby | RecreateLobby) and isinstance(reply, LobbyJoined):
+            if before != reply.lobby_id:
+                snapshot = self.registry.snapshot(reply.lobby_id)
+                if snapshot is not None and isinstance(request, CreateLobby):
+                    self._emit(
+                        "lobby_created",
+                        lobby_id=reply.lobby_id,
+                        member_id=member_id,
+                        max_members=snapshot.max_members,
+                        visibility="private" if snapshot.private else "public",
+                    )
+                    self._emit(
+                        "lobby_joined", lobby_id=reply.lobby_id, member_id=member_id, members=1
+                    )
+        if isinstance(request, StartGame):
+            starts = [s.message for s in sends if isinstance(s.message, GameStarting)]
+            self._emit(
+                "lobby_started",
+                lobby_id=request.lobby_id,
+                members=self.registry.member_count(request.lobby_id) or 0,
+                game_server=starts[0].server_id if starts else "",
+            )
+
+    def _reply(self, member_id: str, reply: Any) -> None:
+        self._deliver((Send((member_id,), reply),))
+
+    def _deliver(self, sends: Sequence[Send]) -> None:
+        for out in sends:
+            message = out.message
+            ch = channel_of(message)
+            if isinstance(message, MemberJoined):
+                self._emit(
+                    "lobby_joined",
+                    lobby_id=message.lobby_id,
+                    member_id=message.member.member_id,
+                    members=self.registry.member_count(message.lobby_id) or 0,
+                )
+            elif isinstance(message, MemberLeft):
+                count = self.registry.member_count(message.lobby_id)
+                self._emit(
+                    "lobby_left",
+                    lobby_id=message.lobby_id,
+                    member_id=message.member_id,
+                    members=count or 0,
+                    reason=message.reason.name.lower(),
+                )
+                if count is None:
+                    self._emit("lobby_deleted", lobby_id=message.lobby_id, reason="empty")
+            elif isinstance(message, ChatLine):
+                self._emit(
+                    "lobby_chat",
+                    lobby_id=message.lobby_id,
+                    member_id=message.member_id,
+                    bytes=len(message.text.encode()),
+                )
+            if ch is Channel.UPDATES or isinstance(message, LobbyJoined):
+                self._listings_dirty = True
+            if not out.to:
+                continue
+            data = encode(message)
+            for member in out.to:
+                self._send_to(member, ch, data)
+
+    def _send_to(self, member_id: str, ch: Channel, data: bytes) -> None:
+        conn = self.conns.get(member_id)
+        if conn is None or conn.closing is not None:
+            return
+        try:
+            conn.queues[ch].send_nowait(data)
+        except trio.WouldBlock:
+            if ch is Channel.CHAT:
+                self.counters["chat_dropped"] += 1
+                return
+            # Updates cannot be skipped without a snapshot: the member reconnects for one.
+            self.counters["members_too_slow"] += 1
+            conn.closing = "too slow"
+            log.warning("lobby_member_too_slow", member_id=member_id)
+            # The updates writer drains what is queued, then closes the session.
+            conn.queues[Channel.UPDATES].close()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    # ------------------------------------------------------------------ timers
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            deadline = self.registry.next_deadline()
+            self._wake_expiry = trio.Event()
+            with trio.move_on_at(deadline if deadline is not None else math.inf):
+                await self._wake_expiry.wait()
+            now = trio.current_time()
+            if deadline is not None and now >= deadline:
+                self._deliver(self.registry.expire(now))
+
+    # ------------------------------------------------------------------ topics
+
+    async def _topics_loop(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from echo.topics import ClientConfig, open_topic_client
+
+        config = self.config
+        k = max(1, min(config.topic_k, len(config.topics)))
+        client_config = ClientConfig(k=k, max_datagram=8192)
+        async with open_topic_client(list(config.topics), client_config) as client:
+            self.topic_client = client
+            client.subscribe(config.listings_topic, config.games_topic)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._publish_listings)
+                task_status.started()
+                async for message in client.messages():
+                    self._on_topic(message.topic.decode("utf-8", "replace"), message.data)
+
+    def _on_topic(self, topic: str, data: bytes) -> None:
+        now = trio.current_time()
+        try:
+            if topic == self.config.listings_topic:
+                self.board.apply(parse_listing_record_untrusted(data), now)
+            elif topic == self.config.games_topic:
+                self.games.announce(parse_announcement_untrusted(data), now)
+        except LobbyProtocolError:
+            self.counters["bad_topic_records"] += 1
+
+    def _publish(self, record: Any) -> None:
+        try:
+            self.topic_client.publish(self.config.listings_topic, encode_listing_record(record))
+            self.counters["listings_published"] += 1
+        except (LobbyProtocolError, ValueError):
+            self.counters["listings_unpublishable"] += 1
+
+    def _publish_gone(self, lobby_id: int) -> None:
+        from echo.lobby.listings import ListingGone
+
+        self._publish(ListingGone(lobby_id, self.server_id))
+
+    async def _publish_listings(self) -> None:
+        """Changes as they happen (every `listing_interval`), everything every ttl/3: soft
+        state that a restarted or new server learns within one refresh."""
+        config = self.config
+        refresh_every = config.listing_ttl / 3
+        next_refresh = trio.current_time()
+        while True:
+            now = trio.current_time()
+            if self._listings_dirty or now >= next_refresh:
+                self._listings_dirty = False
+                changed, gone = self.registry.listing_changes()
+                if now >= next_refresh:
+                    changed = self.registry.listings()
+                    next_refresh = now + refresh_every
+                for record in [*changed, *gone]:
+                    self._publish(record)
+            self.board.expire(now)
+            await trio.sleep(config.listing_interval)
+
+
+async def announce_game_server(
+    topic_client: Any,
+    announcement: Callable[[], GameServerAnnouncement],
+    *,
+    topic: str = GAMES_TOPIC,
+    interval: float = 1.0,
+) -> None:
+    """A game server's side of the games topic: announce itself and its free slots every
+    `interval` seconds (soft state: lobby servers forget it `game_ttl` after the last one).
+    `announcement()` is asked each time, so the free slots can follow the server's load."""
+    while True:
+        topic_client.publish(topic, encode_announcement(announcement()))
+        await trio.sleep(interval)
+
+
+_GONE = (ChannelsClosed, SessionError, trio.ClosedResourceError, trio.BrokenResourceError)
+
+
+async def _quietly(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Run a task of one member's session; the session going away ends it, nothing more."""
+    try:
+        await fn(*args)
+    except _GONE:
+        pass
+
+
+def code_home(ring: HashRing, code: str) -> str:
+    """The lobby server a join code was made on (codes are chosen to land on their server)."""
+    return ring.servers_for(f"code:{code}", 1)[0]
+
+
+def code_walk(ring: HashRing, code: str, n: int) -> list[str]:
+    return ring.servers_for(f"code:{code}", n)

@@ -1,0 +1,105 @@
+"""The client library across several lobby servers: a lobby outlives its home."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import echo.lobby
+from echo.lobby.client import Rehomed, split_server
+from echo.lobby.home import failover_home, home_of
+from echo.lobby.protocol import Presence
+from tests.lobby.servers import cluster, until
+
+
+async def test_members_recreate_the_lobby_on_the_next_server_when_its_home_dies() -> None:
+    async with cluster(3) as c:
+        members = ["owner", "bob", "carol", "dave"]
+        async with (
+            echo.lobby.connect(c.names, member="owner") as owner,
+            echo.lobby.connect(c.names, member="bob") as bob,
+            echo.lobby.connect(c.names, member="carol") as carol,
+            echo.lobby.connect(c.names, member="dave") as dave,
+        ):
+            everyone = [owner, bob, carol, dave]
+            lobby_id = await owner.create("survivor", 6, metadata={"mode": "duel"})
+            home = home_of(c.lobby[0].ring, lobby_id).home
+            assert owner.server == home
+            for m in everyone[1:]:
+                await m.join(lobby_id)
+            await bob.ready()
+            await carol.set_attributes({"colour": "green"})
+            await owner.transfer("bob")
+            await owner.wait_until(
+                lambda m: m.replica.owner == "bob"
+                and m.replica.members["carol"].attributes == {"colour": "green"}
+            )
+            t0 = trio.current_time()
+            c.kill(c.by_name(home))
+            nxt = failover_home(c.lobby[0].ring, lobby_id, {home})
+            for m in everyone:
+                moved = await m.next_event(Rehomed)
+                assert moved == Rehomed(lobby_id, nxt)
+            elapsed = trio.current_time() - t0
+            print(f"failover took {elapsed:.2f} s")
+            assert elapsed < 5.0, f"the lobby took {elapsed:.1f} s to come back"
+            registry = c.by_name(nxt).registry
+            await until(
+                lambda: (s := registry.snapshot(lobby_id)) is not None
+                and all(m.presence is Presence.CONNECTED for m in s.members)
+                and len(s.members) == 4
+            )
+            snapshot = registry.snapshot(lobby_id)
+            assert snapshot is not None
+            assert [m.member_id for m in snapshot.members] == members
+            assert snapshot.owner == "bob" and snapshot.metadata == {"mode": "duel"}
+            states = {m.member_id: m for m in snapshot.members}
+            assert states["bob"].ready and states["carol"].attributes == {"colour": "green"}
+            # The lobby goes on there: chat and updates reach everyone.
+            await carol.chat("we made it")
+            for m in everyone:
+                await m.wait_until(lambda m: m.replica is not None and m.replica.owner == "bob")
+            # A member joining meanwhile finds it on the next server too.
+            async with echo.lobby.connect(c.names, member="erin") as erin:
+                assert await erin.join(lobby_id) == lobby_id
+                assert erin.server == nxt
+                await owner.wait_until(lambda m: "erin" in m.replica.members)
+
+
+async def test_connect_with_no_server_up_says_so() -> None:
+    with pytest.raises(echo.lobby.LobbyUnavailable, match="no lobby server answered"):
+        async with echo.lobby.connect(["127.0.0.1:9"], member="alone", timeout=0.5):
+            pass
+
+
+def test_server_names() -> None:
+    assert split_server("127.0.0.1:7600") == ("127.0.0.1", 7600, 7601)
+    assert split_server("10.0.0.1:7600:7700") == ("10.0.0.1", 7600, 7700)
+    assert split_server("[::1]:7600") == ("::1", 7600, 7601)
+    for bad in ("nohost", "h:0", "h:x"):
+        with pytest.raises(ValueError):
+            split_server(bad)
+
+
+async def test_a_home_that_restarts_empty_gets_the_lobby_back_from_its_members() -> None:
+    async with cluster(1) as c:
+        async with (
+            echo.lobby.connect(c.names, member="owner") as owner,
+            echo.lobby.connect(c.names, member="bob") as bob,
+        ):
+            lobby_id = await owner.create("phoenix", 4, metadata={"mode": "duel"})
+            await bob.join(lobby_id)
+            await bob.ready()
+            await owner.wait_until(lambda m: m.replica.members["bob"].ready)
+            fresh = await c.restart(c.lobby[0])
+            assert fresh.registry.snapshot(lobby_id) is None
+            for m in (owner, bob):
+                assert await m.next_event(Rehomed) == Rehomed(lobby_id, c.names[0])
+            await until(
+                lambda: (s := fresh.registry.snapshot(lobby_id)) is not None
+                and len(s.members) == 2
+                and all(m.presence is Presence.CONNECTED for m in s.members)
+            )
+            snapshot = fresh.registry.snapshot(lobby_id)
+            assert snapshot.owner == "owner" and snapshot.members[1].ready
+            assert snapshot.metadata == {"mode": "duel"}
