@@ -20,6 +20,7 @@ min..max spread.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import functools
 import statistics
@@ -38,24 +39,32 @@ SPECS = [
     ChannelSpec(CONTROL, capacity=4096, priority=0),
     ChannelSpec(BULK, capacity=64 * 1024, priority=1),
 ]
+#: the same, with the control channel on an Aeron stream of its own (head-of-line isolation)
+ISOLATED_SPECS = [
+    ChannelSpec(CONTROL, capacity=4096, priority=0, own_stream=True),
+    ChannelSpec(BULK, capacity=64 * 1024, priority=1),
+]
 BULK_SIZE = 1024
 BULK_SEND_INTERVAL = 1 / 2000
 BULK_CONSUME_INTERVAL = 1 / 200
 
 
 async def _c1_phase(
-    duration: float, loss: float, saturated: bool, seed: int, *, streaming: bool = False
+    duration: float, loss: float, saturated: bool, seed: int, *, streaming: bool = False,
+    isolated: bool = False,
 ) -> list[float]:
     """Control round trips (seconds) over `duration`, the bulk channel saturated or idle.
 
     streaming=True (with saturated=False): bulk flows at its sender's pace to a consumer as
     fast as it can, so its buffer never fills: what a loss then adds to control latency is
-    head-of-line blocking on the shared stream alone (the H figure).
+    head-of-line blocking on the shared stream alone (the H figure). isolated=True puts the
+    control channel on its own stream (ChannelSpec.own_stream).
     """
+    specs = ISOLATED_SPECS if isolated else SPECS
     samples: list[float] = []
     bulk_sent = 0
     async with transport_pair(loss=loss, seed=seed) as (a, b):
-        async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
+        async with open_channels(a, specs) as ca, open_channels(b, specs) as cb:
 
             async def bulk_sender() -> None:
                 nonlocal bulk_sent
@@ -162,7 +171,11 @@ async def _c2_phase(duration: float, through_channels: bool) -> tuple[float, flo
 
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(consume)
-                    await trio.sleep(0.2)
+                    # Warm up until messages flow end to end (not a fixed sleep: on a busy
+                    # machine the first ones can take long).
+                    while count < 64:
+                        await ca[BULK].send(payload, optimistic=True)
+                        await trio.sleep(0.001)
                     start, first, cpu = trio.current_time(), count, time.process_time()
                     end = start + duration
                     while trio.current_time() < end:
@@ -182,7 +195,9 @@ async def _c2_phase(duration: float, through_channels: bool) -> tuple[float, flo
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(consume_bare)
-                await trio.sleep(0.2)
+                while count < 64:
+                    await a.send(payload)
+                    await trio.sleep(0.001)
                 start, first, cpu = trio.current_time(), count, time.process_time()
                 end = start + duration
                 while trio.current_time() < end:
@@ -225,22 +240,21 @@ def run_hol(duration: float, repeat: int, losses: list[float]) -> list[dict[str,
     lost bulk datagrams cost control messages behind them on the one stream (head of line)."""
     rows = []
     for loss in losses:
-        idle_p50, idle_p99, busy_p50, busy_p99, ratios = [], [], [], [], []
+        figures: dict[str, list[float]] = collections.defaultdict(list)
         for r in range(repeat):
             idle = sorted(trio.run(_c1_phase, duration, loss, False, 300 + r))
-            busy = sorted(trio.run(
+            shared = sorted(trio.run(
                 functools.partial(_c1_phase, duration, loss, False, 400 + r, streaming=True)))
-            idle_p50.append(percentile(idle, 50) * 1e6)
-            idle_p99.append(percentile(idle, 99) * 1e6)
-            busy_p50.append(percentile(busy, 50) * 1e6)
-            busy_p99.append(percentile(busy, 99) * 1e6)
-            ratios.append(busy_p99[-1] / idle_p99[-1])
-        rows.append({
-            "loss": loss,
-            "idle_p50_us": _spread(idle_p50), "idle_p99_us": _spread(idle_p99),
-            "streaming_p50_us": _spread(busy_p50), "streaming_p99_us": _spread(busy_p99),
-            "ratio": _spread(ratios),
-        })
+            isolated = sorted(trio.run(functools.partial(
+                _c1_phase, duration, loss, False, 500 + r, streaming=True, isolated=True)))
+            for name, samples in (("idle", idle), ("shared", shared), ("isolated", isolated)):
+                figures[f"{name}_p50_us"].append(percentile(samples, 50) * 1e6)
+                figures[f"{name}_p99_us"].append(percentile(samples, 99) * 1e6)
+            figures["shared_ratio"].append(
+                figures["shared_p99_us"][-1] / figures["idle_p99_us"][-1])
+            figures["isolated_ratio"].append(
+                figures["isolated_p99_us"][-1] / figures["idle_p99_us"][-1])
+        rows.append({"loss": loss, **{k: _spread(v) for k, v in figures.items()}})
     return rows
 
 
@@ -308,14 +322,19 @@ def main() -> None:
                   f"({row['ratio']['min']:.2f}..{row['ratio']['max']:.2f}), target <= 2")
     if args.only in (None, "hol"):
         for row in run_hol(args.duration, args.repeat, losses):
-            print(f"H loss {row['loss']:.0%}: control p50/p99 bulk idle "
-                  f"{row['idle_p50_us']['median']:.0f}/{row['idle_p99_us']['median']:.0f} us "
-                  f"(p99 {row['idle_p99_us']['min']:.0f}..{row['idle_p99_us']['max']:.0f}), "
-                  f"bulk streaming {row['streaming_p50_us']['median']:.0f}/"
-                  f"{row['streaming_p99_us']['median']:.0f} us (p99 "
-                  f"{row['streaming_p99_us']['min']:.0f}..{row['streaming_p99_us']['max']:.0f})"
-                  f"; p99 ratio {row['ratio']['median']:.2f} x "
-                  f"({row['ratio']['min']:.2f}..{row['ratio']['max']:.2f})")
+
+            def fig(name: str, row: dict[str, Any] = row) -> str:
+                p99 = row[f"{name}_p99_us"]
+                return (f"{row[f'{name}_p50_us']['median']:.0f}/{p99['median']:.0f} us "
+                        f"(p99 {p99['min']:.0f}..{p99['max']:.0f})")
+
+            def ratio(name: str, row: dict[str, Any] = row) -> str:
+                r = row[f"{name}_ratio"]
+                return f"{r['median']:.2f} x ({r['min']:.2f}..{r['max']:.2f})"
+
+            print(f"H loss {row['loss']:.0%}: control p50/p99 with bulk idle {fig('idle')}; "
+                  f"bulk streaming, one stream {fig('shared')}, p99 {ratio('shared')}; "
+                  f"control on its own stream {fig('isolated')}, p99 {ratio('isolated')}")
     if args.only in (None, "c2"):
         c2 = run_c2(args.duration, args.repeat)
         print(f"C2 over {c2['session']}: bare {c2['bare_msg_s']['median']:,.0f} msg/s "

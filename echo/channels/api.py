@@ -72,7 +72,7 @@ class Channel:
             raise ChannelsClosed(owner.closed_reason)
         peer = owner.peer
         out = peer.send(self.channel_id, data, optimistic=optimistic, refs=refs)
-        if owner._waiting:
+        if owner._waiting or owner._writers:
             owner._notify()
         if not optimistic:
             try:
@@ -109,7 +109,7 @@ class Channel:
             self._current = None
             owner = self._owner
             owner.peer.release(current)
-            if owner._waiting:
+            if owner._waiting or owner._writers:
                 owner._notify()
 
     def __aiter__(self) -> Channel:
@@ -171,6 +171,10 @@ class Channels:
         self.closed_reason: str | None = None
         self._changed = trio.Event()
         self._waiting = 0
+        # With own streams, idle writers by stream, each with its own wake-up: a change wakes
+        # only the writers that now have something to send (woken by every change, the other
+        # stream's writer doubled control's round trip on its own stream).
+        self._writers: dict[int, trio.Event] = {}
         self._channels = {cid: Channel(self, cid) for cid in self.peer.specs}
 
     def __getitem__(self, channel_id: int) -> Channel:
@@ -217,6 +221,12 @@ class Channels:
     # ------------------------------------------------------------------ internals
 
     def _notify(self) -> None:
+        writers = self._writers
+        if writers:
+            peer = self.peer
+            for stream in list(writers):
+                if self.closed_reason is not None or peer.has_output(stream):
+                    writers.pop(stream).set()
         # A fresh Event only when someone waits on the old one: this runs once per message.
         if self._waiting:
             # Those waiting are all woken by this set(); later notifies need a new Event only
@@ -277,8 +287,14 @@ class Channels:
             while not peer.has_output(stream):
                 if self.closed_reason is not None:
                     return
-                self._waiting += 1
-                await self._changed.wait()
+                if peer.streams == 1:
+                    # One writer: woken by any change (cheaper per message, measured, than
+                    # asking the peer at every change whether there is output).
+                    self._waiting += 1
+                    await self._changed.wait()
+                else:
+                    wake = self._writers[stream] = trio.Event()
+                    await wake.wait()
             batch = peer.data_to_send(self.max_batch, stream)
             if peer.events:
                 self._after_input()

@@ -68,7 +68,7 @@ async def test_slow_bulk_consumer_does_not_delay_control(autojump_clock):
             while True:
                 await ca[BULK].send(b"b" * 1000)
                 bulk_sent[0] += 1
-                await trio.sleep(0.001)
+                await trio.sleep(0.001)  # the workload: a sender of 1,000 messages/s
 
         async def bulk_consumer() -> None:
             async for _ in cb[BULK]:
@@ -90,7 +90,7 @@ async def test_slow_bulk_consumer_does_not_delay_control(autojump_clock):
                 await ca[CONTROL].send(i.to_bytes(4, "big"))
                 assert (await ca[CONTROL].receive()).data == i.to_bytes(4, "big")
                 rtts.append(trio.current_time() - start)
-                await trio.sleep(0.05)
+                await trio.sleep(0.05)  # the workload: a ping every 50 ms
             # Bulk really was held to its consumer's pace (100/s), not its own (1000/s).
             rate = (bulk_sent[0] - sent_before) / (trio.current_time() - start_all)
             assert 80 <= rate <= 120
@@ -107,7 +107,7 @@ async def test_optimistic_overflow_is_retransmitted_in_order(autojump_clock):
         got = []
         async for message in cb[CONTROL]:
             got.append(message.data[0])
-            await trio.sleep(0.02)
+            await trio.sleep(0.02)  # the workload: a consumer slower than the sender
             if len(got) == 30:
                 break
         assert got == list(range(30))
@@ -191,7 +191,7 @@ async def test_over_a_real_transport_pair(loss):
                 async def bulk_consumer() -> None:
                     async for message in cb[BULK]:
                         received.append(int.from_bytes(message.data[:4], "big"))
-                        await trio.sleep(0.002)
+                        await trio.sleep(0.002)  # the workload: a slow consumer
                         if len(received) == 300:
                             return
 
