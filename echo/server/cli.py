@@ -312,8 +312,8 @@ async def _serve(
                 address=config.address,
                 port=config.port,
                 control_port=config.control_port,
-                duologue_ports=f"{config.clients_base_port}-"
-                f"{config.clients_base_port + 2 * config.max_clients - 1}",
+                duologue_ports=f"{config.clients_port_range[0]}-{config.clients_port_range[-1]}",
+                duologue_mode=config.duologue_ports.value,
                 pid=os.getpid(),
                 gc_frozen=frozen,
             )
