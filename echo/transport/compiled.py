@@ -94,6 +94,15 @@ def check_not_stale(root: Path = _ROOT) -> None:
         recorded = json.loads((package / BUILD_MANIFEST).read_text())
     except (OSError, ValueError):
         recorded = {}
+    if isinstance(recorded, dict) and recorded and set(recorded) != set(COMPILED_MODULES):
+        # Built for another module list: a module taken out of COMPILED_MODULES would still be
+        # shadowed by its old extension, which no hash below looks at.
+        changed = sorted(set(recorded) ^ set(COMPILED_MODULES))
+        raise StaleBuildError(
+            f"the compiled core was built for another module list (differs in {changed}):"
+            " rebuild it (./dev build) or remove it (./dev clean)",
+            name=changed[0],
+        )
     for module in COMPILED_MODULES:
         if not extension_paths(module, root):
             continue

@@ -97,6 +97,18 @@ def test_an_edited_source_behind_an_extension_refuses_to_import(tmp_path: Path) 
         check_not_stale(root)
 
 
+def test_a_build_for_another_module_list_refuses_to_import(tmp_path: Path) -> None:
+    # A module taken out of COMPILED_MODULES after a build keeps its old extension beside the
+    # source; no per-module hash covers it, so the manifest's module list must.
+    root = _fake_tree(tmp_path)
+    _fake_extension(root, "echo.transport.frames")
+    manifest = {name: source_hash(name, root) for name in COMPILED_MODULES}
+    manifest["echo.transport.publication"] = "0" * 64
+    (root / "echo" / "transport" / BUILD_MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(StaleBuildError, match=r"another module list .*publication"):
+        check_not_stale(root)
+
+
 def test_an_extension_without_a_manifest_refuses_to_import(tmp_path: Path) -> None:
     # Built by hand (`mypyc echo/transport/frames.py`): nothing says which source it came from.
     root = _fake_tree(tmp_path)
