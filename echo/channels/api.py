@@ -416,6 +416,14 @@ async def _open_substream(session: SessionLike, stream: int) -> AsyncIterator[Se
         raise ChannelUsageError(
             "channels with own_stream need a session with transport, publication and "
             "subscription (echo.session.Session) or open_substream")
+    if any("control-mode=response" in uri or "response-correlation-id" in uri
+           for uri in (own_pub.channel, own_sub.channel)):
+        # A second stream of a response channel would need its own request/response pairing
+        # (RSP_SETUP) on both ends; without it the server's side never connects. Say so now
+        # rather than let the session time out.
+        raise ChannelUsageError(
+            "own_stream needs per-client duologue ports: this session runs on shared ports "
+            "(an Aeron response channel), which carry one stream per session")
     stream_id = (own_pub.stream_id + stream) & 0x7FFFFFFF
     subscription = await transport.add_subscription(_substream_uri(own_sub.channel, stream),
                                                     stream_id)

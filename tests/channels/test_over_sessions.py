@@ -119,3 +119,26 @@ async def test_a_control_channel_on_its_own_stream_of_a_real_session() -> None:
                     await channels.wait_for(lambda: channels[BULK].guarantees == 64 * 1000)
             nursery.cancel_scope.cancel()
     assert received == list(range(50))
+
+
+async def test_own_stream_on_shared_ports_is_refused_with_a_reason() -> None:
+    """Shared duologue ports carry one stream per session (an Aeron response channel): a channel
+    asking for a stream of its own is a usage error at once, not a session that times out."""
+    from echo.channels import ChannelUsageError
+
+    config = server_config(free_base(12), duologue_ports="shared")
+    specs = [ChannelSpec(CONTROL, capacity=4096, own_stream=True)]
+
+    async def app(session: es.Session) -> None:
+        await session.wait_closed()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(es.serve, config, app)
+            async with es.connect(config.address, config.port, config.control_port,
+                                  timeout=5, duologue_ports="shared") as session:
+                with pytest.raises(ChannelUsageError, match="per-client duologue ports"):
+                    async with open_channels(session, specs):
+                        pass  # pragma: no cover - refused before this
+                await session.send(b"still usable")  # the session itself is untouched
+            nursery.cancel_scope.cancel()
