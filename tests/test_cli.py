@@ -228,3 +228,17 @@ def test_server_freezes_its_start_up_objects_out_of_the_collectors_sight() -> No
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+
+
+def test_a_client_of_the_other_duologue_mode_is_told_what_to_check() -> None:
+    # A shared-ports server (the default) and a per-client client: the CONNECT comes, the
+    # duologue never connects; the user is told which option the two must agree on.
+    base = free_base(12)
+    with server_process(*ports(base), "--clients-base-port", str(base + 2)) as server:
+        result = run_client(
+            *ports(base), "--duologue-ports", "per-client", "--timeout", "2", "--count", "1"
+        )
+        assert result.returncode == 3, result.stderr
+        assert "waiting for the duologue to connect" in result.stderr
+        assert "--duologue-ports per-client like this client" in result.stderr
+        assert server.poll() is None  # the mismatched client never hurt the server
