@@ -303,8 +303,11 @@ class LobbyClient:
         started = False
         try:
             with link.cancel_scope:
+                # resume=False: the lobby has its own way back (the member's seat, on this
+                # server or the next of the ring); a session resume would keep a link to a dead
+                # home alive for its whole window and hide the failover.
                 async with session_connect(
-                    host, port, control, timeout=timeout, transport=self._transport
+                    host, port, control, timeout=timeout, transport=self._transport, resume=False
                 ) as session:
                     link.session = session
                     seat = b""
