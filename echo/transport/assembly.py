@@ -9,21 +9,25 @@ cleaned two terms later.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
+from typing import Any, Final
 
 from echo.transport.frames import (
     BEGIN_FLAG,
     DATA_HEADER_LENGTH,
-    DATA_HEADER_STRUCT,
     END_FLAG,
     FRAME_ALIGNMENT,
     UNFRAGMENTED_FLAGS,
     FrameType,
 )
+from echo.transport.message import Message, Origin
 
-Deliver = Callable[[bytes], None]
+Deliver = Callable[[bytes], object]
 
-_HEADER_FIELDS = DATA_HEADER_STRUCT.unpack_from
+# The first fields of a data frame header: frame length, version, flags, type (frames.py's
+# DATA_HEADER_STRUCT begins the same way); the rest is not needed to assemble.
+_HEADER_FIELDS = struct.Struct("<iBBH").unpack_from
 _ALIGN = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
 _PAD = FrameType.PAD
 
@@ -51,7 +55,7 @@ class FragmentAssembler:
         offset = start
         fragments = 0
         while offset < end and fragments < fragment_limit:
-            frame_length, _, flags, frame_type, *_ = _HEADER_FIELDS(term, offset)
+            frame_length, _, flags, frame_type = _HEADER_FIELDS(term, offset)
             aligned = (frame_length + _ALIGN) & ~_ALIGN
             if frame_type == _PAD:
                 offset += aligned
@@ -80,3 +84,39 @@ class FragmentAssembler:
     def in_progress(self) -> bool:
         """Is a message part-way assembled (its BEGIN seen, its END not yet)?"""
         return self._fragments is not None
+
+
+# Message(data, *origin) without the named tuple's own __new__, a Python function: tuple's,
+# called from C. One per message delivered.
+_new_tuple: Final[Callable[..., Any]] = tuple.__new__
+
+
+class MessageDelivery:
+    """Turns assembled payloads into `Message`s for a subscription's handler.
+
+    One per image (its `origin` never changes); the subscription sets `handler` for each
+    poll. Called once per message, so it lives here, in a compiled module: an interpreted
+    closure cost more than the rest of the delivery.
+    """
+
+    __slots__ = ("_origin", "handler")
+
+    def __init__(self, origin: Origin) -> None:
+        # Held as objects: typed as ints, compiled code would box the ids anew per message.
+        self._origin: tuple[object, object, object, object, object] = origin
+        self.handler: Callable[[Message], object] = _ignore
+
+    def __call__(self, data: bytes) -> None:
+        session_id, stream_id, source, source_ip, source_port = self._origin
+        self.handler(
+            _new_tuple(Message, (data, session_id, stream_id, source, source_ip, source_port))
+        )
+
+
+def _ignore(message: Message) -> None:
+    """A delivery's handler outside a poll: nothing should arrive then."""
+
+
+def release_handler(delivery: MessageDelivery) -> None:
+    """Forget the handler of the poll that is over (it may hold what holds the image)."""
+    delivery.handler = _ignore

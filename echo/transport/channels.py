@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from echo.transport.assembly import MessageDelivery, release_handler
 from echo.transport.destinations import Address
 from echo.transport.message import Message, Origin, format_address
 from echo.transport.receiver import ImageAvailable, ImageEvent, PublicationImage
@@ -26,10 +27,6 @@ if TYPE_CHECKING:
 
 #: `close` waits this long past the linger for the last status messages before it gives up
 _CLOSE_GRACE = 1.0
-
-# Message(data, *origin) without the named tuple's keyword handling: one per message delivered.
-_new_message = tuple.__new__
-
 
 class Waiters:
     """Wakes every task waiting for 'something changed' on a channel."""
@@ -152,6 +149,7 @@ class ImageLink:
     __slots__ = (
         "_channel",
         "correlation_id",
+        "delivery",
         "image",
         "join_position",
         "origin",
@@ -180,6 +178,8 @@ class ImageLink:
             self.source_ip,
             self.source_port,
         )
+        #: makes this image's Messages for the handler of the poll under way (compiled)
+        self.delivery = MessageDelivery(self.origin)
         self.join_position = image.join_position
         #: unique within the transport: what a response publication names to answer this
         #: image (response-correlation-id), Aeron's image correlation id
@@ -283,12 +283,14 @@ class SubscriptionChannel:
             link = links[(start + i) % count]
             image = link.image
             if image.rebuild_position <= image.subscriber_position:
-                continue  # nothing new: skip making the delivery function
-
-            def deliver(data: bytes, origin: Origin = link.origin) -> None:
-                handler(_new_message(Message, (data, *origin)))
-
-            fragments += image.poll_messages(deliver, fragment_limit - fragments)
+                continue  # nothing new
+            delivery = link.delivery
+            delivery.handler = handler
+            try:
+                fragments += image.poll_messages(delivery, fragment_limit - fragments)
+            finally:
+                # Not kept past the poll: a handler may hold what holds this channel.
+                release_handler(delivery)
             if image.status_message_due():
                 due.append(image)
             if fragments >= fragment_limit:

@@ -42,6 +42,7 @@ COMPILED_MODULES: Final = (
     "echo.transport.scanner",
     "echo.transport.liveness",
     "echo.transport.image",
+    "echo.transport.publication",
 )
 
 #: written by the build beside this file: {"echo.transport.frames": "<sha256 of frames.py>", ...}

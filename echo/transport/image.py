@@ -43,7 +43,7 @@ from echo.transport.status import StatusScheduler
 #: sends one datagram; returns 1 if it left, 0 if it was lost on the way out (send error),
 #: or -1 (sender.WOULD_BLOCK): socket buffer full, nothing sent, try again later
 Send = Callable[[bytes | memoryview, Address], int]
-Deliver = Callable[[bytes], None]
+Deliver = Callable[[bytes], object]
 
 #: the window a receiver offers is at most half a term: a sender may run that far past the
 #: consumption position, into the next term but never into the partition being cleaned

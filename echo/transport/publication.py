@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 from echo.transport.config import SenderTimers
 from echo.transport.counters import Counters
@@ -51,6 +53,15 @@ from echo.transport.logbuffer import (
 )
 from echo.transport.retransmit import RetransmitHandler
 from echo.transport.scanner import Emit, TermScanner
+
+_T = TypeVar("_T")
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # mypy's own package (a dev dependency): not needed to run interpreted
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
+        return lambda cls: cls
 
 #: what a send returns when the socket buffer is full (nothing sent: try again later)
 WOULD_BLOCK = -1
@@ -99,6 +110,9 @@ class PublicationState(enum.Enum):
     CLOSED = "closed"
 
 
+# Compiled (compiled.py), yet subclassed by interpreted code: the response channels'
+# Request/ResponsePublication (response.py) add a SETUP flag and a receiver of their own.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class NetworkPublication:
     """One publication's sending side (Aeron's NetworkPublication)."""
 
