@@ -10,7 +10,7 @@ socket, see sockets.Lending).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import trio
@@ -88,6 +88,17 @@ class PublicationChannel:
                 # The caller has more to offer right away: let them share datagrams.
                 driver.wake(self.socket)
         return result
+
+    def offer_many(self, messages: Iterable[bytes | bytearray | memoryview], flush: bool) -> int:
+        driver = self._driver
+        now = driver.now()
+        count = self.state.offer_many(messages, now)
+        if count:
+            if flush:
+                driver.flush(self.socket, self.state, now)
+            else:
+                driver.wake(self.socket)
+        return count
 
     async def wait(self) -> None:
         """Until the driver has next serviced this publication's socket."""

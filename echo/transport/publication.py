@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from echo.transport.config import SenderTimers
@@ -256,6 +256,24 @@ class NetworkPublication:
             term_id=self.active_term_id,
         )
         return (self._term_count << self.bits) + self.tail_offset
+
+    def offer_many(self, messages: Iterable[bytes | bytearray | memoryview], now: float) -> int:
+        """Append messages in order until one is refused; returns how many were appended.
+
+        The same as calling `offer` for each, without a call per message from the caller
+        (this module is compiled): a term rotation (ADMIN_ACTION) is taken care of here, and
+        the first refusal (back pressure, not connected, closed) ends the batch; offering the
+        first message left says which it was.
+        """
+        count = 0
+        for data in messages:
+            result = self.offer(data, now)
+            if result == ADMIN_ACTION:
+                result = self.offer(data, now)
+            if result < 0:
+                break
+            count += 1
+        return count
 
     def _rotate(self) -> None:
         self._term_count += 1

@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from echo.transport import (
+    BACK_PRESSURED,
     NOT_CONNECTED,
     Image,
     Message,
@@ -184,6 +185,42 @@ async def test_term_rotation_and_term_id_wrap(autojump_clock: trio.testing.MockC
             assert pub.position > 20 * 65536
             assert pub._channel.state.active_term_id < 0
     assert [m.data for m in received] == messages
+
+
+async def test_offer_many_delivers_each_message_in_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    rng = random.Random(3)
+    uri = channel(VIRTUAL_PORT, "term-length=64k")
+    net = MemoryNetwork(seed=5)
+    batches = [[sized(b * 100 + i, rng.randint(1, 3000), rng) for i in range(50)] for b in range(8)]
+    received: list[Message] = []
+    with trio.fail_after(60):
+        async with (
+            open_transport(socket_factory=net) as rx,
+            open_transport(socket_factory=net) as tx,
+        ):
+            sub = await rx.add_subscription(uri, STREAM)
+            pub = await tx.add_publication(uri, STREAM)
+            await pub.wait_connected(timeout=5)
+            assert pub.offer_many([]) == 0
+            refused = 0
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(collect, sub, sum(map(len, batches)), received)
+                for batch in batches:
+                    left = batch
+                    while left:
+                        taken = pub.offer_many(left, flush=False)
+                        left = left[taken:]
+                        if left:  # refused (the window is full): offer says why, send waits
+                            refused += 1
+                            assert pub.offer(left[0]) == BACK_PRESSURED
+                            await pub.send(left[0], timeout=10)
+                            left = left[1:]
+                    await trio.lowlevel.checkpoint()
+    assert refused > 0  # ~75 KB a batch against a 32 KiB window
+    assert [m.data for m in received] == [data for batch in batches for data in batch]
+    assert {m.session_id for m in received} == {pub.session_id}
 
 
 async def test_send_without_a_receiver_raises_not_connected(

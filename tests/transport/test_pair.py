@@ -236,6 +236,64 @@ def test_small_offers_are_batched_into_few_datagrams() -> None:
     assert received(pair) == [message(i, 100) for i in range(100)]
 
 
+def test_offer_many_puts_the_same_frames_on_the_wire_as_one_offer_each() -> None:
+    messages = [message(i, 100) for i in range(100)]
+    one_by_one = PairLink(term_length=1024 * KIB)
+    one_by_one.connect()
+    for data in messages:
+        assert one_by_one.offer(data) > 0
+    one_by_one.pump()
+    batched = PairLink(term_length=1024 * KIB)
+    batched.connect()
+    assert batched.publication.offer_many(messages, batched.now) == 100
+    assert batched.publication.position == one_by_one.publication.position
+    batched.pump()
+    assert [s.data for s in batched.sent("data")] == [s.data for s in one_by_one.sent("data")]
+    assert received(batched) == messages
+
+
+def test_offer_many_stops_at_the_first_refusal_and_offer_says_why() -> None:
+    pair = PairLink()  # 64 KiB term: 64 frames of 1 KiB fill window and term window
+    pair.connect()
+    pair.consuming = False
+    pair.pump()
+    messages = [message(i, 992) for i in range(100)]
+    taken = pair.publication.offer_many(messages, pair.now)
+    assert taken == 32  # the publication's term window (32 KiB) ahead of the sender position
+    assert pair.publication.offer(messages[taken], pair.now) == BACK_PRESSURED
+    assert pair.publication.offer_many([], pair.now) == 0
+
+
+def test_offer_many_rotates_the_term_itself() -> None:
+    pair = PairLink(term_length=64 * KIB)
+    pair.connect()
+    # 1 KiB frames: the 64th would end exactly at the term's end, so 63 + 48 B of filler
+    # leave a gap too small for the next frame: ADMIN_ACTION inside, handled there.
+    taken = 0
+    sent = [message(i, 992) for i in range(60)] + [message(60, 900)]
+    for start in range(0, len(sent), 20):
+        batch = sent[start : start + 20]
+        got = pair.publication.offer_many(batch, pair.now)
+        assert got == len(batch)
+        taken += got
+        pair.run_until(lambda count=taken: len(received(pair)) == count)
+    tail = [message(i, 992) for i in range(61, 80)]
+    assert pair.publication.offer_many(tail, pair.now) == len(tail)
+    assert pair.publication.active_term_id == 1
+    pair.run_until(lambda: len(received(pair)) == 80)
+    assert received(pair) == sent + tail
+
+
+def test_offer_many_refuses_a_message_too_long_after_taking_those_before() -> None:
+    pair = PairLink()
+    pair.connect()
+    too_long = bytes(pair.publication.max_message_length + 1)
+    with pytest.raises(ValueError):
+        pair.publication.offer_many([b"first", too_long, b"never"], pair.now)
+    pair.run_until(lambda: len(received(pair)) == 1)
+    assert received(pair) == [b"first"]
+
+
 # --------------------------------------------------------------------------- loss
 
 
