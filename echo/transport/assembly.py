@@ -27,9 +27,9 @@ Deliver = Callable[[bytes], object]
 
 # The first fields of a data frame header: frame length, version, flags, type (frames.py's
 # DATA_HEADER_STRUCT begins the same way); the rest is not needed to assemble.
-_HEADER_FIELDS = struct.Struct("<iBBH").unpack_from
-_ALIGN = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
-_PAD = FrameType.PAD
+_HEADER_FIELDS: Final = struct.Struct("<iBBH").unpack_from
+_ALIGN: Final = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
+_PAD: Final = FrameType.PAD
 
 
 class FragmentAssembler:

@@ -13,6 +13,7 @@ import enum
 import math
 import random
 from collections.abc import Callable
+from typing import Final
 
 from echo.transport.assembly import FragmentAssembler
 from echo.transport.config import DEFAULT_RECEIVER_WINDOW, ReceiverTimers
@@ -47,10 +48,10 @@ Deliver = Callable[[bytes], object]
 
 #: the window a receiver offers is at most half a term: a sender may run that far past the
 #: consumption position, into the next term but never into the partition being cleaned
-_WINDOW_TERM_DIVISOR = 2
+_WINDOW_TERM_DIVISOR: Final = 2
 # i32 wrap of a term-id difference (compute_position, inlined on the per-datagram path)
-_I32_SIGN = 0x80000000
-_U32 = 0xFFFFFFFF
+_I32_SIGN: Final = 0x80000000
+_U32: Final = 0xFFFFFFFF
 
 
 class ImageState(enum.Enum):

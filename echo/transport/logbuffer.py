@@ -14,6 +14,7 @@ from __future__ import annotations
 import mmap
 import re
 import struct
+from typing import Final
 
 from echo.transport.frames import (
     BEGIN_FLAG,
@@ -26,14 +27,14 @@ from echo.transport.frames import (
     align,
 )
 
-PARTITION_COUNT = 3
-TERM_MIN_LENGTH = 64 * 1024
-TERM_MAX_LENGTH = 1024 * 1024 * 1024
-MAX_MESSAGE_LENGTH_LIMIT = 16 * 1024 * 1024
+PARTITION_COUNT: Final = 3
+TERM_MIN_LENGTH: Final = 64 * 1024
+TERM_MAX_LENGTH: Final = 1024 * 1024 * 1024
+MAX_MESSAGE_LENGTH_LIMIT: Final = 16 * 1024 * 1024
 
-_I32 = struct.Struct("<i")
-_FRAME_LENGTH_AND_TYPE = struct.Struct("<i2xH")
-_NON_ZERO = re.compile(rb"[^\x00]")
+_I32: Final = struct.Struct("<i")
+_FRAME_LENGTH_AND_TYPE: Final = struct.Struct("<i2xH")
+_NON_ZERO: Final = re.compile(rb"[^\x00]")
 
 
 def i32(value: int) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from echo.transport.config import SenderTimers
 from echo.transport.counters import Counters
@@ -64,15 +64,15 @@ except ImportError:  # mypy's own package (a dev dependency): not needed to run 
         return lambda cls: cls
 
 #: what a send returns when the socket buffer is full (nothing sent: try again later)
-WOULD_BLOCK = -1
+WOULD_BLOCK: Final = -1
 
 
 # Aeron's offer() results (Publication.java).
-NOT_CONNECTED = -1
-BACK_PRESSURED = -2
-ADMIN_ACTION = -3
-CLOSED = -4
-MAX_POSITION_EXCEEDED = -5
+NOT_CONNECTED: Final = -1
+BACK_PRESSURED: Final = -2
+ADMIN_ACTION: Final = -3
+CLOSED: Final = -4
+MAX_POSITION_EXCEEDED: Final = -5
 
 OFFER_RESULT_NAMES = {
     NOT_CONNECTED: "NOT_CONNECTED",
@@ -83,22 +83,22 @@ OFFER_RESULT_NAMES = {
 }
 
 #: rounds a frame length up to the 32-byte frame alignment: (length + _ALIGN) & ~_ALIGN
-_ALIGN = FRAME_ALIGNMENT - 1
+_ALIGN: Final = FRAME_ALIGNMENT - 1
 #: retransmits in flight when the caller names none: Aeron's defaults (one for unicast, where
 #: the one receiver retries; sixteen for a group, whose receivers NAK different gaps)
-AERON_MAX_RETRANSMITS_UNICAST = 1
-AERON_MAX_RETRANSMITS_GROUP = 16
+AERON_MAX_RETRANSMITS_UNICAST: Final = 1
+AERON_MAX_RETRANSMITS_GROUP: Final = 16
 #: a publication may run at most half a term ahead of its slowest receiver (Aeron's term
 #: window): the other half and the term before are what it may still have to resend
-TERM_WINDOW_DIVISOR = 2
+TERM_WINDOW_DIVISOR: Final = 2
 #: `next_deadline` asks for a poll at least this often for that housekeeping (a receiver times
 #: out `connection_timeout` after its last SM: a second late at worst is soon enough)
-HOUSEKEEPING_INTERVAL = 1.0
+HOUSEKEEPING_INTERVAL: Final = 1.0
 #: "the receivers are losing data": a NAK within this long makes the sender probe after
 #: every burst (SenderTimers.tail_probe_delay), so a lost tail is NAKed in milliseconds
-RECENT_NAK_WINDOW = 1.0
+RECENT_NAK_WINDOW: Final = 1.0
 #: a blocked sender's probes back off by this factor, up to the heartbeat interval
-PROBE_BACKOFF = 2
+PROBE_BACKOFF: Final = 2
 
 
 class PublicationState(enum.Enum):

@@ -8,18 +8,18 @@ counts or schedules.
 from __future__ import annotations
 
 import struct
-from typing import Protocol
+from typing import Final, Protocol
 
 from echo.transport.frames import DATA_HEADER_LENGTH, FRAME_ALIGNMENT, FrameType
 from echo.transport.logbuffer import PARTITION_COUNT, scan_for_availability
 
 # Bound the datagrams one call may send so that one busy stream cannot starve the others.
-MAX_DATAGRAMS_PER_SCAN = 512
+MAX_DATAGRAMS_PER_SCAN: Final = 512
 # A run of datagrams handed over at once (UDP GSO) stays within one UDP payload.
-MAX_RUN_BYTES = 65000
-_FRAME_LENGTH_AND_TYPE = struct.Struct("<i2xH")
-_ALIGN = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
-_DATA = FrameType.DATA
+MAX_RUN_BYTES: Final = 65000
+_FRAME_LENGTH_AND_TYPE: Final = struct.Struct("<i2xH")
+_ALIGN: Final = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
+_DATA: Final = FrameType.DATA
 
 
 class Emit(Protocol):
