@@ -52,6 +52,43 @@ class FragmentAssembler:
         PAD frames are skipped and not counted. A middle or end fragment without its beginning
         (a subscriber that joined mid-message) is consumed and dropped.
         """
+        return self._poll(term, start, end, fragment_limit, deliver, None)
+
+    def poll_messages(
+        self,
+        term: memoryview,
+        start: int,
+        end: int,
+        fragment_limit: int,
+        handler: Callable[[Message], object],
+        origin: Origin,
+    ) -> tuple[int, int]:
+        """`poll`, handing `handler` each message as a `Message(data, *origin)`.
+
+        The subscription's way in: the Message is made here, in the loop, rather than by a
+        function called per message (that call cost more than the rest of the delivery,
+        interpreted or compiled).
+        """
+        return self._poll(term, start, end, fragment_limit, handler, origin)
+
+    def _poll(
+        self,
+        term: memoryview,
+        start: int,
+        end: int,
+        fragment_limit: int,
+        deliver: Callable[[Any], object],
+        origin: Origin | None,
+    ) -> tuple[int, int]:
+        # The origin's fields as plain objects: typed as ints, compiled code would box the
+        # ids anew for every message.
+        session_id: object = None
+        stream_id: object = None
+        source: object = None
+        source_ip: object = None
+        source_port: object = None
+        if origin is not None:
+            session_id, stream_id, source, source_ip, source_port = origin
         offset = start
         fragments = 0
         while offset < end and fragments < fragment_limit:
@@ -62,8 +99,9 @@ class FragmentAssembler:
                 continue
             payload_start = offset + DATA_HEADER_LENGTH
             payload_end = offset + frame_length
+            message: bytes | None = None
             if flags & UNFRAGMENTED_FLAGS == UNFRAGMENTED_FLAGS:
-                deliver(bytes(term[payload_start:payload_end]))
+                message = bytes(term[payload_start:payload_end])
             elif flags & BEGIN_FLAG:
                 self._fragments = [term[payload_start:payload_end]]
                 self._next = offset + aligned
@@ -73,11 +111,20 @@ class FragmentAssembler:
                 if flags & END_FLAG:
                     message = b"".join(self._fragments)
                     self._fragments = None
-                    deliver(message)
             else:
                 self._fragments = None
             fragments += 1
             offset += aligned
+            if message is not None:
+                if origin is None:
+                    deliver(message)
+                else:
+                    deliver(
+                        _new_tuple(
+                            Message,
+                            (message, session_id, stream_id, source, source_ip, source_port),
+                        )
+                    )
         return offset, fragments
 
     @property
@@ -89,34 +136,3 @@ class FragmentAssembler:
 # Message(data, *origin) without the named tuple's own __new__, a Python function: tuple's,
 # called from C. One per message delivered.
 _new_tuple: Final[Callable[..., Any]] = tuple.__new__
-
-
-class MessageDelivery:
-    """Turns assembled payloads into `Message`s for a subscription's handler.
-
-    One per image (its `origin` never changes); the subscription sets `handler` for each
-    poll. Called once per message, so it lives here, in a compiled module: an interpreted
-    closure cost more than the rest of the delivery.
-    """
-
-    __slots__ = ("_origin", "handler")
-
-    def __init__(self, origin: Origin) -> None:
-        # Held as objects: typed as ints, compiled code would box the ids anew per message.
-        self._origin: tuple[object, object, object, object, object] = origin
-        self.handler: Callable[[Message], object] = _ignore
-
-    def __call__(self, data: bytes) -> None:
-        session_id, stream_id, source, source_ip, source_port = self._origin
-        self.handler(
-            _new_tuple(Message, (data, session_id, stream_id, source, source_ip, source_port))
-        )
-
-
-def _ignore(message: Message) -> None:
-    """A delivery's handler outside a poll: nothing should arrive then."""
-
-
-def release_handler(delivery: MessageDelivery) -> None:
-    """Forget the handler of the poll that is over (it may hold what holds the image)."""
-    delivery.handler = _ignore

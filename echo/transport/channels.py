@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from echo.transport.assembly import MessageDelivery, release_handler
 from echo.transport.destinations import Address
 from echo.transport.message import Message, Origin, format_address
 from echo.transport.receiver import ImageAvailable, ImageEvent, PublicationImage
@@ -160,7 +159,6 @@ class ImageLink:
     __slots__ = (
         "_channel",
         "correlation_id",
-        "delivery",
         "image",
         "join_position",
         "origin",
@@ -189,8 +187,6 @@ class ImageLink:
             self.source_ip,
             self.source_port,
         )
-        #: makes this image's Messages for the handler of the poll under way (compiled)
-        self.delivery = MessageDelivery(self.origin)
         self.join_position = image.join_position
         #: unique within the transport: what a response publication names to answer this
         #: image (response-correlation-id), Aeron's image correlation id
@@ -295,13 +291,7 @@ class SubscriptionChannel:
             image = link.image
             if image.rebuild_position <= image.subscriber_position:
                 continue  # nothing new
-            delivery = link.delivery
-            delivery.handler = handler
-            try:
-                fragments += image.poll_messages(delivery, fragment_limit - fragments)
-            finally:
-                # Not kept past the poll: a handler may hold what holds this channel.
-                release_handler(delivery)
+            fragments += image.poll_into(handler, link.origin, fragment_limit - fragments)
             if image.status_message_due():
                 due.append(image)
             if fragments >= fragment_limit:

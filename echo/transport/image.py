@@ -39,6 +39,7 @@ from echo.transport.logbuffer import (
     rebuild_offset,
 )
 from echo.transport.loss import LossDetector, RepairTimer
+from echo.transport.message import Message, Origin
 from echo.transport.status import StatusScheduler
 
 #: sends one datagram; returns 1 if it left, 0 if it was lost on the way out (send error),
@@ -240,6 +241,24 @@ class PublicationImage:
         start = position & self.mask
         end = min(self.term_length, start + available)
         offset, fragments = self.assembler.poll(term, start, end, fragment_limit, deliver)
+        self.subscriber_position = position + (offset - start)
+        self._clean_behind()
+        return fragments
+
+    def poll_into(
+        self, handler: Callable[[Message], object], origin: Origin, fragment_limit: int
+    ) -> int:
+        """`poll_messages` for a subscription: `handler` gets each as `Message(data, *origin)`."""
+        position = self.subscriber_position
+        available = self.rebuild_position - position
+        if available <= 0:
+            return 0
+        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+        start = position & self.mask
+        end = min(self.term_length, start + available)
+        offset, fragments = self.assembler.poll_messages(
+            term, start, end, fragment_limit, handler, origin
+        )
         self.subscriber_position = position + (offset - start)
         self._clean_behind()
         return fragments

@@ -68,3 +68,21 @@ def test_the_end_bounds_what_is_read() -> None:
     term, offsets = term_of([b"one", b"two", b"three"])
     got, offset, _ = poll_all(FragmentAssembler(), term, 0, offsets[2])
     assert got == [b"one", b"two"] and offset == offsets[2]
+
+
+def test_poll_messages_hands_the_handler_messages_with_their_origin() -> None:
+    from echo.transport.message import Message
+
+    messages = [b"a" * 10, bytes(range(250)), b"c" * 96]
+    term, offsets = term_of(messages)
+    origin = (7, 1001, "10.0.0.1:4000", "10.0.0.1", 4000)
+    got: list[Message] = []
+    assembler = FragmentAssembler()
+    # The fragment limit stops inside the fragmented message, as `poll` does.
+    offset, fragments = assembler.poll_messages(term, 0, offsets[-1], 2, got.append, origin)
+    assert [m.data for m in got] == [messages[0]] and fragments == 2
+    offset, fragments = assembler.poll_messages(term, offset, offsets[-1], 100, got.append, origin)
+    assert offset == offsets[-1] and fragments == 3
+    assert got == [Message(data, *origin) for data in messages]
+    assert all(type(m) is Message for m in got)
+    assert (got[1].session_id, got[1].source, got[1].source_port) == (7, "10.0.0.1:4000", 4000)
