@@ -11,8 +11,8 @@ pinned to the first CPU. Two clients take turns on the second CPU:
    duologue channels opened with it), then echoes 64-byte `ECHO <text>` messages in a tight
    loop: `pub.send`, `sub.receive`, check that the reply is the ECHO of what was sent. After a
    warm-up, round trips/s and p50 / p99 / p99.9, compared to `raw_echo_64` of the same run;
-   the issue's targets (issue 13) are >= 0.8 x raw round trips/s and p99 <= 1.5 x raw p99. The server's CPU
-   is sampled from /proc around exactly the measured part.
+   the issue's targets (issue 13) are >= 0.8 x raw round trips/s and p99 <= 1.5 x raw p99.
+   The server's CPU is sampled from /proc around exactly the measured part.
 2. `echo_client_cli_64`: `echo-client --interval 0 --count N --json` against the same server,
    what a user of the CLI sees: its `rtt_ms` p50 / p99, and round trips/s as N over the time
    the run took beyond a `--count 0` run (start-up, handshake and exit cancel out). No target.
