@@ -337,3 +337,17 @@ def test_the_control_port_polls_only_the_publications_with_something_to_do() -> 
     polled.clear()
     endpoint.poll(0.2, wire)
     assert len(polled) == 200
+
+
+def test_offer_many_on_a_response_publication_goes_through_its_own_offer() -> None:
+    # NetworkPublication is compiled and allows interpreted subclasses: its offer_many must
+    # reach the subclass's offer (which tells the endpoint it has something to do), not the
+    # base class's directly.
+    counters = Counters()
+    response = ResponsePublication(
+        image=None, expected_host=CLIENT_A[0], **_publication_kwargs(5, counters)
+    )
+    touches: list[None] = []
+    response.touched = lambda: touches.append(None)
+    assert response.offer_many([b"a", b"b"], 0.0) == 0  # no receiver yet: NOT_CONNECTED
+    assert len(touches) == 1
