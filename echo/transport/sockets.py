@@ -330,9 +330,13 @@ class Lending:
             # In use: look again later, less and less often while it stays in use.
             self.check_interval = min(LEND_BACKOFF * self.check_interval, LEND_CHECK_MAX)
             return now + self.check_interval
-        if now - self.returned_at >= LEND_IDLE:
+        # (One comparison of the same sum: `now - returned_at < LEND_IDLE` can hold while
+        # `returned_at + LEND_IDLE <= now` does too, by rounding, and the check then fell due
+        # again at once, for ever: the timer loop spun in virtual time.)
+        due = self.returned_at + LEND_IDLE
+        if due <= now:
             return None
-        return self.returned_at + LEND_IDLE
+        return due
 
     def stale(self, now: float) -> bool:
         """Lent, and nobody has waited on it for LEND_IDLE: datagrams may wait unread."""
