@@ -12,13 +12,17 @@ echo, so they choose their own idle cadence (the plain transport keeps Aeron's):
 - one probe heartbeat 2 ms after each burst of data (probe_after_data), so a lost last message
   (a lost echo) is NAKed and repaired in milliseconds instead of after an idle interval;
 - so the idle heartbeat's remaining jobs are liveness (an image ends 10 s after the last
-  datagram) and the rare tail whose probe was lost too. Its interval is bound by the
-  anti-amplification budget (image.py: an image sends its source no more bytes than it
-  received from it): on an idle stream the 32-byte heartbeats are all that pays for the 36-byte
-  status messages, so they come at least 36/32 times as often: every 0.8 s, against one SM a
-  second (0.5 s before: 6 datagrams a second per idle duologue at the server, now 4.5).
-  With a shorter image liveness timeout (the lobby client's 1.5 s) the heartbeat follows it,
-  at most a third of it.
+  datagram) and the rare tail whose probe was lost too: every 0.5 s. It could not be much
+  calmer. The anti-amplification budget (image.py: an image sends its source no more bytes than
+  it received from it) lets an idle stream's 36-byte status messages be paid for only by its
+  32-byte heartbeats, so they must come at least 36/32 times as often (0.89 s at most against
+  one SM a second); and a server cannot see its peers' liveness timeouts: the lobby client's
+  images end after 1.5 s (echo.lobby.client.CLIENT_LIVENESS), which 0.5 s heartbeats cover
+  three times. 0.8 s was tried (issue 13 item 5): it saved nothing at B4's one echo a second
+  per client (a 1 s data interval still has one idle heartbeat in it) and would have left the
+  lobby's clients one lost heartbeat from losing their server.
+  With a shorter image liveness timeout than the default the heartbeat follows it, at most a
+  third of it.
 """
 
 from __future__ import annotations
@@ -31,12 +35,10 @@ from echo.transport import TransportConfig
 from echo.transport.frames import DATA_HEADER_LENGTH, SM_LENGTH
 
 ECHO_STATUS_MESSAGE_INTERVAL = 1.0
-#: the longest idle heartbeat interval whose heartbeats (a bare 32-byte data header) pay for
-#: one status message (36 bytes) per interval is 32/36 of it (0.89 s); a tenth less leaves a
-#: margin for heartbeats sent late: 0.8 s
-ECHO_HEARTBEAT_INTERVAL = round(
-    0.9 * ECHO_STATUS_MESSAGE_INTERVAL * DATA_HEADER_LENGTH / SM_LENGTH, 2
-)
+ECHO_HEARTBEAT_INTERVAL = 0.5
+#: the longest idle heartbeat interval whose heartbeats (a bare 32-byte data header) still pay
+#: for one status message (36 bytes) per status message interval (see above)
+MAX_BUDGETED_HEARTBEAT_RATIO = DATA_HEADER_LENGTH / SM_LENGTH
 #: an image's liveness timeout spans at least this many idle heartbeats
 HEARTBEATS_PER_LIVENESS = 3
 
@@ -45,7 +47,8 @@ def echo_timers(base: TransportConfig | None = None, **overrides: Any) -> Transp
     """`base` (or Aeron's defaults) with the sessions' idle cadence; `overrides` win.
 
     The idle heartbeat is at most a third of the image liveness timeout in effect, and an
-    `overrides` status message interval takes the heartbeat with it (the budget above).
+    `overrides` status message interval takes the heartbeat with it (the budget above); an
+    explicit `heartbeat_interval` wins.
     """
     config = base or TransportConfig()
     liveness = overrides.get("image_liveness_timeout", config.image_liveness_timeout)

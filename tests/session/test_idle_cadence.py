@@ -1,7 +1,7 @@
 """The sessions' idle cadence (echo.session.timers): what it sends, and what it still does.
 
 Two transports with `echo_timers()` on the memory network in virtual time: an idle stream
-sends a heartbeat every 0.8 s and a status message every second, and the heartbeats pay the
+sends a heartbeat every 0.5 s and a status message every second, and the heartbeats pay the
 anti-amplification budget for those status messages (none is held back); a lost last message
 is still repaired in milliseconds (the probe after data); a peer that goes silent is still
 found out within the documented times (image liveness 10 s, publication connection 5 s).
@@ -15,6 +15,7 @@ import trio.testing
 from echo.session.timers import (
     ECHO_HEARTBEAT_INTERVAL,
     ECHO_STATUS_MESSAGE_INTERVAL,
+    MAX_BUDGETED_HEARTBEAT_RATIO,
     echo_timers,
 )
 from echo.transport import TransportConfig, open_transport
@@ -27,11 +28,14 @@ CHANNEL = "aeron:udp?endpoint=127.0.0.1:40200"
 
 def test_the_heartbeat_pays_for_the_status_messages_and_follows_liveness() -> None:
     config = echo_timers()
-    assert config.heartbeat_interval == ECHO_HEARTBEAT_INTERVAL == 0.8
+    assert config.heartbeat_interval == ECHO_HEARTBEAT_INTERVAL == 0.5
     assert config.status_message_interval == ECHO_STATUS_MESSAGE_INTERVAL == 1.0
     assert config.probe_after_data
     # 32 bytes of heartbeat per heartbeat interval cover 36 bytes of SM per SM interval
     assert DATA_HEADER_LENGTH / config.heartbeat_interval >= SM_LENGTH / (
+        config.status_message_interval
+    )
+    assert config.heartbeat_interval <= MAX_BUDGETED_HEARTBEAT_RATIO * (
         config.status_message_interval
     )
     # A shorter liveness (the lobby client's 1.5 s) keeps three heartbeats within it.
@@ -39,7 +43,7 @@ def test_the_heartbeat_pays_for_the_status_messages_and_follows_liveness() -> No
     assert echo_timers(image_liveness_timeout=1.0).heartbeat_interval < 0.34
     # An explicit setting wins; a slower SM takes the heartbeat along.
     assert echo_timers(heartbeat_interval=0.2).heartbeat_interval == 0.2
-    assert echo_timers(status_message_interval=2.0).heartbeat_interval == 1.6
+    assert echo_timers(status_message_interval=2.0).heartbeat_interval == 1.0
     # The plain transport keeps Aeron's cadence.
     assert TransportConfig().heartbeat_interval == 0.1
     assert TransportConfig().status_message_interval == 0.2
@@ -63,8 +67,8 @@ async def test_an_idle_stream_sends_the_calm_cadence_and_stays_connected(
         heartbeats = sender.counters.heartbeats_sent
         sms = receiver.counters.status_messages_sent
         await trio.sleep(20.0)
-        # 20 s / 0.8 s = 25 heartbeats, 20 s / 1 s = 20 status messages (+-1 for the phase)
-        assert 24 <= sender.counters.heartbeats_sent - heartbeats <= 26
+        # 20 s / 0.5 s = 40 heartbeats, 20 s / 1 s = 20 status messages (+-1 for the phase)
+        assert 39 <= sender.counters.heartbeats_sent - heartbeats <= 41
         assert 19 <= receiver.counters.status_messages_sent - sms <= 21
         # The heartbeats paid for every SM: none was held back by the budget.
         assert receiver.counters.amplification_limited == 0
@@ -100,7 +104,7 @@ async def test_a_lost_last_message_is_repaired_by_the_probe_not_the_idle_heartbe
         assert message.data == b"the echo"
         assert len(lost) == 1  # the first copy was lost: this is the retransmit
         # The probe 2 ms after the data made the receiver NAK at once: milliseconds, not the
-        # 0.8 s idle heartbeat.
+        # 0.5 s idle heartbeat.
         assert trio.current_time() - sent_at < 0.05
         assert receiver.counters.naks_sent >= 1
 
