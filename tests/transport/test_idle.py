@@ -15,6 +15,7 @@ import trio.testing
 
 from echo.transport import Publication, open_transport
 from echo.transport.channels import PublicationChannel
+from echo.transport.sockets import LEND_IDLE, Lending
 from echo.transport.testing import MemoryNetwork
 from tests.transport.test_lending import endpoint_of, lend, pair
 
@@ -158,3 +159,21 @@ async def test_a_service_tells_only_the_publications_a_task_waits_on(
             assert await pubs[0].close()
         assert told.get(STREAM + 1, 0) >= 1
         assert set(told) == {STREAM + 1}
+
+
+def test_a_lend_check_that_falls_due_is_not_due_again_at_once() -> None:
+    # By rounding, `now - returned_at < LEND_IDLE` held while `returned_at + LEND_IDLE <= now`
+    # did too: the check answered "look again at returned_at + LEND_IDLE", which was now, and
+    # the timer loop spun (found by the shared-port test above, in virtual time).
+    lending = Lending()
+    returned_at = 457.45942256749106
+    now = returned_at + LEND_IDLE
+    assert now - returned_at < LEND_IDLE  # the rounding this is about
+    lending.lend(returned_at)
+    again = lending.check(now)
+    assert again is None or again > now
+    # ... and a socket nobody waited on for LEND_IDLE goes back; one still in use does not.
+    assert lending.check(returned_at + 2 * LEND_IDLE) is None
+    lending.borrowed = True
+    later = lending.check(now)
+    assert later is not None and later > now
