@@ -128,7 +128,14 @@ def start_server(
             control_port = free_udp_port()
         # Duologue ports below the ephemeral range (32768+), where client sockets come from;
         # the server itself skips a pair that some other program holds.
-        base = random.randrange(20000, 32000 - 2 * max_clients, 2)
+        # (Shared duologue ports need two, whatever max_clients: B4's 5,000-client row.)
+        span = 2 if duologue_ports == "shared" else 2 * max_clients
+        if 20000 + span > 32000:
+            raise BenchError(
+                f"{max_clients} per-client duologues need {span} ports, more than the "
+                "12,000 below the ephemeral range: use --duologue-ports shared"
+            )
+        base = random.randrange(20000, 32000 - span, 2)
         server = EchoServerProcess(
             port, control_port, base, max_clients, cpu=cpu, duologue_ports=duologue_ports
         ).start()

@@ -1,8 +1,13 @@
 """B4: N concurrent Echo 2.0 clients against one echo-server process.
 
     python -m bench.scale [--clients 100,500,1000] [--seconds 30] [--processes 4] [--pin 0,1]
-                          [--after-storm 10] [--ramp S]
+                          [--after-storm 10] [--ramp S] [--duologue-ports shared]
+                          [--profile DIR]
+    python -m bench.scale --clients 5000 --duologue-ports shared   # B4's 5,000-client row
     python -m bench.run --only scale [--quick]
+
+The 5,000-client row runs with shared duologue ports only: per-client ports would need 20,000
+ports for the server's 2 N duologues (start_server says so).
 
 The server is `python -m echo.server.cli` in its own process. The clients share a few
 processes, as a library user would run them (many `EchoClient`s in one trio program); each
@@ -66,6 +71,8 @@ from bench.harness import (
 from bench.scale_raw import per_datagram, udp_datagrams
 
 DEFAULT_CLIENTS = (100, 500, 1000)
+#: issue 13's extra row (not in the defaults: it takes minutes, and shared ports only)
+LARGE_CLIENTS = 5000
 DEFAULT_SECONDS = 30.0
 #: Seconds the storm's clients echo after the last one is in (`echo p99 after storm`).
 DEFAULT_AFTER_STORM = 10.0
@@ -390,6 +397,58 @@ class _Workers:
             process.join(5)
 
 
+#: py-spy's sampling rate for --profile (per second)
+PROFILE_RATE = 200
+
+
+def _profile(
+    directory: str | None,
+    server_pid: int,
+    workers: _Workers,
+    seconds: float,
+    clients: int,
+    mode: str,
+) -> list[Any]:
+    """py-spy over the steady window: the server and the first client process (--profile)."""
+    if directory is None:
+        return []
+    import shutil
+    import subprocess
+    import sys
+
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    spy = beside if os.path.exists(beside) else shutil.which("py-spy") or "py-spy"
+    os.makedirs(directory, exist_ok=True)
+    targets = [("server", server_pid)]
+    if workers.processes and workers.processes[0].pid is not None:
+        targets.append(("client0", workers.processes[0].pid))
+    spies = []
+    for name, pid in targets:
+        path = os.path.join(directory, f"{name}-{mode}-{clients}.txt")
+        spies.append(
+            subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "-r",
+                    str(PROFILE_RATE),
+                    "--nonblocking",
+                    "-f",
+                    "raw",
+                    "-d",
+                    str(max(1, int(seconds - 1))),
+                    "-p",
+                    str(pid),
+                    "-o",
+                    path,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    return spies
+
+
 def _phase_ms(phases: list[dict[str, float]], start: str, end: str) -> dict[str, float]:
     spans = sorted(1000 * (p[end] - p[start]) for p in phases if start in p and end in p)
     if not spans:
@@ -442,8 +501,12 @@ def run(
     after_storm: float = DEFAULT_AFTER_STORM,
     ramp: float | None = None,
     duologue_ports: str = "per-client",
+    profile: str | None = None,
 ) -> dict[str, Any]:
-    """One N: the storm (handshakes/s), then the steady state (CPU, RSS, echo latency)."""
+    """One N: the storm (handshakes/s), then the steady state (CPU, RSS, echo latency).
+
+    `profile`: a directory; py-spy samples the server and the first client process over the
+    steady window into it (raw collapsed stacks, idle excluded: docs/profile-b4.txt)."""
     raise_fd_limit()
     ramp = ramp_seconds(clients) if ramp is None else ramp
     server_cpu = cpus[0] if cpus else None
@@ -484,11 +547,16 @@ def run(
             time.sleep(margin)
             t0, cpu0, clients_cpu0 = time.time(), server.cpu_seconds(), workers.cpu_seconds()
             udp0 = udp_datagrams()
+            spies = _profile(
+                profile, server.pid, workers, seconds - margin, clients, duologue_ports
+            )
             time.sleep(seconds - margin)
             t1, cpu1, clients_cpu1 = time.time(), server.cpu_seconds(), workers.cpu_seconds()
             udp1 = udp_datagrams()
             rss = server.rss_mib()
             peak_rss = server.peak_rss_mib()
+            for spy in spies:
+                spy.wait(30)
         finally:
             for name in _Workers.EVENTS:
                 workers.signal(name)
@@ -656,6 +724,13 @@ def main() -> None:
         help="CPUs: the server on the first, the client processes on the others "
         "(default: the first two allowed ones; 'none' leaves placement to the scheduler)",
     )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="py-spy (pip install py-spy, or the bench extra) samples the server and the first "
+        "client process over each steady window into DIR (collapsed stacks)",
+    )
     args = parser.parse_args()
     from bench.run import pin_cpus
 
@@ -669,6 +744,7 @@ def main() -> None:
             after_storm=args.after_storm,
             ramp=args.ramp,
             duologue_ports=mode,
+            profile=args.profile,
         )
         for n in args.clients.split(",")
         for mode in args.duologue_ports.split(",")

@@ -3,11 +3,26 @@
 Aeron's defaults (heartbeat every 100 ms idle, status message every 200 ms) were made for a few
 busy streams. A server with 1,000 duologues runs 2,000 streams that are idle most of the time:
 at Aeron's rates the server alone sends about 15,000 heartbeats and status messages a second
-(and receives as many), each a system call and a wake-up on both ends; at echo's, about 3,000.
-Echo streams use 0.5 s heartbeats and 1 s status messages, which keeps liveness (10 s image
-timeout, 5 s publication timeout) several intervals away, and send one probe heartbeat 2 ms
-after each burst of data instead, so a lost last message (a lost echo) is repaired in
-milliseconds rather than after a full idle interval.
+(and receives as many), each a system call and a wake-up on both ends. Sessions are echo to
+echo, so they choose their own idle cadence (the plain transport keeps Aeron's):
+
+- a status message every second: a publication counts its receiver gone 5 s after the last one
+  (publication_connection_timeout), so four in a row may be lost first; flow control does not
+  wait for the timer (an image sends one as soon as its subscriber consumed a quarter window);
+- one probe heartbeat 2 ms after each burst of data (probe_after_data), so a lost last message
+  (a lost echo) is NAKed and repaired in milliseconds instead of after an idle interval;
+- so the idle heartbeat's remaining jobs are liveness (an image ends 10 s after the last
+  datagram) and the rare tail whose probe was lost too: every 0.5 s. It could not be much
+  calmer. The anti-amplification budget (image.py: an image sends its source no more bytes than
+  it received from it) lets an idle stream's 36-byte status messages be paid for only by its
+  32-byte heartbeats, so they must come at least 36/32 times as often (0.89 s at most against
+  one SM a second); and a server cannot see its peers' liveness timeouts: the lobby client's
+  images end after 1.5 s (echo.lobby.client.CLIENT_LIVENESS), which 0.5 s heartbeats cover
+  three times. 0.8 s was tried (issue 13 item 5): it saved nothing at B4's one echo a second
+  per client (a 1 s data interval still has one idle heartbeat in it) and would have left the
+  lobby's clients one lost heartbeat from losing their server.
+  With a shorter image liveness timeout than the default the heartbeat follows it, at most a
+  third of it.
 """
 
 from __future__ import annotations
@@ -17,18 +32,35 @@ from typing import Any
 import attrs
 
 from echo.transport import TransportConfig
+from echo.transport.frames import DATA_HEADER_LENGTH, SM_LENGTH
 
-# Heartbeats twice as often as status messages: an image sends the (unvalidated) source of its
-# SETUP no more bytes than it received from it, and 2 x 32-byte heartbeats pay for one 36-byte SM.
-ECHO_HEARTBEAT_INTERVAL = 0.5
 ECHO_STATUS_MESSAGE_INTERVAL = 1.0
+ECHO_HEARTBEAT_INTERVAL = 0.5
+#: the longest idle heartbeat interval whose heartbeats (a bare 32-byte data header) still pay
+#: for one status message (36 bytes) per status message interval (see above)
+MAX_BUDGETED_HEARTBEAT_RATIO = DATA_HEADER_LENGTH / SM_LENGTH
+#: an image's liveness timeout spans at least this many idle heartbeats
+HEARTBEATS_PER_LIVENESS = 3
 
 
 def echo_timers(base: TransportConfig | None = None, **overrides: Any) -> TransportConfig:
-    return attrs.evolve(
-        base or TransportConfig(),
-        heartbeat_interval=ECHO_HEARTBEAT_INTERVAL,
-        status_message_interval=ECHO_STATUS_MESSAGE_INTERVAL,
-        probe_after_data=True,
-        **overrides,
+    """`base` (or Aeron's defaults) with the sessions' idle cadence; `overrides` win.
+
+    The idle heartbeat is at most a third of the image liveness timeout in effect, and an
+    `overrides` status message interval takes the heartbeat with it (the budget above); an
+    explicit `heartbeat_interval` wins.
+    """
+    config = base or TransportConfig()
+    liveness = overrides.get("image_liveness_timeout", config.image_liveness_timeout)
+    status = overrides.get("status_message_interval", ECHO_STATUS_MESSAGE_INTERVAL)
+    heartbeat = min(
+        ECHO_HEARTBEAT_INTERVAL * status / ECHO_STATUS_MESSAGE_INTERVAL,
+        liveness / HEARTBEATS_PER_LIVENESS,
     )
+    settings: dict[str, Any] = {
+        "heartbeat_interval": heartbeat,
+        "status_message_interval": ECHO_STATUS_MESSAGE_INTERVAL,
+        "probe_after_data": True,
+    }
+    settings.update(overrides)
+    return attrs.evolve(config, **settings)

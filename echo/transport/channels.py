@@ -101,6 +101,7 @@ class PublicationChannel:
 
     async def wait(self) -> None:
         """Until the driver has next serviced this publication's socket."""
+        self.socket.waiting.add(self)
         await self._waiters.wait()
 
     def notify(self) -> None:
@@ -142,7 +143,7 @@ class PublicationChannel:
         with trio.move_on_after(limit):
             while not state.is_done:
                 delivered = delivered or state.delivered
-                await self._waiters.wait()
+                await self.wait()
         delivered = delivered or state.delivered
         if state.is_lingering:
             # Out of time while waiting for the receivers' proof, everything sent: still say
@@ -235,6 +236,8 @@ class SubscriptionChannel:
         self._by_image: dict[int, ImageLink] = {}
         self._round_robin = 0
         self._closed = False
+        #: images that came or went, ever (`wait` tells news from a heartbeat by it)
+        self._image_events = 0
         #: the api's image callbacks: a link came, a link went (with the reason's name)
         self.on_available: Callable[[ImageLink], None] | None = None
         self.on_unavailable: Callable[[ImageLink, str], None] | None = None
@@ -265,6 +268,7 @@ class SubscriptionChannel:
             self.images.remove(found)
             if self.on_unavailable is not None:
                 self.on_unavailable(found, event.reason.value)
+        self._image_events += 1
         self._waiters.notify()
 
     def reject(self, link: ImageLink) -> None:
@@ -308,17 +312,45 @@ class SubscriptionChannel:
         return fragments
 
     async def wait(self) -> None:
-        """Wait until the socket has been serviced: on the socket, in this task, if the driver
-        lends it (one task switch per datagram fewer), else until the reader task says so."""
+        """Wait until this subscription may have news (data, an image that came or went, the
+        end): on the socket, in this task, if the driver lends it (one task switch per
+        datagram fewer), else until the driver says so.
+
+        Reading the lent socket itself, the task goes on waiting while what arrived was not
+        news for it: heartbeats, and on a shared port other sessions' datagrams. An idle
+        stream's heartbeats would otherwise wake the application several times a second for
+        nothing (issue 13 item 5: at 1,000 clients that was most of their wake-ups).
+        """
         udp = self.socket
-        if await self._driver.read_as_application(udp):
-            return
+        driver = self._driver
+        endpoint = udp.endpoint
+        while True:
+            data_before = endpoint.data_received
+            events_before = self._image_events
+            if not await driver.read_as_application(udp):
+                break
+            if self._has_news(data_before, events_before):
+                return
         lending = udp.lending
         lending.waiters += 1
+        if self.session_id is None:
+            udp.waiting_all.add(self)
         try:
             await self._waiters.wait()
         finally:
             lending.waiters -= 1
+
+    def _has_news(self, data_before: int, events_before: int) -> bool:
+        if self.closed or self._image_events != events_before:
+            return True
+        if self.session_id is None:
+            # Any image of the socket may be ours: did data come at all?
+            return self.socket.endpoint.data_received != data_before
+        for link in self.images:
+            image = link.image
+            if image.rebuild_position > image.subscriber_position:
+                return True
+        return False
 
     def stop_waiting(self) -> None:
         """The waiting task goes off to do something else (it has what it waited for)."""

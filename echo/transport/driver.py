@@ -218,8 +218,7 @@ class Driver:
             return
         if isinstance(udp, SendSocket):
             udp.endpoint.poll(now, udp.send)
-            for publication in udp.channels:
-                publication.notify()
+            udp.notify_channels()
         elif isinstance(udp, ReceiveSocket):
             endpoint = udp.endpoint
             endpoint.poll(now, udp.send)

@@ -140,9 +140,14 @@ class ReceiveEndpoint:
         self._finished: dict[tuple[int, int], PublicationImage] = {}
         self._goodbyes: list[PublicationImage] = []
         self._touched: set[tuple[int, int]] = set()
-        #: images that received a datagram since the socket's subscriptions were last told
-        #: (sockets.ReceiveSocket.notify_subscriptions wakes only theirs)
+        #: images that received data since the socket's subscriptions were last told
+        #: (sockets.ReceiveSocket.notify_subscriptions wakes only theirs). Heartbeats are not
+        #: news for the application (nothing to poll), so they do not count: an idle stream's
+        #: heartbeats wake no subscriber (issue 13 item 5, docs/profile-b4.txt).
         self.fresh: set[tuple[int, int]] = set()
+        #: data datagrams handed to images, ever: a task that read the socket itself
+        #: (channels.SubscriptionChannel.wait) compares it to know whether anything came
+        self.data_received = 0
         self._next_cleanup = now
         self.max_images = max_images
 
@@ -229,7 +234,9 @@ class ReceiveEndpoint:
                 image.budget += len(data)
                 starved = image.starved
                 image.starved = False
-                self.fresh.add(key)
+                if not heartbeat:
+                    self.fresh.add(key)
+                    self.data_received += 1
                 if image.on_data(heartbeat, flags, term_offset, term_id, data, now) or starved:
                     self._touched.add(key)
                 return
@@ -279,6 +286,7 @@ class ReceiveEndpoint:
         starved = image.starved
         image.starved = False
         self.fresh.add(key)
+        self.data_received += 1
         if image.on_data(False, flags, term_offset, term_id, data, now, whole_data=True) or starved:
             self._touched.add(key)
         return -(-len(data) // segment)

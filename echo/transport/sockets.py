@@ -247,6 +247,18 @@ class SendSocket(DriverSocket):
         super().__init__(sock, key, endpoint.counters)
         #: told each time the endpoint has been serviced (a publication's waiters)
         self.channels: list[PublicationChannel] = []
+        #: the channels a task waits on now (PublicationChannel.wait): a service tells only
+        #: those, not every publication of a server's shared port (1,000 response
+        #: publications: telling each one cost O(publications) per status message)
+        self.waiting: set[PublicationChannel] = set()
+
+    def notify_channels(self) -> None:
+        """The endpoint was serviced: wake the tasks waiting on its publications."""
+        waiting = self.waiting
+        if waiting:
+            self.waiting = set()
+            for channel in waiting:
+                channel.notify()
 
     def stop_runs(self) -> None:
         endpoint = self.endpoint
@@ -265,6 +277,7 @@ class SendSocket(DriverSocket):
     def close(self) -> None:
         super().close()
         self.channels = []
+        self.waiting = set()
         self.endpoint.forget_send()
 
 
@@ -317,9 +330,13 @@ class Lending:
             # In use: look again later, less and less often while it stays in use.
             self.check_interval = min(LEND_BACKOFF * self.check_interval, LEND_CHECK_MAX)
             return now + self.check_interval
-        if now - self.returned_at >= LEND_IDLE:
+        # (One comparison of the same sum: `now - returned_at < LEND_IDLE` can hold while
+        # `returned_at + LEND_IDLE <= now` does too, by rounding, and the check then fell due
+        # again at once, for ever: the timer loop spun in virtual time.)
+        due = self.returned_at + LEND_IDLE
+        if due <= now:
             return None
-        return self.returned_at + LEND_IDLE
+        return due
 
     def stale(self, now: float) -> bool:
         """Lent, and nobody has waited on it for LEND_IDLE: datagrams may wait unread."""
@@ -345,6 +362,10 @@ class ReceiveSocket(DriverSocket):
         #: the subscriptions on this socket by (stream id, session id or None for all
         #: sessions): image events and notifications
         self.subscriptions: dict[tuple[int, int | None], SubscriptionChannel] = {}
+        #: all-sessions subscriptions a task waits on now (SubscriptionChannel.wait): with
+        #: many session-specific ones on the socket, a service tells these and the sessions
+        #: that got data, without looking at every subscription
+        self.waiting_all: set[SubscriptionChannel] = set()
 
     def enable_offload(self) -> None:
         try:
@@ -372,7 +393,8 @@ class ReceiveSocket(DriverSocket):
     def notify_subscriptions(self) -> None:
         """Wake the subscriptions' waiting tasks after a service. Many session-specific
         subscriptions share a server's port (response channels): those wake only for their
-        own image's news, not for every datagram of every session."""
+        own image's data (or its coming and going), not for every datagram of every session,
+        and not for heartbeats."""
         subscriptions = self.subscriptions
         fresh = self.endpoint.fresh
         if len(subscriptions) == 1:
@@ -380,8 +402,10 @@ class ReceiveSocket(DriverSocket):
                 channel.notify()
             fresh.clear()
             return
-        for (_, session_id), channel in subscriptions.items():
-            if session_id is None:
+        waiting = self.waiting_all
+        if waiting:
+            self.waiting_all = set()
+            for channel in waiting:
                 channel.notify()
         # An image that came or went woke its channel already (on_image_event).
         for session_id, stream_id in fresh:
@@ -396,3 +420,4 @@ class ReceiveSocket(DriverSocket):
         for subscription in self.subscriptions.values():
             subscription.detach()
         self.subscriptions = {}
+        self.waiting_all = set()
