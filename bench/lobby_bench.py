@@ -209,6 +209,10 @@ class Echo(Target):
             str(offset),
             "--concurrency",
             str(args.join_concurrency),
+            "--join-rate",
+            str(args.join_rate / args.bot_procs if args.join_rate else 0),
+            "--connect-timeout",
+            str(args.echo_connect_timeout),
             *(["--liveness", str(args.echo_client_liveness)] if args.echo_client_liveness else []),
         ]
 
@@ -379,7 +383,6 @@ async def _bot(args: argparse.Namespace) -> None:
     import trio
 
     from echo.lobby.client import (
-        CLIENT_LIVENESS,
         LobbyClient,
         LobbyError,
         LobbyUnavailable,
@@ -389,8 +392,8 @@ async def _bot(args: argparse.Namespace) -> None:
     )
     from echo.lobby.client import connect as lobby_connect
     from echo.lobby.protocol import ChatLine
+    from echo.lobby.timers import CLIENT_LIVENESS, lobby_client_timers
     from echo.session.client import client_transport_config
-    from echo.session.timers import echo_timers
     from echo.transport import open_transport
 
     def now_ms() -> float:
@@ -404,13 +407,19 @@ async def _bot(args: argparse.Namespace) -> None:
     errors = 0
     reconnects = 0
     liveness = args.liveness or CLIENT_LIVENESS
-    config = client_transport_config(echo_timers(image_liveness_timeout=liveness))
+    # The lobby client's own idle cadence (echo.lobby.timers), on one transport for all the
+    # process's members, as `echo.lobby.connect` would give each member alone.
+    config = client_transport_config(lobby_client_timers(liveness=liveness))
     async with open_transport(config) as transport, trio.open_nursery() as nursery:
 
         async def member(name: str, *, task_status: Any) -> None:
             nonlocal deliveries, reconnects
             async with lobby_connect(
-                [args.server], member=name, transport=transport, timeout=120
+                [args.server],
+                member=name,
+                transport=transport,
+                timeout=120,
+                connect_timeout=args.connect_timeout,
             ) as client:
                 task_status.started(client)
                 async for event in client.events():
@@ -423,8 +432,20 @@ async def _bot(args: argparse.Namespace) -> None:
         lobbies: list[list[LobbyClient]] = []
         join_lat: list[float] = []
 
+        # Joins are paced (a ramp, `--join-rate`), so the measure is how fast the server
+        # seats members, not how a storm of handshakes times out.
+        pace = 1.0 / args.join_rate if args.join_rate > 0 else 0.0
+        next_start = trio.current_time()
+
+        async def paced() -> None:
+            nonlocal next_start
+            if pace:
+                next_start = max(next_start + pace, trio.current_time())
+                await trio.sleep_until(next_start)
+
         async def fill(i: int) -> None:
             idx = args.offset + i
+            await paced()
             t = now_ms()
             owner = await nursery.start(member, f"o{idx}")
             lobby_id = await owner.create(
@@ -435,6 +456,7 @@ async def _bot(args: argparse.Namespace) -> None:
             join_lat.append(now_ms() - t)
             seats = [owner]
             for j in range(1, args.members):
+                await paced()
                 t = now_ms()
                 client = await nursery.start(member, f"m{idx}-{j}")
                 await client.join(lobby_id)
@@ -624,6 +646,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     bot.add_argument("--offset", type=int, default=0)
     bot.add_argument("--concurrency", type=int, default=20)
     bot.add_argument("--liveness", type=float, default=None)
+    bot.add_argument("--join-rate", type=float, default=0.0)
+    bot.add_argument("--connect-timeout", type=float, default=10.0)
     parser.add_argument("--lobbies", type=int, default=1000)
     parser.add_argument("--members", type=int, default=8)
     parser.add_argument("--bot-procs", type=int, default=4, help="bot processes per target")
@@ -632,6 +656,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=int,
         default=20,
         help="lobbies being filled at once in each bot process",
+    )
+    parser.add_argument(
+        "--join-rate",
+        type=float,
+        default=0.0,
+        help="joins (members connecting) started per second over all bot processes of a "
+        "target, a ramp; 0: as fast as --join-concurrency allows [default: 0]",
+    )
+    parser.add_argument(
+        "--echo-connect-timeout",
+        type=float,
+        default=10.0,
+        help="the echo bots' handshake timeout per server (the library's default is "
+        "echo.lobby.client.CONNECT_TIMEOUT, 3 s: too tight for a server admitting hundreds "
+        "of members a second on a shared machine)",
     )
     parser.add_argument(
         "--chat-rate", type=float, default=200.0, help="chat lines per second over all lobbies"
@@ -658,9 +697,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=float,
         default=None,
         help="the echo bots' image liveness in seconds [default: the library's, "
-        "echo.lobby.client.CLIENT_LIVENESS]",
+        "echo.lobby.timers.CLIENT_LIVENESS]",
     )
-    parser.add_argument("--phase-timeout", type=float, default=1800.0)
+    parser.add_argument(
+        "--phase-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a phase (the joins, the searches) may take before the target fails",
+    )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "lobby_bench.json"))
     parser.add_argument(
         "--smoke",

@@ -75,6 +75,7 @@ from echo.lobby.protocol import (
 )
 from echo.lobby.state import LobbyRegistry, Send, random_join_code, random_lobby_id
 from echo.lobby.tickets import TicketIssuer, TicketKey, TicketSeats
+from echo.lobby.timers import lobby_server_timers
 from echo.session import ServerConfig, Session, SessionError, SessionServer
 from echo.session.server import EventSink
 from echo.topics.ring import HashRing
@@ -211,7 +212,11 @@ class LobbyServer:
             board=self.board,
         )
         self.sessions = SessionServer(
-            session_config, self._app, events=events, transport_config=transport_config
+            session_config,
+            self._app,
+            events=events,
+            # A lobby's idle cadence, unless the caller brings its own (echo.lobby.timers).
+            transport_config=transport_config or lobby_server_timers(),
         )
         self.conns: dict[str, _Conn] = {}
         self.counters: Counter[str] = Counter()
