@@ -28,6 +28,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -247,6 +248,39 @@ class Colyseus(Target):
         ]
 
 
+class Profiles:
+    """`--profile DIR`: py-spy records the server and the first bot process through each
+    phase (raw collapsed stacks, DIR/<target>-<phase>-<who>.txt); nothing without it."""
+
+    def __init__(self, args: argparse.Namespace, target: str) -> None:
+        self.dir = Path(args.profile) if args.profile else None
+        self.target = target
+        self.running: list[subprocess.Popen[bytes]] = []
+
+    def start(self, phase: str, pids: dict[str, int]) -> None:
+        self.stop()
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if self.dir is None or not Path(spy).exists():
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for who, pid in pids.items():
+            out = self.dir / f"{self.target}-{phase}-{who}.txt"
+            argv = [spy, "record", "-p", str(pid), "-r", "100", "-f", "raw", "-o", str(out)]
+            self.running.append(
+                subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+
+    def stop(self) -> None:
+        for proc in self.running:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its file on ^C
+        for proc in self.running:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.running = []
+
+
 def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"target": target.name, "load_before": os.getloadavg()}
     server_log = (work / f"{target.name}-server.log").open("wb")
@@ -273,7 +307,11 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             outs.append(Lines(proc, f"{target.name} bot {i}"))
             offset += n
 
+        profiles = Profiles(args, target.name)
+        who = {"server": server.pid, "bot0": bots[0].pid} if target.name == "echo" else {}
+        profiles.start("join", who)
         joined = [o.wait_json("joined", args.phase_timeout) for o in outs]
+        profiles.start("idle", who)
         bots_cpu = [sum(cpu_seconds(p.pid) for p in bots)]
         cpu_joined = cpu_seconds(server.pid)
         mem_joined = memory_kib(server.pid)
@@ -301,6 +339,7 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             "bots_cpu_pct": 100 * (bots_cpu[1] - bots_cpu[0]) / args.idle_seconds,
         }
 
+        profiles.start("chat", who)
         rate = args.chat_rate / len(outs)
         for proc in bots:
             _say(proc, f"chat {rate} {args.chat_seconds}")
@@ -324,9 +363,11 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             "bots_cpu_pct": 100 * (bots_cpu[2] - bots_cpu[1]) / (args.chat_seconds + 3),
         }
 
+        profiles.start("search", who)
         for proc in bots:
             _say(proc, f"search {args.searches} {args.search_concurrency}")
         searches = [o.wait_json("search", args.phase_timeout) for o in outs]
+        profiles.stop()
         cpu3 = cpu_seconds(server.pid)
         lat = [x for s in searches for x in s["lat"]]
         n = sum(s["n"] for s in searches)
@@ -704,6 +745,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=float,
         default=300.0,
         help="seconds a phase (the joins, the searches) may take before the target fails",
+    )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="py-spy (pip install py-spy) records echo's server and first bot process in "
+        "each phase into DIR (raw collapsed stacks); it costs them some CPU",
     )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "lobby_bench.json"))
     parser.add_argument(
