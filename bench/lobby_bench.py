@@ -358,6 +358,8 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             "sessions_dropped_and_back": sum(c.get("reconnects", 0) for c in chats),
             "delivery_ms_p50": percentile(lat, 50),
             "delivery_ms_p99": percentile(lat, 99),
+            "sender_ack_ms_p50": percentile([x for c in chats for x in c.get("ack_lat", [])], 50),
+            "sender_ack_ms_p99": percentile([x for c in chats for x in c.get("ack_lat", [])], 99),
             "server_cpu_s": cpu2 - cpu1,
             "server_cpu_pct": 100 * (cpu2 - cpu1) / (args.chat_seconds + 3),
             "bots_cpu_pct": 100 * (bots_cpu[2] - bots_cpu[1]) / (args.chat_seconds + 3),
@@ -544,18 +546,25 @@ async def _bot(args: argparse.Namespace) -> None:
                 sent = 0
                 chat_errors: dict[str, int] = {}
 
-                async def say(client: LobbyClient, text: str, kinds: dict[str, int]) -> None:
+                ack_lat: list[float] = []
+
+                async def say(
+                    client: LobbyClient, text: str, kinds: dict[str, int], acks: list[float]
+                ) -> None:
                     try:
                         await client.chat(text)
                     except (LobbyError, LobbyUnavailable) as error:
                         kinds[str(error)[:120]] = kinds.get(str(error)[:120], 0) + 1
+                    else:
+                        # the sender's round trip: its line taken by the server (Done)
+                        acks.append(now_ms() - float(text.split()[0]))
 
                 start = trio.current_time()
                 async with trio.open_nursery() as senders:
                     while trio.current_time() - start < seconds:
                         seats = lobbies[sent % len(lobbies)]
                         text = f"{now_ms():.3f} ".ljust(32, "x")
-                        senders.start_soon(say, random.choice(seats), text, chat_errors)
+                        senders.start_soon(say, random.choice(seats), text, chat_errors, ack_lat)
                         sent += 1
                         await trio.sleep_until(start + sent / rate)
                 await trio.sleep(3.0)  # lines still in flight
@@ -566,6 +575,7 @@ async def _bot(args: argparse.Namespace) -> None:
                         "deliveries": deliveries,
                         "expected": sent * (args.members - 1),
                         "lat": list(chat_lat),
+                        "ack_lat": ack_lat,
                         "errors": sum(chat_errors.values()),
                         "error_kinds": chat_errors,
                         "reconnects": reconnects,
@@ -637,6 +647,12 @@ def summary_table(results: list[dict[str, Any]]) -> str:
         (
             "chat delivery p50 / p99 ms",
             lambda r: f"{f(r['chat']['delivery_ms_p50'])} / {f(r['chat']['delivery_ms_p99'])}",
+        ),
+        (
+            "chat sender ack p50 / p99 ms",
+            lambda r: (
+                f"{f(r['chat'].get('sender_ack_ms_p50'))} / {f(r['chat'].get('sender_ack_ms_p99'))}"
+            ),
         ),
         (
             "search p50 / p99 ms",
