@@ -436,8 +436,13 @@ async def _bot(args: argparse.Namespace) -> None:
     from echo.lobby.client import connect as lobby_connect
     from echo.lobby.protocol import ChatLine
     from echo.lobby.timers import CLIENT_LIVENESS, lobby_client_timers
+    from echo.log import configure_logging
     from echo.session.client import client_transport_config
     from echo.transport import open_transport
+
+    # Warnings only, on stderr (the .err file): the library's info lines (a session opened,
+    # ...) are thousands per run, and stdout is the line protocol to the bench.
+    configure_logging("console", "warning")
 
     def now_ms() -> float:
         return time.time() * 1000
