@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -214,6 +215,8 @@ class Echo(Target):
             str(args.join_rate / args.bot_procs if args.join_rate else 0),
             "--connect-timeout",
             str(args.echo_connect_timeout),
+            "--join-seconds",
+            str(args.join_seconds),
             *(["--liveness", str(args.echo_client_liveness)] if args.echo_client_liveness else []),
         ]
 
@@ -492,6 +495,7 @@ async def _bot(args: argparse.Namespace) -> None:
                 await trio.sleep_until(next_start)
 
         async def fill(i: int) -> None:
+            nonlocal errors
             idx = args.offset + i
             await paced()
             t = now_ms()
@@ -503,21 +507,33 @@ async def _bot(args: argparse.Namespace) -> None:
             )
             join_lat.append(now_ms() - t)
             seats = [owner]
+            lobbies.append(seats)
             for j in range(1, args.members):
+                if trio.current_time() > join_deadline:
+                    return
                 await paced()
                 t = now_ms()
-                client = await nursery.start(member, f"m{idx}-{j}")
-                await client.join(lobby_id)
+                try:
+                    client = await nursery.start(member, f"m{idx}-{j}")
+                    await client.join(lobby_id)
+                except Exception as error:  # one member lost; the lobby fills on
+                    errors += 1
+                    print(f"lobby {i} member {j}: {error!r}", file=sys.stderr, flush=True)
+                    continue
                 join_lat.append(now_ms() - t)
                 seats.append(client)
-            lobbies.append(seats)
 
         t0 = now_ms()
+        # Past --join-seconds no new member starts: the run goes on with those seated (a run
+        # that cannot seat everyone still ends, and says how many it seated).
+        join_deadline = trio.current_time() + args.join_seconds
         queue = iter(range(args.lobbies))
 
         async def worker() -> None:
             nonlocal errors
             for i in queue:
+                if trio.current_time() > join_deadline:
+                    break
                 try:
                     await fill(i)
                 except Exception as error:  # a failed lobby is counted, the run goes on
@@ -565,12 +581,14 @@ async def _bot(args: argparse.Namespace) -> None:
                         acks.append(now_ms() - float(text.split()[0]))
 
                 start = trio.current_time()
+                expected = 0
                 async with trio.open_nursery() as senders:
-                    while trio.current_time() - start < seconds:
+                    while lobbies and trio.current_time() - start < seconds:
                         seats = lobbies[sent % len(lobbies)]
                         text = f"{now_ms():.3f} ".ljust(32, "x")
                         senders.start_soon(say, random.choice(seats), text, chat_errors, ack_lat)
                         sent += 1
+                        expected += len(seats) - 1  # (a lobby the joins did not fill)
                         await trio.sleep_until(start + sent / rate)
                 await trio.sleep(3.0)  # lines still in flight
                 out(
@@ -578,7 +596,7 @@ async def _bot(args: argparse.Namespace) -> None:
                         "phase": "chat",
                         "sent": sent,
                         "deliveries": deliveries,
-                        "expected": sent * (args.members - 1),
+                        "expected": expected,
                         "lat": list(chat_lat),
                         "ack_lat": ack_lat,
                         "errors": sum(chat_errors.values()),
@@ -596,6 +614,8 @@ async def _bot(args: argparse.Namespace) -> None:
                 async def searcher(todo: Any, lat: list[float]) -> None:
                     nonlocal found, refused
                     for k in todo:
+                        if not lobbies:
+                            return
                         client = random.choice(random.choice(lobbies))
                         t = now_ms()
                         try:
@@ -709,6 +729,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     bot.add_argument("--concurrency", type=int, default=20)
     bot.add_argument("--liveness", type=float, default=None)
     bot.add_argument("--join-rate", type=float, default=0.0)
+    bot.add_argument("--join-seconds", type=float, default=math.inf)
     bot.add_argument("--connect-timeout", type=float, default=10.0)
     parser.add_argument("--lobbies", type=int, default=1000)
     parser.add_argument("--members", type=int, default=8)
@@ -725,6 +746,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=0.0,
         help="joins (members connecting) started per second over all bot processes of a "
         "target, a ramp; 0: as fast as --join-concurrency allows [default: 0]",
+    )
+    parser.add_argument(
+        "--join-seconds",
+        type=float,
+        default=150.0,
+        help="no new member starts joining after this many seconds (echo's bots): the run "
+        "goes on with those seated and reports how many that was",
     )
     parser.add_argument(
         "--echo-connect-timeout",
