@@ -102,6 +102,9 @@ CONNECT_TIMEOUT = 3.0
 #: server (they do within 5 s of the death; twice that allows for a loaded machine), asking
 #: again every `JOIN_RETRY_INTERVAL`.
 FAILOVER_WAIT = 10.0
+#: A lobby whose home is its only server: how long a member whose session went silent keeps
+#: asking that home to take it back (its seat is kept for the server's grace period, 20 s).
+ONLY_HOME_RETRY = 20.0
 JOIN_RETRY_INTERVAL = 0.25
 
 
@@ -448,8 +451,18 @@ class LobbyClient:
                         if self.replica is not None:
                             await self._check_still_there(self.replica)
                         return
-                self.dead.add(link.server)
                 replica = self.replica
+                if (
+                    replica is not None
+                    and failover_home(self.ring, replica.lobby_id, self.dead | {link.server})
+                    is None
+                ):
+                    # No other server to take the lobby: the home is silent, not necessarily
+                    # dead (a loaded machine, a restart). Keep asking it, as long as it may
+                    # still hold the seat (a restarted one gets the lobby back from us).
+                    await self._back_to_the_only_home(link.server, replica)
+                    return
+                self.dead.add(link.server)
                 if replica is None:
                     return
                 await self._rehome(replica)
@@ -458,6 +471,19 @@ class LobbyClient:
             finally:
                 self._recovering = False
                 self._notify()
+
+    async def _back_to_the_only_home(self, server: str, replica: LobbyReplica) -> None:
+        deadline = trio.current_time() + ONLY_HOME_RETRY
+        while trio.current_time() < deadline and self.replica is replica:
+            try:
+                await self._open(server, self.connect_timeout)
+            except LobbyUnavailable:
+                continue  # (each attempt waited for its handshake's timeout)
+            self.dead.discard(server)
+            self._event(Reconnected(server))
+            await self._check_still_there(replica)
+            return
+        raise LobbyUnavailable(f"{server} did not answer again within {ONLY_HOME_RETRY} s")
 
     async def _check_still_there(self, replica: LobbyReplica) -> None:
         """Back on the same server: if it restarted meanwhile it has forgotten the lobby, and

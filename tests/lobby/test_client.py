@@ -142,3 +142,31 @@ async def test_a_home_that_restarts_empty_gets_the_lobby_back_from_its_members()
             snapshot = fresh.registry.snapshot(lobby_id)
             assert snapshot.owner == "owner" and snapshot.members[1].ready
             assert snapshot.metadata == {"mode": "duel"}
+
+
+async def test_a_lone_home_silent_longer_than_the_retry_is_asked_again() -> None:
+    from echo.lobby.timers import CLIENT_LIVENESS, RETRY_TIMEOUT
+
+    async with cluster(1) as c:
+        async with (
+            echo.lobby.connect(c.names, member="owner") as owner,
+            echo.lobby.connect(c.names, member="bob") as bob,
+        ):
+            lobby_id = await owner.create("patient", 4, metadata={"mode": "duel"})
+            await bob.join(lobby_id)
+            await owner.wait_until(lambda m: "bob" in m.replica.members)
+            c.kill(c.lobby[0])
+            # The scenario is an outage of this length (a loaded or restarting host), longer
+            # than the members' liveness and their one short retry: with no other server to
+            # re-create the lobby on, they must keep asking their home.
+            await trio.sleep(CLIENT_LIVENESS + RETRY_TIMEOUT + 2.0)
+            fresh = await c.restart(c.lobby[0])
+            for m in (owner, bob):
+                with trio.fail_after(20):
+                    assert await m.next_event(Rehomed) == Rehomed(lobby_id, c.names[0])
+            await until(
+                lambda: (s := fresh.registry.snapshot(lobby_id)) is not None
+                and len(s.members) == 2
+                and all(m.presence is Presence.CONNECTED for m in s.members)
+            )
+            assert fresh.registry.snapshot(lobby_id).owner == "owner"
