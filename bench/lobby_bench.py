@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -209,6 +211,12 @@ class Echo(Target):
             str(offset),
             "--concurrency",
             str(args.join_concurrency),
+            "--join-rate",
+            str(args.join_rate / args.bot_procs if args.join_rate else 0),
+            "--connect-timeout",
+            str(args.echo_connect_timeout),
+            "--join-seconds",
+            str(args.join_seconds),
             *(["--liveness", str(args.echo_client_liveness)] if args.echo_client_liveness else []),
         ]
 
@@ -243,6 +251,39 @@ class Colyseus(Target):
         ]
 
 
+class Profiles:
+    """`--profile DIR`: py-spy records the server and the first bot process through each
+    phase (raw collapsed stacks, DIR/<target>-<phase>-<who>.txt); nothing without it."""
+
+    def __init__(self, args: argparse.Namespace, target: str) -> None:
+        self.dir = Path(args.profile) if args.profile else None
+        self.target = target
+        self.running: list[subprocess.Popen[bytes]] = []
+
+    def start(self, phase: str, pids: dict[str, int]) -> None:
+        self.stop()
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if self.dir is None or not Path(spy).exists():
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for who, pid in pids.items():
+            out = self.dir / f"{self.target}-{phase}-{who}.txt"
+            argv = [spy, "record", "-p", str(pid), "-r", "100", "-f", "raw", "-o", str(out)]
+            self.running.append(
+                subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+
+    def stop(self) -> None:
+        for proc in self.running:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its file on ^C
+        for proc in self.running:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.running = []
+
+
 def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"target": target.name, "load_before": os.getloadavg()}
     server_log = (work / f"{target.name}-server.log").open("wb")
@@ -269,7 +310,11 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             outs.append(Lines(proc, f"{target.name} bot {i}"))
             offset += n
 
+        profiles = Profiles(args, target.name)
+        who = {"server": server.pid, "bot0": bots[0].pid} if target.name == "echo" else {}
+        profiles.start("join", who)
         joined = [o.wait_json("joined", args.phase_timeout) for o in outs]
+        profiles.start("idle", who)
         bots_cpu = [sum(cpu_seconds(p.pid) for p in bots)]
         cpu_joined = cpu_seconds(server.pid)
         mem_joined = memory_kib(server.pid)
@@ -297,6 +342,7 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             "bots_cpu_pct": 100 * (bots_cpu[1] - bots_cpu[0]) / args.idle_seconds,
         }
 
+        profiles.start("chat", who)
         rate = args.chat_rate / len(outs)
         for proc in bots:
             _say(proc, f"chat {rate} {args.chat_seconds}")
@@ -315,14 +361,18 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             "sessions_dropped_and_back": sum(c.get("reconnects", 0) for c in chats),
             "delivery_ms_p50": percentile(lat, 50),
             "delivery_ms_p99": percentile(lat, 99),
+            "sender_ack_ms_p50": percentile([x for c in chats for x in c.get("ack_lat", [])], 50),
+            "sender_ack_ms_p99": percentile([x for c in chats for x in c.get("ack_lat", [])], 99),
             "server_cpu_s": cpu2 - cpu1,
             "server_cpu_pct": 100 * (cpu2 - cpu1) / (args.chat_seconds + 3),
             "bots_cpu_pct": 100 * (bots_cpu[2] - bots_cpu[1]) / (args.chat_seconds + 3),
         }
 
+        profiles.start("search", who)
         for proc in bots:
             _say(proc, f"search {args.searches} {args.search_concurrency}")
         searches = [o.wait_json("search", args.phase_timeout) for o in outs]
+        profiles.stop()
         cpu3 = cpu_seconds(server.pid)
         lat = [x for s in searches for x in s["lat"]]
         n = sum(s["n"] for s in searches)
@@ -379,7 +429,6 @@ async def _bot(args: argparse.Namespace) -> None:
     import trio
 
     from echo.lobby.client import (
-        CLIENT_LIVENESS,
         LobbyClient,
         LobbyError,
         LobbyUnavailable,
@@ -389,9 +438,14 @@ async def _bot(args: argparse.Namespace) -> None:
     )
     from echo.lobby.client import connect as lobby_connect
     from echo.lobby.protocol import ChatLine
+    from echo.lobby.timers import CLIENT_LIVENESS, lobby_client_timers
+    from echo.log import configure_logging
     from echo.session.client import client_transport_config
-    from echo.session.timers import echo_timers
     from echo.transport import open_transport
+
+    # Warnings only, on stderr (the .err file): the library's info lines (a session opened,
+    # ...) are thousands per run, and stdout is the line protocol to the bench.
+    configure_logging("console", "warning")
 
     def now_ms() -> float:
         return time.time() * 1000
@@ -404,13 +458,19 @@ async def _bot(args: argparse.Namespace) -> None:
     errors = 0
     reconnects = 0
     liveness = args.liveness or CLIENT_LIVENESS
-    config = client_transport_config(echo_timers(image_liveness_timeout=liveness))
+    # The lobby client's own idle cadence (echo.lobby.timers), on one transport for all the
+    # process's members, as `echo.lobby.connect` would give each member alone.
+    config = client_transport_config(lobby_client_timers(liveness=liveness))
     async with open_transport(config) as transport, trio.open_nursery() as nursery:
 
         async def member(name: str, *, task_status: Any) -> None:
             nonlocal deliveries, reconnects
             async with lobby_connect(
-                [args.server], member=name, transport=transport, timeout=120
+                [args.server],
+                member=name,
+                transport=transport,
+                timeout=120,
+                connect_timeout=args.connect_timeout,
             ) as client:
                 task_status.started(client)
                 async for event in client.events():
@@ -423,8 +483,21 @@ async def _bot(args: argparse.Namespace) -> None:
         lobbies: list[list[LobbyClient]] = []
         join_lat: list[float] = []
 
+        # Joins are paced (a ramp, `--join-rate`), so the measure is how fast the server
+        # seats members, not how a storm of handshakes times out.
+        pace = 1.0 / args.join_rate if args.join_rate > 0 else 0.0
+        next_start = trio.current_time()
+
+        async def paced() -> None:
+            nonlocal next_start
+            if pace:
+                next_start = max(next_start + pace, trio.current_time())
+                await trio.sleep_until(next_start)
+
         async def fill(i: int) -> None:
+            nonlocal errors
             idx = args.offset + i
+            await paced()
             t = now_ms()
             owner = await nursery.start(member, f"o{idx}")
             lobby_id = await owner.create(
@@ -434,20 +507,33 @@ async def _bot(args: argparse.Namespace) -> None:
             )
             join_lat.append(now_ms() - t)
             seats = [owner]
+            lobbies.append(seats)
             for j in range(1, args.members):
+                if trio.current_time() > join_deadline:
+                    return
+                await paced()
                 t = now_ms()
-                client = await nursery.start(member, f"m{idx}-{j}")
-                await client.join(lobby_id)
+                try:
+                    client = await nursery.start(member, f"m{idx}-{j}")
+                    await client.join(lobby_id)
+                except Exception as error:  # one member lost; the lobby fills on
+                    errors += 1
+                    print(f"lobby {i} member {j}: {error!r}", file=sys.stderr, flush=True)
+                    continue
                 join_lat.append(now_ms() - t)
                 seats.append(client)
-            lobbies.append(seats)
 
         t0 = now_ms()
+        # Past --join-seconds no new member starts: the run goes on with those seated (a run
+        # that cannot seat everyone still ends, and says how many it seated).
+        join_deadline = trio.current_time() + args.join_seconds
         queue = iter(range(args.lobbies))
 
         async def worker() -> None:
             nonlocal errors
             for i in queue:
+                if trio.current_time() > join_deadline:
+                    break
                 try:
                     await fill(i)
                 except Exception as error:  # a failed lobby is counted, the run goes on
@@ -481,19 +567,28 @@ async def _bot(args: argparse.Namespace) -> None:
                 sent = 0
                 chat_errors: dict[str, int] = {}
 
-                async def say(client: LobbyClient, text: str, kinds: dict[str, int]) -> None:
+                ack_lat: list[float] = []
+
+                async def say(
+                    client: LobbyClient, text: str, kinds: dict[str, int], acks: list[float]
+                ) -> None:
                     try:
                         await client.chat(text)
                     except (LobbyError, LobbyUnavailable) as error:
                         kinds[str(error)[:120]] = kinds.get(str(error)[:120], 0) + 1
+                    else:
+                        # the sender's round trip: its line taken by the server (Done)
+                        acks.append(now_ms() - float(text.split()[0]))
 
                 start = trio.current_time()
+                expected = 0
                 async with trio.open_nursery() as senders:
-                    while trio.current_time() - start < seconds:
+                    while lobbies and trio.current_time() - start < seconds:
                         seats = lobbies[sent % len(lobbies)]
                         text = f"{now_ms():.3f} ".ljust(32, "x")
-                        senders.start_soon(say, random.choice(seats), text, chat_errors)
+                        senders.start_soon(say, random.choice(seats), text, chat_errors, ack_lat)
                         sent += 1
+                        expected += len(seats) - 1  # (a lobby the joins did not fill)
                         await trio.sleep_until(start + sent / rate)
                 await trio.sleep(3.0)  # lines still in flight
                 out(
@@ -501,8 +596,9 @@ async def _bot(args: argparse.Namespace) -> None:
                         "phase": "chat",
                         "sent": sent,
                         "deliveries": deliveries,
-                        "expected": sent * (args.members - 1),
+                        "expected": expected,
                         "lat": list(chat_lat),
+                        "ack_lat": ack_lat,
                         "errors": sum(chat_errors.values()),
                         "error_kinds": chat_errors,
                         "reconnects": reconnects,
@@ -518,6 +614,8 @@ async def _bot(args: argparse.Namespace) -> None:
                 async def searcher(todo: Any, lat: list[float]) -> None:
                     nonlocal found, refused
                     for k in todo:
+                        if not lobbies:
+                            return
                         client = random.choice(random.choice(lobbies))
                         t = now_ms()
                         try:
@@ -576,6 +674,12 @@ def summary_table(results: list[dict[str, Any]]) -> str:
             lambda r: f"{f(r['chat']['delivery_ms_p50'])} / {f(r['chat']['delivery_ms_p99'])}",
         ),
         (
+            "chat sender ack p50 / p99 ms",
+            lambda r: (
+                f"{f(r['chat'].get('sender_ack_ms_p50'))} / {f(r['chat'].get('sender_ack_ms_p99'))}"
+            ),
+        ),
+        (
             "search p50 / p99 ms",
             lambda r: f"{f(r['search']['latency_ms_p50'])} / {f(r['search']['latency_ms_p99'])}",
         ),
@@ -624,6 +728,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     bot.add_argument("--offset", type=int, default=0)
     bot.add_argument("--concurrency", type=int, default=20)
     bot.add_argument("--liveness", type=float, default=None)
+    bot.add_argument("--join-rate", type=float, default=0.0)
+    bot.add_argument("--join-seconds", type=float, default=math.inf)
+    bot.add_argument("--connect-timeout", type=float, default=10.0)
     parser.add_argument("--lobbies", type=int, default=1000)
     parser.add_argument("--members", type=int, default=8)
     parser.add_argument("--bot-procs", type=int, default=4, help="bot processes per target")
@@ -632,6 +739,28 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=int,
         default=20,
         help="lobbies being filled at once in each bot process",
+    )
+    parser.add_argument(
+        "--join-rate",
+        type=float,
+        default=0.0,
+        help="joins (members connecting) started per second over all bot processes of a "
+        "target, a ramp; 0: as fast as --join-concurrency allows [default: 0]",
+    )
+    parser.add_argument(
+        "--join-seconds",
+        type=float,
+        default=150.0,
+        help="no new member starts joining after this many seconds (echo's bots): the run "
+        "goes on with those seated and reports how many that was",
+    )
+    parser.add_argument(
+        "--echo-connect-timeout",
+        type=float,
+        default=10.0,
+        help="the echo bots' handshake timeout per server (the library's default is "
+        "echo.lobby.client.CONNECT_TIMEOUT, 3 s: too tight for a server admitting hundreds "
+        "of members a second on a shared machine)",
     )
     parser.add_argument(
         "--chat-rate", type=float, default=200.0, help="chat lines per second over all lobbies"
@@ -658,9 +787,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=float,
         default=None,
         help="the echo bots' image liveness in seconds [default: the library's, "
-        "echo.lobby.client.CLIENT_LIVENESS]",
+        "echo.lobby.timers.CLIENT_LIVENESS]",
     )
-    parser.add_argument("--phase-timeout", type=float, default=1800.0)
+    parser.add_argument(
+        "--phase-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a phase (the joins, the searches) may take before the target fails",
+    )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="py-spy (pip install py-spy) records echo's server and first bot process in "
+        "each phase into DIR (raw collapsed stacks); it costs them some CPU",
+    )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "lobby_bench.json"))
     parser.add_argument(
         "--smoke",

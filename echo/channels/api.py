@@ -83,6 +83,21 @@ class Channel:
                 peer.withdraw(out)
                 raise
 
+    def send_nowait(self, data: bytes, *, max_queued: int) -> bool:
+        """Queue `data` without waiting: it goes out under guarantees, in order after what is
+        queued here, as `send`'s would. False (nothing queued) when `max_queued` bytes or more
+        already wait on this channel: for a server that must never block on one slow peer and
+        decides itself what a backlog means. Raises ChannelsClosed when they are closed."""
+        owner = self._owner
+        if owner.closed_reason is not None:
+            raise ChannelsClosed(owner.closed_reason)
+        if self._out_state.queued_bytes >= max_queued:
+            return False
+        owner.peer.send(self.channel_id, data)
+        if owner._waiting or owner._writers:
+            owner._notify()
+        return True
+
     async def receive(self) -> Delivery:
         """The next message; the previous one received here counts as processed now.
 

@@ -196,9 +196,9 @@ def server_main(
     """Run a lobby server: lobbies over echo sessions, spread over many servers."""
     from echo.lobby.limits import LobbyConfig
     from echo.lobby.server import LobbyServer, LobbyServerConfig
+    from echo.lobby.timers import lobby_server_timers
     from echo.log import configure_logging
     from echo.session import ServerConfig
-    from echo.session.timers import echo_timers
     from echo.telemetry.events import EventLog
 
     configure_logging(log_format, log_level)  # type: ignore[arg-type]
@@ -241,7 +241,9 @@ def server_main(
         click.echo(f"echo-lobby: cannot open --events {events_path}: {one_line(error)}", err=True)
         sys.exit(1)
     try:
-        server = LobbyServer(session_config, config, events=events, transport_config=echo_timers())
+        server = LobbyServer(
+            session_config, config, events=events, transport_config=lobby_server_timers()
+        )
         trio.run(_serve, server, log)
     except BaseException as error:
         found = sole_error(error, OSError)
@@ -309,6 +311,23 @@ malformed (the lines say which); 4 a wait timed out.
     help="Seconds to wait for a server's answer.",
 )
 @click.option(
+    "--connect-timeout",
+    default=3.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds a handshake with one lobby server may take before the next is tried "
+    "(raise it for a server admitting hundreds of members a second).",
+)
+@click.option(
+    "--liveness",
+    default=2.5,
+    show_default=True,
+    type=click.FloatRange(min=0.5),
+    help="Seconds of silence from the server before the session counts as dropped and the "
+    "member reconnects, or re-creates its lobby on the next server (the server heartbeats "
+    "every 0.8 s; the issue's 5 s failover assumes the default).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -316,7 +335,13 @@ malformed (the lines say which); 4 a wait timed out.
     help="Diagnostics on stderr for people (console) or machines (json).",
 )
 def client_main(
-    servers: str, member: str, as_json: bool, timeout: float, log_format: str
+    servers: str,
+    member: str,
+    as_json: bool,
+    timeout: float,
+    connect_timeout: float,
+    liveness: float,
+    log_format: str,
 ) -> None:
     """A lobby member driven by commands on standard input; events are printed as lines."""
     from echo.log import configure_logging
@@ -329,7 +354,7 @@ def client_main(
         raise click.BadParameter("1..64 printable bytes", param_hint="--member")
     out = _Printer(as_json)
     try:
-        code = trio.run(_client, list(listed), member, timeout, out)
+        code = trio.run(_client, list(listed), member, timeout, out, connect_timeout, liveness)
     except KeyboardInterrupt:
         code = 0
     sys.exit(code)
@@ -459,13 +484,17 @@ def _print_event(out: _Printer, event: Any) -> None:
         case p.ChatLine():
             out("chat", event.member_id, event.text, member=event.member_id, text=event.text)
         case Rehomed():
-            out("rehomed", event.lobby_id, event.server, lobby_id=event.lobby_id,
-                server=event.server)
+            out(
+                "rehomed",
+                event.lobby_id,
+                event.server,
+                lobby_id=event.lobby_id,
+                server=event.server,
+            )
         case Reconnected():
             out("reconnected", event.server, server=event.server)
         case Left():
-            out("left", event.lobby_id, event.reason, lobby_id=event.lobby_id,
-                reason=event.reason)
+            out("left", event.lobby_id, event.reason, lobby_id=event.lobby_id, reason=event.reason)
 
 
 def _event_name(event: Any) -> str:
@@ -492,14 +521,27 @@ def _event_name(event: Any) -> str:
     return names.get(type(event), type(event).__name__)
 
 
-async def _client(servers: list[str], member: str, timeout: float, out: _Printer) -> int:
+async def _client(
+    servers: list[str],
+    member: str,
+    timeout: float,
+    out: _Printer,
+    connect_timeout: float,
+    liveness: float,
+) -> int:
     import echo.lobby.client as lc
 
     status = 0
     seen: list[str] = []
     arrived = trio.Event()
     try:
-        async with lc.connect(servers, member=member, timeout=timeout) as lobby:
+        async with lc.connect(
+            servers,
+            member=member,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            liveness=liveness,
+        ) as lobby:
             out("connected", lobby.server, server=lobby.server, member=member)
 
             async def show_events() -> None:
@@ -520,8 +562,13 @@ async def _client(servers: list[str], member: str, timeout: float, out: _Printer
                     try:
                         words = shlex.split(line)
                     except ValueError as error:
-                        out("refused", "BAD_COMMAND", str(error), code="BAD_COMMAND",
-                            message=str(error))
+                        out(
+                            "refused",
+                            "BAD_COMMAND",
+                            str(error),
+                            code="BAD_COMMAND",
+                            message=str(error),
+                        )
                         status = 3
                         continue
                     if not words or words[0].startswith("#"):
@@ -542,12 +589,24 @@ async def _client(servers: list[str], member: str, timeout: float, out: _Printer
                     try:
                         await _command(lobby, words, out)
                     except lc.LobbyError as error:
-                        out("refused", error.code.name, error.message, command=words[0],
-                            code=error.code.name, message=error.message)
+                        out(
+                            "refused",
+                            error.code.name,
+                            error.message,
+                            command=words[0],
+                            code=error.code.name,
+                            message=error.message,
+                        )
                         status = 3
                     except (ValueError, IndexError) as error:
-                        out("refused", "BAD_COMMAND", str(error) or "missing argument",
-                            command=words[0], code="BAD_COMMAND", message=str(error))
+                        out(
+                            "refused",
+                            "BAD_COMMAND",
+                            str(error) or "missing argument",
+                            command=words[0],
+                            code="BAD_COMMAND",
+                            message=str(error),
+                        )
                         status = 3
                 nursery.cancel_scope.cancel()
     except lc.LobbyUnavailable as error:
@@ -665,11 +724,17 @@ command line.
 @click.option("--address", required=True, help="HOST:PORT where the game server admits sessions.")
 @click.option("--server-id", default=None, help="The game server's id [default: --address].")
 @click.option(
-    "--slots", default=16, show_default=True, type=click.IntRange(0, 65535),
+    "--slots",
+    default=16,
+    show_default=True,
+    type=click.IntRange(0, 65535),
     help="Free slots to announce.",
 )
 @click.option(
-    "--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
+    "--interval",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0.05),
     help="Seconds between announcements.",
 )
 @click.option(
@@ -679,7 +744,11 @@ command line.
     show_default=True,
 )
 def announce_main(
-    topics: str, address: str, server_id: str | None, slots: int, interval: float,
+    topics: str,
+    address: str,
+    server_id: str | None,
+    slots: int,
+    interval: float,
     log_format: str,
 ) -> None:
     """Announce a game server and its free slots to the lobby servers."""
@@ -721,7 +790,6 @@ async def _announce(topics: list[str], announcement: Any, interval: float) -> No
                 async for _ in signals:
                     nursery.cancel_scope.cancel()
                     break
-
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m echo.lobby.cli server|client|announce`

@@ -17,7 +17,8 @@ the lobby-server list (`echo.lobby.home`); every member computes it alone, so:
 - when the session to the home drops, the client first tries the home again (same seat: within
   the server's grace period the seat is kept), and if the home does not answer it re-creates
   the lobby on the next server of the ring from its replica (`RecreateLobby`); every member
-  does the same, so they meet there within a few seconds (liveness 2 s + one retry);
+  does the same, so they meet there within a few seconds (liveness 2.5 s + one retry of
+  1 s: `echo.lobby.timers`);
 - a join by id goes to the id's home; a join code is made to land on its server, so a join by
   code goes to the code's home; both walk on along the ring past dead servers.
 
@@ -84,21 +85,27 @@ from echo.lobby.protocol import (
 )
 from echo.lobby.replica import ApplyResult, LobbyReplica
 from echo.lobby.server import code_walk, lobby_channel_specs
+from echo.lobby.timers import CLIENT_LIVENESS, RETRY_TIMEOUT, lobby_client_timers
 from echo.session import HandshakeTimeout, LostContact, SessionError
 from echo.session import connect as session_connect
-from echo.session.timers import echo_timers
 from echo.topics.ring import HashRing
 from echo.transport import TransportConfig
 
 log = structlog.get_logger("echo.lobby.client")
 
-#: The home's heartbeats come every 0.5 s; silence this long means the session is gone. With
-#: one retry of `RETRY_TIMEOUT` this keeps a re-created lobby within the issue's 5 s.
-CLIENT_LIVENESS = 1.5
-RETRY_TIMEOUT = 1.0
 #: How long a handshake with a lobby server may take before the next server is tried (a
-#: handshake on a working network takes one or two round trips).
+#: handshake on a working network takes one or two round trips; a loaded server, admitting
+#: hundreds of members a second, may need more: `connect(connect_timeout=...)`,
+#: ``echo-lobby-client --connect-timeout``).
 CONNECT_TIMEOUT = 3.0
+#: A join past a dead home waits this long for the lobby's members to re-create it on the next
+#: server (they do within 5 s of the death; twice that allows for a loaded machine), asking
+#: again every `JOIN_RETRY_INTERVAL`.
+FAILOVER_WAIT = 10.0
+#: A lobby whose home is its only server: how long a member whose session went silent keeps
+#: asking that home to take it back (its seat is kept for the server's grace period, 20 s).
+ONLY_HOME_RETRY = 20.0
+JOIN_RETRY_INTERVAL = 0.25
 
 
 class LobbyError(Exception):
@@ -198,6 +205,7 @@ class LobbyClient:
         *,
         timeout: float,
         reconnect: bool,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         if not servers:
             raise ValueError("the lobby-server list is empty")
@@ -207,7 +215,7 @@ class LobbyClient:
         self.ring = HashRing(self.servers)
         self.member = member
         self.timeout = timeout
-        self.connect_timeout = min(timeout, CONNECT_TIMEOUT)
+        self.connect_timeout = min(timeout, connect_timeout)
         self.auto_reconnect = reconnect
         self._nursery = nursery
         self._transport = transport
@@ -443,8 +451,18 @@ class LobbyClient:
                         if self.replica is not None:
                             await self._check_still_there(self.replica)
                         return
-                self.dead.add(link.server)
                 replica = self.replica
+                if (
+                    replica is not None
+                    and failover_home(self.ring, replica.lobby_id, self.dead | {link.server})
+                    is None
+                ):
+                    # No other server to take the lobby: the home is silent, not necessarily
+                    # dead (a loaded machine, a restart). Keep asking it, as long as it may
+                    # still hold the seat (a restarted one gets the lobby back from us).
+                    await self._back_to_the_only_home(link.server, replica)
+                    return
+                self.dead.add(link.server)
                 if replica is None:
                     return
                 await self._rehome(replica)
@@ -453,6 +471,19 @@ class LobbyClient:
             finally:
                 self._recovering = False
                 self._notify()
+
+    async def _back_to_the_only_home(self, server: str, replica: LobbyReplica) -> None:
+        deadline = trio.current_time() + ONLY_HOME_RETRY
+        while trio.current_time() < deadline and self.replica is replica:
+            try:
+                await self._open(server, self.connect_timeout)
+            except LobbyUnavailable:
+                continue  # (each attempt waited for its handshake's timeout)
+            self.dead.discard(server)
+            self._event(Reconnected(server))
+            await self._check_still_there(replica)
+            return
+        raise LobbyUnavailable(f"{server} did not answer again within {ONLY_HOME_RETRY} s")
 
     async def _check_still_there(self, replica: LobbyReplica) -> None:
         """Back on the same server: if it restarted meanwhile it has forgotten the lobby, and
@@ -582,10 +613,17 @@ class LobbyClient:
         return await self._joined(reply)
 
     async def join(self, lobby_id: int) -> int:
-        """Join by id on the lobby's home (walking on past dead servers)."""
+        """Join by id on the lobby's home, walking on past dead servers.
+
+        A member who joins while the home is failing over is not lost: past a dead home, the
+        next server of the ring says NO_SUCH_LOBBY until the lobby's members have re-created
+        it there (within the issue's 5 s), so the join is asked again there, every
+        `JOIN_RETRY_INTERVAL`, for up to `FAILOVER_WAIT`."""
         self._not_in_a_lobby(allowed=lobby_id)
         last: Exception | None = None
-        for _ in range(len(self.servers)):
+        deadline = trio.current_time() + FAILOVER_WAIT
+        attempts = 0
+        while attempts < len(self.servers) + 1:
             home = failover_home(self.ring, lobby_id, self.dead)
             if home is None:
                 break
@@ -594,6 +632,18 @@ class LobbyClient:
                 return await self._joined(reply)
             except LobbyUnavailable as error:
                 last = error
+                attempts += 1
+            except LobbyError as error:
+                first_home = failover_home(self.ring, lobby_id, set())
+                failing_over = home != first_home
+                if (
+                    error.code is not ErrorCode.NO_SUCH_LOBBY
+                    or not failing_over
+                    or trio.current_time() >= deadline
+                ):
+                    raise
+                log.info("lobby_join_waits_for_failover", lobby_id=lobby_id, server=home)
+                await trio.sleep(JOIN_RETRY_INTERVAL)
         raise LobbyUnavailable(f"no server holds lobby {lobby_id}: {last}")
 
     async def join_code(self, code: str) -> int:
@@ -705,15 +755,22 @@ async def connect(
     transport: Any = None,
     transport_config: TransportConfig | None = None,
     connect_now: bool = True,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    liveness: float = CLIENT_LIVENESS,
 ) -> AsyncIterator[LobbyClient]:
     """A member's lobby client over `servers` (``host:port`` of every lobby server, the same
     list on every member: it is the ring). Leaving the block closes the session without
-    leaving the lobby: the seat is kept for the server's grace period."""
+    leaving the lobby: the seat is kept for the server's grace period.
+
+    `connect_timeout` bounds each handshake with a server before the next one is tried;
+    `liveness` is how long a silent server is trusted before the member moves on (its own
+    transport's image liveness: `transport_config` or a shared `transport` set theirs)."""
 
     try:
         async with _client(
-            servers, member, timeout, reconnect, transport, transport_config, connect_now
-        ) as client:
+            servers, member, timeout, reconnect, transport, transport_config, connect_now,
+            connect_timeout, liveness,
+        ) as client:  # fmt: skip
             yield client
     except BaseExceptionGroup as group:
         # Our nurseries wrap whatever crosses them; the caller should see LobbyUnavailable
@@ -742,19 +799,27 @@ async def _client(
     transport: Any,
     transport_config: TransportConfig | None,
     connect_now: bool,
+    connect_timeout: float,
+    liveness: float,
 ) -> AsyncIterator[LobbyClient]:
     from echo.session.client import client_transport_config
     from echo.transport import open_transport
 
     async with contextlib.AsyncExitStack() as stack:
         if transport is None:
-            config = transport_config or echo_timers(image_liveness_timeout=CLIENT_LIVENESS)
+            config = transport_config or lobby_client_timers(liveness=liveness)
             transport = await stack.enter_async_context(
                 open_transport(client_transport_config(config))
             )
         nursery = await stack.enter_async_context(trio.open_nursery())
         client = LobbyClient(
-            servers, member, nursery, transport, timeout=timeout, reconnect=reconnect
+            servers,
+            member,
+            nursery,
+            transport,
+            timeout=timeout,
+            reconnect=reconnect,
+            connect_timeout=connect_timeout,
         )
         try:
             if connect_now:

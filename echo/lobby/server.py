@@ -7,14 +7,19 @@ chat. All registry calls happen in this one trio thread with ``now = trio.curren
 
 Why the pieces are shaped as they are:
 
-- **Chat never delays state.** Each member's outgoing messages go through one bounded queue
-  and one writer task per channel, so a chat channel waiting for a slow member's credit never
-  holds up its updates. A member's incoming chat is read at its chat rate (the registry's
-  `chat_limit`): while the reader waits, that channel's guarantees run out and the flooding
-  member's `send` is held back by credit (seed 003), on its own channel only.
+- **Chat never delays state.** A member's outgoing messages are queued on their own logical
+  channel (`Channel.send_nowait`, which waits for nothing), and each channel goes out under its
+  own credit: a chat channel waiting for a slow member's credit never holds up its updates.
+  No task per member and channel: a delivery is one enqueue, and the session's one channel
+  writer batches what is queued into datagrams (at L1's 8,000 members a writer task per
+  channel was 24,000 tasks, and three task switches per message delivered). A member's
+  incoming chat is read at its chat rate (the registry's `chat_limit`): while the reader
+  waits, that channel's guarantees run out and the flooding member's `send` is held back by
+  credit (seed 003), on its own channel only.
 - **A slow member does not slow the others.** Sending to a member never blocks the driver: a
-  chat line that does not fit that member's queue is dropped for it (counted); an update that
-  does not fit closes its session (it comes back with a snapshot: updates carry versions).
+  chat line that finds `chat_backlog` bytes waiting for that member is dropped for it
+  (counted); an update that finds `updates_backlog` closes its session (it comes back with a
+  snapshot: updates carry versions).
 - **Reconnection.** A dropped session leaves the seat RECONNECTING for the grace period
   (`LobbyConfig.reconnect_grace`); a new session of the member with its seat takes it back.
 - **Many servers.** The server only creates lobbies (and join codes) whose home is itself on
@@ -75,6 +80,7 @@ from echo.lobby.protocol import (
 )
 from echo.lobby.state import LobbyRegistry, Send, random_join_code, random_lobby_id
 from echo.lobby.tickets import TicketIssuer, TicketKey, TicketSeats
+from echo.lobby.timers import lobby_server_timers
 from echo.session import ServerConfig, Session, SessionError, SessionServer
 from echo.session.server import EventSink
 from echo.topics.ring import HashRing
@@ -134,29 +140,22 @@ class LobbyServerConfig:
     listing_ttl: float = 10.0  # how long other servers keep our listings without a refresh
     listing_interval: float = 0.25  # changed listings are published this often
     game_ttl: float = 5.0
-    updates_queue: int = 4096  # messages queued for one member before it is cut off
-    chat_queue: int = 256  # chat lines queued for one member before lines are dropped for it
+    updates_backlog: int = 1 << 20  # bytes of replies/updates waiting for one member: cut off
+    chat_backlog: int = 16 * 1024  # bytes of chat waiting for one member: lines dropped for it
     topic_k: int = 3
 
 
 class _Conn:
-    """One member's live session: its channels and the bounded queues that feed them."""
+    """One member's live session and its channels (None until they are open: what is sent
+    to it meanwhile waits in `pending`)."""
 
-    def __init__(self, member_id: str, session: Session, config: LobbyServerConfig) -> None:
+    __slots__ = ("channels", "closing", "member_id", "pending", "session")
+
+    def __init__(self, member_id: str, session: Session) -> None:
         self.member_id = member_id
         self.session = session
         self.channels: Channels | None = None
-        sizes = {
-            Channel.REQUESTS: config.updates_queue,
-            Channel.UPDATES: config.updates_queue,
-            Channel.CHAT: config.chat_queue,
-        }
-        self.queues: dict[Channel, Any] = {}
-        self.outlets: dict[Channel, Any] = {}
-        for ch, size in sizes.items():
-            send, receive = trio.open_memory_channel[bytes](size)
-            self.queues[ch] = send
-            self.outlets[ch] = receive
+        self.pending: list[tuple[Channel, bytes]] = []
         self.closing: str | None = None
 
 
@@ -211,13 +210,18 @@ class LobbyServer:
             board=self.board,
         )
         self.sessions = SessionServer(
-            session_config, self._app, events=events, transport_config=transport_config
+            session_config,
+            self._app,
+            events=events,
+            # A lobby's idle cadence, unless the caller brings its own (echo.lobby.timers).
+            transport_config=transport_config or lobby_server_timers(),
         )
         self.conns: dict[str, _Conn] = {}
         self.counters: Counter[str] = Counter()
         self.topic_client: Any = None
         self._wake_expiry = trio.Event()
         self._listings_dirty = False
+        self._nursery: trio.Nursery | None = None
 
     # ------------------------------------------------------------------ ids that land here
 
@@ -245,6 +249,7 @@ class LobbyServer:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             await nursery.start(self.sessions.run)
             nursery.start_soon(self._expiry_loop)
             if self.config.topics:
@@ -282,13 +287,16 @@ class LobbyServer:
         member_id = await self._authenticate(session)
         if member_id is None:
             return
-        conn = _Conn(member_id, session, self.config)
+        conn = _Conn(member_id, session)
         old = self.conns.get(member_id)
         self.conns[member_id] = conn
         try:
             await session.send(encode_welcome(self.server_id))
             async with open_channels(session, lobby_channel_specs(server=True)) as channels:
                 conn.channels = channels
+                pending, conn.pending = conn.pending, []
+                for ch, data in pending:
+                    self._send_to(member_id, ch, data)
                 if old is not None:
                     # The member came back on a new session while the old one still looked
                     # alive (its network changed): the new one wins and gets the state.
@@ -303,8 +311,6 @@ class LobbyServer:
                     self._deliver(self.registry.reconnected(member_id, trio.current_time()))
                     self._wake_expiry.set()
                 async with trio.open_nursery() as nursery:
-                    for ch in Channel:
-                        nursery.start_soon(_quietly, self._writer, conn, ch)
                     nursery.start_soon(_quietly, self._read_chat, conn)
                     await _quietly(self._read_requests, conn)
                     nursery.cancel_scope.cancel()
@@ -316,8 +322,6 @@ class LobbyServer:
                 del self.conns[member_id]
                 self._deliver(self.registry.disconnected(member_id, trio.current_time()))
                 self._wake_expiry.set()
-            for queue in conn.queues.values():
-                queue.close()
 
     async def _authenticate(self, session: Session) -> str | None:
         """The hello: the member id, and its seat if it sits in a lobby here."""
@@ -365,14 +369,6 @@ class LobbyServer:
             while not bucket.take(trio.current_time()):  # noqa: ASYNC110 (a rate, not an event)
                 await trio.sleep(max(0.001, (1.0 - bucket.tokens) / limit.rate))
             self._on_request(conn.member_id, delivery.data, Channel.CHAT)
-
-    async def _writer(self, conn: _Conn, ch: Channel) -> None:
-        assert conn.channels is not None
-        channel = conn.channels[ch]
-        async for data in conn.outlets[ch]:
-            await channel.send(data)
-        if conn.closing is not None:
-            await conn.session.close(conn.closing)
 
     # ------------------------------------------------------------------ requests
 
@@ -487,20 +483,25 @@ class LobbyServer:
         conn = self.conns.get(member_id)
         if conn is None or conn.closing is not None:
             return
+        channels = conn.channels
+        if channels is None:
+            conn.pending.append((ch, data))  # (a few messages, for a handshake's moment)
+            return
+        backlog = self.config.chat_backlog if ch is Channel.CHAT else self.config.updates_backlog
         try:
-            conn.queues[ch].send_nowait(data)
-        except trio.WouldBlock:
-            if ch is Channel.CHAT:
-                self.counters["chat_dropped"] += 1
+            if channels[ch].send_nowait(data, max_queued=backlog):
                 return
-            # Updates cannot be skipped without a snapshot: the member reconnects for one.
-            self.counters["members_too_slow"] += 1
-            conn.closing = "too slow"
-            log.warning("lobby_member_too_slow", member_id=member_id)
-            # The updates writer drains what is queued, then closes the session.
-            conn.queues[Channel.UPDATES].close()
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        except ChannelsClosed:
+            return
+        if ch is Channel.CHAT:
+            self.counters["chat_dropped"] += 1
+            return
+        # Updates cannot be skipped without a snapshot: the member reconnects for one.
+        self.counters["members_too_slow"] += 1
+        conn.closing = "too slow"
+        log.warning("lobby_member_too_slow", member_id=member_id)
+        if self._nursery is not None:
+            self._nursery.start_soon(_quietly, conn.session.close, "too slow")
 
     # ------------------------------------------------------------------ timers
 

@@ -17,7 +17,10 @@ Rules a reader needs (also in the README):
 - Owner: always a member; whenever any member is connected, the owner is a connected member.
   When that stops being true (the owner leaves, is dropped, or its session drops) ownership
   moves to the connected member who joined earliest (lowest join sequence); if nobody is
-  connected it stays (or goes, if the owner left, to the earliest-joined member).
+  connected it stays (or goes, if the owner left, to the earliest-joined member). An owner
+  whose session dropped gets the lobby back when its seat comes back (a NAT rebinding, a
+  network change), unless the interim owner transferred it meanwhile: ownership follows the
+  member's seat, not its address.
 - Presence: a dropped member keeps its seat for ``reconnect_grace`` seconds as RECONNECTING; it
   gets no updates meanwhile and a full snapshot when it comes back.
 - Every state change increments the lobby's version and is sent, carrying it, to the connected
@@ -189,6 +192,9 @@ class _Lobby:
     recreated_until: float | None = None
     base_version: int = 0
     intended_owner: str | None = None
+    # The owner whose session dropped (not who left): ownership follows its seat, so it gets
+    # the lobby back when it returns, unless the lobby was given away on purpose meanwhile.
+    dropped_owner: str | None = None
 
     def connected(self) -> list[_Member]:
         return [m for m in self.members.values() if m.presence is Presence.CONNECTED]
@@ -423,8 +429,10 @@ class LobbyRegistry:
                 if target.presence is not Presence.CONNECTED:
                     _refuse(ErrorCode.MEMBER_NOT_CONNECTED, "that member is reconnecting")
                 self._set_owner(lobby, req.member_id)
-                # A deliberate transfer overrides the owner a recreated copy named.
+                # A deliberate transfer overrides the owner a recreated copy named, and the
+                # claim of an owner whose session dropped.
                 lobby.intended_owner = None
+                lobby.dropped_owner = None
                 return Done(req.request_id)
             case SetAttributes():
                 return self._set_attributes(member_id, req, now)
@@ -925,10 +933,16 @@ class LobbyRegistry:
             and lobby.members[intended].presence is Presence.CONNECTED
         ):
             new_owner = intended
+        elif (returning := self._returning_owner(lobby)) is not None:
+            new_owner = returning
         else:
             owner = lobby.members.get(lobby.owner)
             if owner is not None and (owner.presence is Presence.CONNECTED or not connected):
                 return
+            if owner is not None:
+                # Its session dropped (a crash, a network change, a NAT that forgot its
+                # mapping): the seat is kept, and so is its claim on the lobby.
+                lobby.dropped_owner = owner.member_id
             pool = connected or list(lobby.members.values())
             new_owner = min(pool, key=lambda m: m.join_seq).member_id
         if new_owner != lobby.owner:
@@ -937,6 +951,23 @@ class LobbyRegistry:
                 self._set_owner(lobby, new_owner)
             else:
                 lobby.owner = new_owner
+
+    @staticmethod
+    def _returning_owner(lobby: _Lobby) -> str | None:
+        """The owner whose session dropped, once it is connected again (its seat came back
+        within the grace period): ownership follows the member, not its address."""
+        returning = lobby.dropped_owner
+        if returning is None or returning == lobby.owner:
+            lobby.dropped_owner = None
+            return None
+        member = lobby.members.get(returning)
+        if member is None:  # it left, was kicked, or its seat expired
+            lobby.dropped_owner = None
+            return None
+        if member.presence is not Presence.CONNECTED:
+            return None
+        lobby.dropped_owner = None
+        return returning
 
     def _set_owner(self, lobby: _Lobby, owner: str) -> None:
         if lobby.owner != owner:

@@ -57,6 +57,35 @@ async def test_guaranteed_send_waits_for_space(autojump_clock):
             await ca[BULK].send(b"y" * 1024)
 
 
+async def test_send_nowait_queues_in_order_and_refuses_past_its_backlog(autojump_clock):
+    a, b = pipe_pair(delay=0.005)
+    async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
+        await ca.wait_for(lambda: ca[BULK].guarantees > 0)
+        # What waits on the channel counts (not yet handed to the session, or without credit):
+        # 4 x 1 KiB fit a 4 KiB backlog, the fifth does not; each goes out in turn.
+        def burst(first: int) -> list[bool]:
+            send = ca[BULK].send_nowait
+            return [send(bytes([first + i]) * 1024, max_queued=4096) for i in range(5)]
+
+        assert burst(0) == [True, True, True, True, False]
+        await ca.wait_for(lambda: ca[BULK].guarantees == 4 * 1024)  # they went out
+        assert burst(4) == [True, True, True, True, False]
+        await ca.wait_for(lambda: ca[BULK].guarantees == 0)
+        # No credit left: these wait here for b to consume, and hold the backlog meanwhile.
+        assert burst(8) == [True, True, True, True, False]
+        got = []
+        async for message in cb[BULK]:
+            got.append(message.data[0])
+            if len(got) == 12:
+                break
+        assert got == list(range(12))  # in order, nothing lost, the refused one never sent
+        await ca[CONTROL].send(b"end")
+        assert (await cb[CONTROL].receive()).data == b"end"
+        assert cb.peer.take(BULK) is None
+    with pytest.raises(ChannelsClosed):
+        ca[BULK].send_nowait(b"late", max_queued=1 << 20)
+
+
 async def test_slow_bulk_consumer_does_not_delay_control(autojump_clock):
     """The issue's scenario: bulk saturated by a 10x slower consumer; control keeps answering."""
     delay = 0.01

@@ -15,7 +15,7 @@ import echo.session as es
 from echo.lobby.limits import LobbyConfig, RateLimit
 from echo.lobby.server import LobbyServer, LobbyServerConfig
 from echo.lobby.tickets import TicketKey
-from echo.session.timers import echo_timers
+from echo.lobby.timers import lobby_server_timers
 from echo.topics import ServerConfig as TopicServerConfig
 from echo.topics import TopicServer
 
@@ -138,7 +138,9 @@ async def cluster(
         names = tuple(name_of(c) for c in configs)
         servers = []
         scopes: list[trio.CancelScope] = []
-        transport = None if liveness is None else echo_timers(image_liveness_timeout=liveness)
+        transport = (
+            None if liveness is None else lobby_server_timers(image_liveness_timeout=liveness)
+        )
         for config in configs:
             server = LobbyServer(
                 config,

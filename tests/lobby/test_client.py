@@ -31,8 +31,10 @@ async def test_members_recreate_the_lobby_on_the_next_server_when_its_home_dies(
             await carol.set_attributes({"colour": "green"})
             await owner.transfer("bob")
             await owner.wait_until(
-                lambda m: m.replica.owner == "bob"
-                and m.replica.members["carol"].attributes == {"colour": "green"}
+                lambda m: (
+                    m.replica.owner == "bob"
+                    and m.replica.members["carol"].attributes == {"colour": "green"}
+                )
             )
             t0 = trio.current_time()
             c.kill(c.by_name(home))
@@ -45,9 +47,11 @@ async def test_members_recreate_the_lobby_on_the_next_server_when_its_home_dies(
             assert elapsed < 5.0, f"the lobby took {elapsed:.1f} s to come back"
             registry = c.by_name(nxt).registry
             await until(
-                lambda: (s := registry.snapshot(lobby_id)) is not None
-                and all(m.presence is Presence.CONNECTED for m in s.members)
-                and len(s.members) == 4
+                lambda: (
+                    (s := registry.snapshot(lobby_id)) is not None
+                    and all(m.presence is Presence.CONNECTED for m in s.members)
+                    and len(s.members) == 4
+                )
             )
             snapshot = registry.snapshot(lobby_id)
             assert snapshot is not None
@@ -64,6 +68,39 @@ async def test_members_recreate_the_lobby_on_the_next_server_when_its_home_dies(
                 assert await erin.join(lobby_id) == lobby_id
                 assert erin.server == nxt
                 await owner.wait_until(lambda m: "erin" in m.replica.members)
+
+
+async def test_a_member_joining_while_the_home_fails_over_is_not_lost() -> None:
+    async with cluster(3) as c:
+        async with (
+            echo.lobby.connect(c.names, member="owner") as owner,
+            echo.lobby.connect(c.names, member="bob") as bob,
+            # erin has no session yet: her join goes straight to the (dead) home.
+            echo.lobby.connect(c.names, member="erin", connect_now=False) as erin,
+        ):
+            lobby_id = await owner.create("busy", 6, metadata={"mode": "duel"})
+            await bob.join(lobby_id)
+            home = home_of(c.lobby[0].ring, lobby_id).home
+            nxt = failover_home(c.lobby[0].ring, lobby_id, {home})
+            c.kill(c.by_name(home))
+            # She tries the silent home (a handshake timeout), then the next server, which
+            # has no such lobby until owner's and bob's copies re-create it: she asks again.
+            t0 = trio.current_time()
+            assert await erin.join(lobby_id) == lobby_id
+            print(f"joined during the failover after {trio.current_time() - t0:.2f} s")
+            assert erin.server == nxt
+            for m in (owner, bob):
+                assert await m.next_event(Rehomed) == Rehomed(lobby_id, nxt)
+                await m.wait_until(lambda m: "erin" in m.replica.members)
+            await erin.wait_until(lambda m: set(m.replica.members) == {"owner", "bob", "erin"})
+            assert erin.replica.owner == "owner"
+            # A lobby that never existed, on a live home, is still refused at once.
+            ring = c.lobby[0].ring
+            unknown = next(i for i in range(1, 1000) if home_of(ring, i).home != home)
+            with pytest.raises(echo.lobby.LobbyError, match="NO_SUCH_LOBBY"):
+                async with echo.lobby.connect(c.names, member="fay") as fay:
+                    with trio.fail_after(2.0):
+                        await fay.join(unknown)
 
 
 async def test_connect_with_no_server_up_says_so() -> None:
@@ -96,10 +133,40 @@ async def test_a_home_that_restarts_empty_gets_the_lobby_back_from_its_members()
             for m in (owner, bob):
                 assert await m.next_event(Rehomed) == Rehomed(lobby_id, c.names[0])
             await until(
-                lambda: (s := fresh.registry.snapshot(lobby_id)) is not None
-                and len(s.members) == 2
-                and all(m.presence is Presence.CONNECTED for m in s.members)
+                lambda: (
+                    (s := fresh.registry.snapshot(lobby_id)) is not None
+                    and len(s.members) == 2
+                    and all(m.presence is Presence.CONNECTED for m in s.members)
+                )
             )
             snapshot = fresh.registry.snapshot(lobby_id)
             assert snapshot.owner == "owner" and snapshot.members[1].ready
             assert snapshot.metadata == {"mode": "duel"}
+
+
+async def test_a_lone_home_silent_longer_than_the_retry_is_asked_again() -> None:
+    from echo.lobby.timers import CLIENT_LIVENESS, RETRY_TIMEOUT
+
+    async with cluster(1) as c:
+        async with (
+            echo.lobby.connect(c.names, member="owner") as owner,
+            echo.lobby.connect(c.names, member="bob") as bob,
+        ):
+            lobby_id = await owner.create("patient", 4, metadata={"mode": "duel"})
+            await bob.join(lobby_id)
+            await owner.wait_until(lambda m: "bob" in m.replica.members)
+            c.kill(c.lobby[0])
+            # The scenario is an outage of this length (a loaded or restarting host), longer
+            # than the members' liveness and their one short retry: with no other server to
+            # re-create the lobby on, they must keep asking their home.
+            await trio.sleep(CLIENT_LIVENESS + RETRY_TIMEOUT + 2.0)
+            fresh = await c.restart(c.lobby[0])
+            for m in (owner, bob):
+                with trio.fail_after(20):
+                    assert await m.next_event(Rehomed) == Rehomed(lobby_id, c.names[0])
+            await until(
+                lambda: (s := fresh.registry.snapshot(lobby_id)) is not None
+                and len(s.members) == 2
+                and all(m.presence is Presence.CONNECTED for m in s.members)
+            )
+            assert fresh.registry.snapshot(lobby_id).owner == "owner"

@@ -31,8 +31,9 @@ PURE = [
 ]
 
 
-# The trio driver, the client library, the CLIs and the key-file reader: I/O by design.
-DRIVERS = ["cli", "client", "demo", "keyfile", "server"]
+# The trio driver, the client library, the CLIs and the key-file reader: I/O by design; and
+# the sessions' transport timers (built on echo.session's).
+DRIVERS = ["cli", "client", "demo", "keyfile", "server", "timers"]
 
 
 def test_every_module_is_classified() -> None:

@@ -289,6 +289,39 @@ async def test_chat_sent_on_the_requests_channel_is_refused() -> None:
             await until(lambda: c.lobby[0].counters["wrong_channel"] == 1)
 
 
+async def test_chat_beyond_a_members_backlog_is_dropped_for_it_and_counted() -> None:
+    from echo.lobby.protocol import ChatLine
+
+    # A backlog of 0 bytes: every line finds it full (what a member that stopped reading
+    # meets once 16 KiB wait for it); the requests and updates channels are not affected.
+    async with cluster(1, chat_backlog=0) as c:
+        async with (
+            echo.lobby.connect(c.names, member="alice") as alice,
+            echo.lobby.connect(c.names, member="bob") as bob,
+        ):
+            lobby_id = await alice.create("room", 4)
+            await bob.join(lobby_id)
+            await bob.chat("lost")  # taken by the server (its Done came back)...
+            await bob.ready()
+            await alice.wait_until(lambda m: m.replica.members["bob"].ready)
+            assert c.lobby[0].counters["chat_dropped"] == 2  # ...but dropped for both
+            while True:
+                event = await alice.next_event()
+                assert not isinstance(event, ChatLine)
+                if getattr(event, "ready", None) is True:
+                    break
+            assert alice.lobby_id == lobby_id
+
+
+async def test_a_member_whose_updates_backlog_is_full_is_cut_off() -> None:
+    async with cluster(1, updates_backlog=0) as c:
+        async with echo.lobby.connect(c.names, member="alice", reconnect=False) as alice:
+            with pytest.raises(echo.lobby.LobbyUnavailable, match="dropped"):
+                await alice.create("room", 4)  # the reply finds the backlog full
+            assert c.lobby[0].counters["members_too_slow"] == 1
+            await until(lambda: not c.lobby[0].conns)
+
+
 async def test_events_are_written_for_the_telemetry_pipeline() -> None:
     events: list = []
     async with cluster(1, events=events) as c:

@@ -358,19 +358,43 @@ def test_owner_leaving_hands_over_to_the_earliest_joined_connected_member() -> N
     lab.check_replicas()
 
 
-def test_owner_dropping_hands_over_at_once_and_everyone_reconnecting_keeps_it() -> None:
+def test_owner_dropping_hands_over_at_once_and_gets_it_back_with_its_seat() -> None:
     lab = Lab()
     lobby_id = lobby_with(lab, "a", "b", "c")
     lab.disconnect("a")
-    assert snap(lab, lobby_id).owner == "b"
-    lab.reconnect("a")  # a is back but ownership stays with the connected b
-    assert snap(lab, lobby_id).owner == "b"
+    assert snap(lab, lobby_id).owner == "b"  # owner-only requests are never left unanswered
+    # a's seat comes back (a NAT that forgot its mapping, a new network): ownership follows
+    # the member, not its address.
+    sends = lab.reconnect("a")
+    assert snap(lab, lobby_id).owner == "a"
+    assert any(isinstance(s.message, OwnerChanged) and s.to == ("b", "c") for s in sends)
+    assert lab.reg.counters["owner_migrations"] == 2
+    lab.check_replicas()
     for m in ("a", "b", "c"):
         lab.disconnect(m)
-    # b dropping handed it to c, the last connected; c dropping had nobody better to give it to.
+    # a dropping handed it to b, b dropping to c, the last connected; c dropping had nobody
+    # better to give it to.
     assert snap(lab, lobby_id).owner == "c"
     lab.reconnect("a")
     assert snap(lab, lobby_id).owner == "a"  # the only connected member takes it
+    lab.reconnect("c")
+    assert snap(lab, lobby_id).owner == "c"  # the last owner whose session dropped
+    lab.check_replicas()
+
+
+def test_a_dropped_owner_does_not_get_back_what_was_given_away_or_left() -> None:
+    lab = Lab()
+    lobby_id = lobby_with(lab, "a", "b", "c")
+    lab.disconnect("a")
+    lab.ok("b", TransferOwner(lab.rid(), lobby_id, "c"))  # on purpose: c's now
+    lab.reconnect("a")
+    assert snap(lab, lobby_id).owner == "c"
+    lab.disconnect("c")
+    assert snap(lab, lobby_id).owner == "a"
+    lab.ok("c", LeaveLobby(lab.rid(), lobby_id))  # its seat back, then gone: no claim left
+    lab.disconnect("a")
+    lab.reconnect("a")
+    assert snap(lab, lobby_id).owner == "a"
     lab.check_replicas()
 
 

@@ -1,0 +1,68 @@
+"""The idle cadence of lobby sessions (README "Lobby", "L1, the lobby benchmark").
+
+A lobby member's session carries a few messages a second at most, and most of the time none:
+what it costs a server to keep thousands of members is the transport's idle traffic. With
+`echo_timers` (heartbeats 0.5 s, status messages 1 s, each direction) a server sends 3 and
+receives 3 datagrams a second per member: 48,000 a second at L1's 8,000 members, each a system
+call and a wake-up. Each of the four idle flows of a lobby session has one job, and its own
+interval follows from that job alone:
+
+- **server -> member heartbeats** are how a member notices its home died (image liveness,
+  `CLIENT_LIVENESS`), which starts the failover that must end within 5 s (issue 18 item 4):
+  liveness + one retry of the home (`RETRY_TIMEOUT`) + the next server's handshake and the
+  re-creation. `SERVER_HEARTBEAT` 0.8 s keeps three heartbeats in the 2.5 s liveness (one lost
+  heartbeat on a real network is no drop) and the failover near 3.5-4 s.
+- **member -> server heartbeats** are how the server notices a member dropped (presence
+  RECONNECTING, owner migration). That is the server's image liveness (the transport's 10 s);
+  `CLIENT_HEARTBEAT` 2 s leaves five heartbeats in it.
+- **status messages both ways** keep the other side's publication connected (the transport's
+  5 s publication-connection timeout): `STATUS_INTERVAL` 1.5 s leaves three in it. Flow
+  control does not need them sooner: a lobby's traffic in an interval is a sliver of the
+  receiver window, and an image sends an SM early anyway when the window must move
+  (`echo.transport.status`, as Aeron's receiver does), so a busy member is never held back.
+- **tail loss** does not wait for an idle heartbeat: `probe_after_data` sends one probe heartbeat
+  right after each burst of data, so a lost last message (a chat line, an update) is NAKed and
+  repaired in milliseconds, as in `echo_timers`.
+
+A server then sends 1.9 and receives 1.2 idle datagrams a second per member (about half).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from echo.session.timers import echo_timers
+from echo.transport import TransportConfig
+
+SERVER_HEARTBEAT = 0.8
+CLIENT_HEARTBEAT = 2.0
+STATUS_INTERVAL = 1.5
+#: The home's heartbeats come every `SERVER_HEARTBEAT`; silence this long means it is gone.
+CLIENT_LIVENESS = 2.5
+#: After silence, how long the home gets to answer again before the lobby moves on.
+RETRY_TIMEOUT = 1.0
+
+
+def lobby_server_timers(base: TransportConfig | None = None, **overrides: Any) -> TransportConfig:
+    """A lobby server's transport timers (see the module's text)."""
+    fields: dict[str, Any] = {
+        "heartbeat_interval": SERVER_HEARTBEAT,
+        "status_message_interval": STATUS_INTERVAL,
+    }
+    fields.update(overrides)
+    return attrs.evolve(echo_timers(base), **fields)
+
+
+def lobby_client_timers(
+    base: TransportConfig | None = None, *, liveness: float = CLIENT_LIVENESS, **overrides: Any
+) -> TransportConfig:
+    """A lobby member's transport timers; `liveness` is how long a silent home is trusted."""
+    fields: dict[str, Any] = {
+        "heartbeat_interval": CLIENT_HEARTBEAT,
+        "status_message_interval": STATUS_INTERVAL,
+        "image_liveness_timeout": liveness,
+    }
+    fields.update(overrides)
+    return attrs.evolve(echo_timers(base), **fields)
