@@ -109,6 +109,10 @@ class HandshakeStep:
     state: HandshakeState
     data_port: int | None = None
     control_port: int | None = None
+    #: our all-clients publication's session id (AWAITING_CONNECT, JOINING)
+    client_session: int | None = None
+    #: the duologue's session id, decrypted (JOINING)
+    session_id: int | None = None
 
 
 def client_transport_config(base: TransportConfig | None = None) -> TransportConfig:
@@ -388,7 +392,11 @@ async def _handshake(
             elif isinstance(action, SendHello):
                 assert all_clients.publication is not None
                 if on_step is not None:
-                    on_step(HandshakeStep(HandshakeState.AWAITING_CONNECT))
+                    on_step(
+                        HandshakeStep(
+                            HandshakeState.AWAITING_CONNECT, client_session=machine.client_session
+                        )
+                    )
                 try:
                     await all_clients.publication.send(action.data, timeout=1.0)
                 except SendError as error:
@@ -408,7 +416,13 @@ async def _handshake(
             elif isinstance(action, OpenDuologue):
                 if on_step is not None:
                     on_step(
-                        HandshakeStep(HandshakeState.JOINING, action.data_port, action.control_port)
+                        HandshakeStep(
+                            HandshakeState.JOINING,
+                            action.data_port,
+                            action.control_port,
+                            machine.client_session,
+                            action.session_id,
+                        )
                     )
                 session_id = action.session_id
                 sub_channel, pub_channel = duologue_channels(
