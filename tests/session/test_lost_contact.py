@@ -35,6 +35,8 @@ def memory_server(monkeypatch: pytest.MonkeyPatch, net: MemoryNetwork) -> None:
     monkeypatch.setattr(
         server_module, "open_transport", functools.partial(open_transport, socket_factory=net)
     )
+    # Shared ports are probed on the kernel's sockets at start-up: meaningless here.
+    monkeypatch.setattr(server_module, "check_ports_free", lambda address, ports: None)
 
 
 def config(shared: bool = False) -> es.ServerConfig:
@@ -112,7 +114,7 @@ async def test_a_session_that_cannot_resume_is_lost_contact_soon_after_its_serve
     assert session.is_closed
 
 
-@pytest.mark.parametrize("shared", [False], ids=["per-client"])
+@pytest.mark.parametrize("shared", [False, True], ids=["per-client", "shared"])
 async def test_a_resumable_session_gives_up_within_the_resume_window(
     autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch, shared: bool
 ) -> None:
