@@ -531,6 +531,12 @@ class _Path:
                 return
             if session.publication is not publication:
                 continue  # a resume (the application's) replaced it meanwhile
+            if publication.receiver_left:
+                # The server's subscription said goodbye (end-of-stream): the server closes the
+                # session or is shutting down, in order; its stream's end, or its silence
+                # (the image's liveness timeout), closes the session. Not a broken path.
+                await session.wait_closed()
+                return
             if secret is None:
                 # No status message for the connection timeout: the server is gone (or our
                 # path to it), and this session cannot move. Sooner than the image's liveness
@@ -548,9 +554,10 @@ class _Path:
             await self._lose(session, "lost contact with the server (no resume)")
             return
 
-    async def _lose(self, session: Session, reason: str) -> None:
-        """Close `session` as LostContact and wake whatever of the application waits on it."""
-        session._peer_gone(reason, lost=True)
+    async def _lose(self, session: Session, reason: str, *, lost: bool = True) -> None:
+        """Close `session` (as LostContact if `lost`) and wake whatever of the application
+        waits on it."""
+        session._peer_gone(reason, lost=lost)
         with trio.CancelScope(shield=True):
             # Closing the streams wakes a `receive` (the subscription tells its waiters) and a
             # `send` waiting for the publication to connect (it raises, and the send reports
