@@ -158,3 +158,38 @@ async def test_a_send_waiting_out_a_broken_path_raises_lost_contact_too(
                         await trio.sleep(0.5)
                 assert trio.current_time() - cut <= lost_contact_bound(echo_timers()) + 1.0
             nursery.cancel_scope.cancel()
+
+
+async def test_a_receiver_that_says_goodbye_is_told_apart_from_silence(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The session's watcher resumes or gives up only on silence; a server whose subscription
+    # closed in order (end-of-stream) is left to its own stream's end (Publication.receiver_left).
+    net = MemoryNetwork()
+    uri = "aeron:udp?endpoint=127.0.0.1:7000"
+    with trio.fail_after(60):
+        async with (
+            open_transport(socket_factory=net) as receiving,
+            open_transport(socket_factory=net) as sending,
+        ):
+            subscription = await receiving.add_subscription(uri, 7)
+            publication = await sending.add_publication(uri, 7)
+            await publication.wait_connected()
+            assert not publication.receiver_left
+            await publication.send(b"x")
+            assert (await subscription.receive()).data == b"x"
+            await subscription.close()
+            closed = trio.current_time()
+            await publication.wait_disconnected()
+            assert trio.current_time() - closed < 1.0  # at once, by its end-of-stream
+            assert publication.receiver_left
+            # Another stream whose receiver falls silent.
+            await receiving.add_subscription(uri, 8)
+            publication = await sending.add_publication(uri, 8)
+            await publication.wait_connected()
+            assert not publication.receiver_left
+            net.set_link(Link(loss=1.0))
+            cut = trio.current_time()
+            await publication.wait_disconnected()
+            assert not publication.receiver_left
+            assert trio.current_time() - cut >= 4.0  # the connection timeout (5 s), not at once
