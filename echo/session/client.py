@@ -13,6 +13,9 @@ within `lost_contact_bound(transport_config, resumable=...)` seconds of the serv
 status message: its publication notices after the connection timeout (5 s), the session's
 watcher looks once a second, and a resumable session then tries to resume for
 `resume_window` seconds (the time the server keeps the session for it) before it gives up.
+A server whose subscription said goodbye (end-of-stream: it closes, or its transport shuts
+down) is not silent: the session then ends with the server's stream, or as LostContact when
+that stream falls silent (the image liveness timeout, 10 s), and never resumes.
 """
 
 from __future__ import annotations
