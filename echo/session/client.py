@@ -537,9 +537,11 @@ class _Path:
             if publication.receiver_left:
                 # The server's subscription said goodbye (end-of-stream): the server closes the
                 # session or is shutting down, in order; its stream's end, or its silence
-                # (the image's liveness timeout), closes the session. Not a broken path.
-                await session.wait_closed()
-                return
+                # (the image's liveness timeout), closes the session. Not a broken path. (Or
+                # the server is moving the session for a resume under way: watch the new one.)
+                while not session.is_closed and session.publication is publication:  # noqa: ASYNC110
+                    await trio.sleep(PATH_CHECK_INTERVAL)
+                continue
             if secret is None:
                 # No status message for the connection timeout: the server is gone (or our
                 # path to it), and this session cannot move. Sooner than the image's liveness
