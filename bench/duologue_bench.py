@@ -6,13 +6,13 @@ The server is `python -m echo.server.cli` (what users run) in its own process, o
 pinned to the first CPU. Two clients take turns on the second CPU:
 
 1. `duologue_echo_64`: a lean client process that does the Echo 2.0 handshake the way
-   `echo.client.EchoClient` does (its `ClientMachine` decides: HELLO with a fresh pad on the
-   all-clients channel, our CONNECT among everyone's replies, the session id decrypted, the
-   duologue channels opened with it), then echoes 64-byte `ECHO <text>` messages in a tight
-   loop: `pub.send`, `sub.receive`, check that the reply is the ECHO of what was sent. After a
-   warm-up, round trips/s and p50 / p99 / p99.9, compared to `raw_echo_64` of the same run;
-   the issue's targets (issue 13) are >= 0.8 x raw round trips/s and p99 <= 1.5 x raw p99.
-   The server's CPU is sampled from /proc around exactly the measured part.
+   `echo.client.EchoClient` does (the session's `HandshakeMachine` decides: HELLO with a fresh
+   pad on the all-clients channel, our CONNECT among everyone's replies, the session id
+   decrypted, the duologue channels opened with it), then echoes 64-byte `ECHO <text>` messages
+   in a tight loop: `pub.send`, `sub.receive`, check that the reply is the ECHO of what was
+   sent. After a warm-up, round trips/s and p50 / p99 / p99.9, compared to `raw_echo_64` of the
+   same run; the issue's targets (issue 13) are >= 0.8 x raw round trips/s and p99 <= 1.5 x raw
+   p99. The server's CPU is sampled from /proc around exactly the measured part.
 2. `echo_client_cli_64`: `echo-client --interval 0 --count N --json` against the same server,
    what a user of the CLI sees: its `rtt_ms` p50 / p99, and round trips/s as N over the time
    the run took beyond a `--count 0` run (start-up, handshake and exit cancel out). No target.
@@ -157,16 +157,15 @@ def start_server(
 async def join_duologue(transport: Any, port: int, control_port: int) -> tuple[Any, Any]:
     """HELLO -> CONNECT -> duologue, as `EchoClient` does; returns (publication, subscription).
 
-    `ClientMachine` makes every decision (the HELLO, which reply is ours, the decrypted session
-    id, its range check); the channel URIs are those of `EchoClient._execute`.
+    The session library's `HandshakeMachine` makes every decision (the HELLO, which reply is
+    ours, the decrypted session id, its range check); the channel URIs are those of
+    `echo.session.client` (per-client ports).
     """
-    from echo.client.machine import ClientMachine, OpenDuologue, SendHello
     from echo.protocol import ECHO_STREAM_ID
+    from echo.session.machine import HandshakeMachine, OpenDuologue, SendHello
 
     now = trio.current_time
-    machine = ClientMachine(
-        pad=secrets.randbits(32), message_factory=echo_text, timeout=HANDSHAKE_TIMEOUT
-    )
+    machine = HandshakeMachine(pad=secrets.randbits(32), timeout=HANDSHAKE_TIMEOUT)
     machine.start(now())
     sub = await transport.add_subscription(
         f"aeron:udp?control={HOST}:{control_port}|control-mode=dynamic", ECHO_STREAM_ID

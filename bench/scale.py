@@ -210,8 +210,8 @@ class _Population:
             client.stop()
 
     async def _one(self, delay: float) -> None:
+        from echo.client.application import EchoReceived
         from echo.client.client import ClientConfig, EchoClient
-        from echo.client.machine import EchoReceived
 
         await trio.sleep(delay)
         if self.stopped:

@@ -12,9 +12,10 @@ import click
 import trio
 
 from echo._cli import one_line, sole_error
+from echo.client.application import ClientState, EchoReceived, FailureKind
 from echo.client.client import ClientConfig, EchoClient
-from echo.client.machine import ClientState, EchoReceived, FailureKind
 from echo.protocol import Echo, format_message
+from echo.session.machine import HandshakeState
 from echo.timers import echo_timers
 from echo.transport import UriError
 
@@ -217,7 +218,7 @@ def main(
     if failure is not None:
         if not as_json:
             click.echo(f"echo-client: {failure.kind.value}: {failure.message}", err=True)
-            if failure.kind is FailureKind.TIMED_OUT and "duologue to connect" in failure.message:
+            if failure.kind is FailureKind.TIMED_OUT and failure.phase is HandshakeState.JOINING:
                 # The one way a CONNECT is followed by silence that a user can fix: the server
                 # runs the other duologue-port mode (a CONNECT does not say which).
                 click.echo(
@@ -225,7 +226,7 @@ def main(
                     f"that it runs --duologue-ports {duologue_ports} like this client",
                     err=True,
                 )
-        sys.exit(failure.kind.exit_code)
+        sys.exit(failure.exit_code)
     if machine.state is not ClientState.CLOSED:
         sys.exit(4)
 

@@ -7,6 +7,15 @@
 Raises `Rejected` (the server's reason), `HandshakeTimeout` (what it waited for),
 `LostContact` (the all-clients channel went away) or `ProtocolViolation` (a reply the
 handshake cannot accept). Leaving the block closes the session (the stream ends; no ERROR).
+
+Once open, a session whose server is gone (killed, unplugged) is closed with `LostContact`
+within `lost_contact_bound(transport_config, resumable=...)` seconds of the server's last
+status message: its publication notices after the connection timeout (5 s), the session's
+watcher looks once a second, and a resumable session then tries to resume for
+`resume_window` seconds (the time the server keeps the session for it) before it gives up.
+A server whose subscription said goodbye (end-of-stream: it closes, or its transport shuts
+down) is not silent: the session then ends with the server's stream, or as LostContact when
+that stream falls silent (the image liveness timeout, 10 s), and never resumes.
 """
 
 from __future__ import annotations
@@ -65,9 +74,48 @@ from echo.transport import (
 
 #: Messages read from the all-clients channel per poll: it carries every client's replies.
 _READ_BATCH = 256
-#: How often a resumable session's watcher looks whether its path broke (the publication lost
-#: its receiver: no status message for the connection timeout, 5 s).
-_PATH_CHECK_INTERVAL = 1.0
+#: How often a session's watcher looks whether its path broke (the publication lost its
+#: receiver: no status message for the connection timeout, 5 s).
+PATH_CHECK_INTERVAL = 1.0
+
+
+def resume_window(config: TransportConfig) -> float:
+    """Seconds a resumable session whose path broke tries to resume before it is LostContact.
+
+    The server forgets a session `image_liveness_timeout` after the last datagram it heard from
+    the client, and the client notices the break `publication_connection_timeout` after the
+    last status message (plus up to one look of its watcher): resuming later than that is
+    refused anyway, and a dead server never answers. Two looks of slack, and at least 2 s.
+    """
+    return max(
+        2.0,
+        config.image_liveness_timeout
+        - config.publication_connection_timeout
+        + 2 * PATH_CHECK_INTERVAL,
+    )
+
+
+def lost_contact_bound(config: TransportConfig, *, resumable: bool = True) -> float:
+    """The longest a client session whose server is gone stays open after the server's last
+    status message: the publication's connection timeout, one look of the watcher, and for a
+    resumable session its `resume_window`. 6 s, or 13 s when resumable, with echo's timers."""
+    bound = config.publication_connection_timeout + PATH_CHECK_INTERVAL
+    return bound + resume_window(config) if resumable else bound
+
+
+@attrs.frozen
+class HandshakeStep:
+    """Where a handshake got to, for `connect(on_step=...)`: CONNECTING (the all-clients
+    channel is being opened), AWAITING_CONNECT (HELLO sent), JOINING (the server assigned the
+    duologue on `data_port`/`control_port`, which is being opened)."""
+
+    state: HandshakeState
+    data_port: int | None = None
+    control_port: int | None = None
+    #: our all-clients publication's session id (AWAITING_CONNECT, JOINING)
+    client_session: int | None = None
+    #: the duologue's session id, decrypted (JOINING)
+    session_id: int | None = None
 
 
 def client_transport_config(base: TransportConfig | None = None) -> TransportConfig:
@@ -111,7 +159,7 @@ def failure_error(failure: Failure, timeout: float) -> SessionError:
     if failure.kind is FailureKind.REJECTED:
         return Rejected(failure.detail)
     if failure.kind is FailureKind.TIMED_OUT:
-        return HandshakeTimeout(failure.detail, timeout)
+        return HandshakeTimeout(failure.detail, timeout, failure.phase)
     if failure.kind is FailureKind.CONNECTION:
         return LostContact(failure.message)
     return ProtocolViolation(failure.message)
@@ -161,6 +209,7 @@ async def connect(
     pad: int | None = None,
     duologue_ports: DuologuePorts | str = DuologuePorts.PER_CLIENT,
     resume: bool = True,
+    on_step: Callable[[HandshakeStep], None] | None = None,
 ) -> AsyncIterator[Session]:
     """Say HELLO to `server` (an IP literal), join the duologue it assigns, yield the Session.
 
@@ -176,6 +225,12 @@ async def connect(
     moved to another network) take the session to the new path with a RESUME, by itself. The
     application sees no break; `session.counters.resumes` counts the moves. `resume=False`
     sends Echo 2.0's HELLO byte for byte.
+
+    `on_step(HandshakeStep)` (optional) hears where the handshake got to, as it gets there (a
+    CLI prints "connecting...", "server assigned a duologue on ports ...").
+
+    Either way, a session whose server is gone is closed with LostContact within
+    `lost_contact_bound` (see the module docstring).
     """
     shared = DuologuePorts(duologue_ports) is DuologuePorts.SHARED
     try:
@@ -183,13 +238,13 @@ async def connect(
             async with open_transport(client_transport_config(transport_config)) as own:
                 async with _connect(
                     own, server, port, control_port, credentials, timeout, stream_id,
-                    receive_batch, send_timeout, pad, resume, shared,
+                    receive_batch, send_timeout, pad, resume, shared, on_step,
                 ) as session:  # fmt: skip
                     yield session
         else:
             async with _connect(
                 transport, server, port, control_port, credentials, timeout, stream_id,
-                receive_batch, send_timeout, pad, resume, shared,
+                receive_batch, send_timeout, pad, resume, shared, on_step,
             ) as session:  # fmt: skip
                 yield session
     except BaseExceptionGroup as group:
@@ -227,6 +282,7 @@ async def _connect(
     pad: int | None,
     resume: bool,
     shared: bool = False,
+    on_step: Callable[[HandshakeStep], None] | None = None,
 ) -> AsyncIterator[Session]:
     machine = HandshakeMachine(
         pad=secrets.randbits(32) if pad is None else pad,
@@ -246,7 +302,7 @@ async def _connect(
             try:
                 opened = await _handshake(
                     transport, machine, server, port, control_port, stream_id, all_clients,
-                    duologue, nursery, shared,
+                    duologue, nursery, shared, on_step,
                 )  # fmt: skip
             except Exception as error:  # raised below, outside the nursery
                 failure = error
@@ -278,25 +334,22 @@ async def _connect(
         duologue.subscription.on_image_unavailable = image_gone
         if session.image is None:
             live._peer_gone("closed by the server")
-        if opened.resume_secret is None:
-            yield session
-        else:
-            # While the session's own image is alive (it is what keeps this end's receive
-            # position), a sender that stops hearing status messages means the server answers
-            # an old address: take the session to the path this host has now.
+        path = _Path(
+            transport, server, port, control_port, stream_id, timeout, duologue,
+            opened.data_port, opened.control_port, image_gone, shared,
+        )  # fmt: skip
+        if opened.resume_secret is not None:
+            # A sender that stops hearing status messages means the server answers an old
+            # address (or is gone): take the session to the path this host has now.
             session._resume_wait = transport.config.image_liveness_timeout
             session._retain = RESUME_RETAIN_BYTES
-            path = _Path(
-                transport, server, port, control_port, stream_id, timeout, duologue,
-                opened.data_port, opened.control_port, image_gone,
-            )  # fmt: skip
             session._resumer = functools.partial(path.resume, session, opened.resume_secret)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(path.keep, session, opened.resume_secret)
-                try:
-                    yield session
-                finally:
-                    nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(path.keep, session, opened.resume_secret)
+            try:
+                yield session
+            finally:
+                nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             if session is not None:
@@ -321,6 +374,7 @@ async def _handshake(
     duologue: _Pair,
     nursery: trio.Nursery,
     shared: bool = False,
+    on_step: Callable[[HandshakeStep], None] | None = None,
 ) -> Opened:
     host = _host(server)
     pending: list[Action] = machine.start(trio.current_time())
@@ -328,6 +382,8 @@ async def _handshake(
         while pending:
             action = pending.pop(0)
             if isinstance(action, OpenAllClients):
+                if on_step is not None:
+                    on_step(HandshakeStep(HandshakeState.CONNECTING))
                 all_clients.subscription = await transport.add_subscription(
                     f"aeron:udp?control={host}:{control_port}|control-mode=dynamic",
                     stream_id,
@@ -338,6 +394,12 @@ async def _handshake(
                 )
             elif isinstance(action, SendHello):
                 assert all_clients.publication is not None
+                if on_step is not None:
+                    on_step(
+                        HandshakeStep(
+                            HandshakeState.AWAITING_CONNECT, client_session=machine.client_session
+                        )
+                    )
                 try:
                     await all_clients.publication.send(action.data, timeout=1.0)
                 except SendError as error:
@@ -355,6 +417,16 @@ async def _handshake(
                 if pair_pub is not None:
                     nursery.start_soon(_close_publication, pair_pub)
             elif isinstance(action, OpenDuologue):
+                if on_step is not None:
+                    on_step(
+                        HandshakeStep(
+                            HandshakeState.JOINING,
+                            action.data_port,
+                            action.control_port,
+                            machine.client_session,
+                            action.session_id,
+                        )
+                    )
                 session_id = action.session_id
                 sub_channel, pub_channel = duologue_channels(
                     host, action.data_port, action.control_port, session_id, shared
@@ -417,7 +489,8 @@ async def _next_event(
 
 
 class _Path:
-    """Watches a resumable session's path and resumes it when it breaks."""
+    """Watches a session's path: when it breaks, resumes it (a resumable session) or closes it
+    as LostContact (a session that cannot resume, or whose resume window passed)."""
 
     def __init__(
         self,
@@ -431,7 +504,9 @@ class _Path:
         data_port: int,
         duologue_control_port: int,
         image_gone: Callable[[Image], None],
+        shared: bool = False,
     ) -> None:
+        self.shared = shared
         self.duologue = duologue
         self.data_port = data_port
         self.control_port_of_duologue = duologue_control_port
@@ -446,25 +521,55 @@ class _Path:
         self.counter = 0
         self._lock = trio.Lock()
 
-    async def keep(self, session: Session, secret: int) -> None:
-        liveness = self.transport.config.image_liveness_timeout
+    async def keep(self, session: Session, secret: int | None) -> None:
+        config = self.transport.config
+        window = resume_window(config)
         while not session.is_closed:
             publication = session.publication
             # A look a second, not `wait_disconnected`: that wakes at every service of the
             # socket, and a bot farm or load test holds hundreds of sessions per transport.
             while publication.is_connected and not session.is_closed:  # noqa: ASYNC110
-                await trio.sleep(_PATH_CHECK_INTERVAL)
+                await trio.sleep(PATH_CHECK_INTERVAL)
             if session.is_closed:
                 return
             if session.publication is not publication:
                 continue  # a resume (the application's) replaced it meanwhile
-            # Until the session's image times out (it is then LostContact, as without
-            # resume), try the new path; each attempt is bounded by the handshake timeout.
-            with trio.move_on_after(liveness):
+            if publication.receiver_left:
+                # The server's subscription said goodbye (end-of-stream): the server closes the
+                # session or is shutting down, in order; its stream's end, or its silence
+                # (the image's liveness timeout), closes the session. Not a broken path. (Or
+                # the server is moving the session for a resume under way: watch the new one.)
+                while not session.is_closed and session.publication is publication:  # noqa: ASYNC110
+                    await trio.sleep(PATH_CHECK_INTERVAL)
+                continue
+            if secret is None:
+                # No status message for the connection timeout: the server is gone (or our
+                # path to it), and this session cannot move. Sooner than the image's liveness
+                # timeout, and before the application's own timeouts, it says what happened.
+                await self._lose(session, "lost contact with the server")
+                return
+            # Try the new path, each attempt bounded by the handshake timeout, for as long as
+            # the server may still hold the session; then it is LostContact, as without resume.
+            with trio.move_on_after(window):
                 try:
                     await self.resume(session, secret, broken=publication)
                 except SessionError:
                     return
+                continue
+            await self._lose(session, "lost contact with the server (no resume)")
+            return
+
+    async def _lose(self, session: Session, reason: str, *, lost: bool = True) -> None:
+        """Close `session` (as LostContact if `lost`) and wake whatever of the application
+        waits on it."""
+        session._peer_gone(reason, lost=lost)
+        with trio.CancelScope(shield=True):
+            # Closing the streams wakes a `receive` (the subscription tells its waiters) and a
+            # `send` waiting for the publication to connect (it raises, and the send reports
+            # the session's close): both then raise LostContact.
+            await session.subscription.close()
+            if not session.publication.is_closed:
+                await session.publication.close(timeout=0)
 
     async def resume(
         self, session: Session, secret: int, *, broken: Publication | None = None
@@ -533,16 +638,18 @@ class _Path:
         await old_sub.close()
         if not old_pub.is_closed:
             await old_pub.close(timeout=0)
-        host = _host(self.server)
-        sid = session.session_id
+        sub_channel, pub_channel = duologue_channels(
+            _host(self.server),
+            self.data_port,
+            self.control_port_of_duologue,
+            session.session_id,
+            self.shared,
+        )
         subscription = await self.transport.add_subscription(
-            f"aeron:udp?control={host}:{self.control_port_of_duologue}|control-mode=dynamic"
-            f"|session-id={sid}",
-            self.stream_id,
-            on_image_unavailable=self.image_gone,
+            sub_channel, self.stream_id, on_image_unavailable=self.image_gone
         )
         publication = await self.transport.add_publication(
-            f"aeron:udp?endpoint={host}:{self.data_port}|session-id={sid}", self.stream_id
+            pub_channel.format(registration_id=subscription.registration_id), self.stream_id
         )
         session.subscription = self.duologue.subscription = subscription
         session.publication = self.duologue.publication = publication

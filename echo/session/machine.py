@@ -20,8 +20,8 @@ action                 what the driver does
 
 Every wait is bounded by ``timeout``; ``next_deadline()`` says when ``on_timer`` is due.
 Events that come late or twice are ignored (``[]``); calls only a driver bug explains raise
-`LocalProtocolError`. The Echo client's machine (`echo.client.machine`) is this handshake
-followed by echoes.
+`LocalProtocolError`. The Echo client (`echo.client`) is this handshake followed by its
+ECHO application (`echo.client.application`).
 
 Pure module: no trio, no clock, no I/O.
 """
@@ -89,6 +89,8 @@ class Failure:
     message: str
     #: what the handshake was waiting for (TIMED_OUT, CONNECTION); the server's text (REJECTED)
     detail: str = ""
+    #: the state the machine failed in (a `HandshakeState` or `ResumeState`), for programs
+    phase: enum.Enum | None = None
 
 
 @attrs.frozen
@@ -352,7 +354,7 @@ class HandshakeMachine:
         closes: list[Action] = []
         if self._state in (HandshakeState.CONNECTING, HandshakeState.AWAITING_CONNECT):
             closes.append(CloseAllClients())
-        self.failure = Failure(kind, message, detail)
+        self.failure = Failure(kind, message, detail, self._state)
         self._state = HandshakeState.FAILED
         self._deadline = None
         return [*closes, Failed(self.failure)]
@@ -491,7 +493,7 @@ class ResumeMachine:
         closes: list[Action] = []
         if self._state in RESUME_WAITING_FOR:
             closes.append(CloseAllClients())
-        self.failure = Failure(kind, message, detail)
+        self.failure = Failure(kind, message, detail, self._state)
         self._state = ResumeState.FAILED
         self._deadline = None
         return [*closes, Failed(self.failure)]

@@ -133,6 +133,8 @@ class Duologue:
         self.cancel_scope = trio.CancelScope()
         #: a RESUME moved the client: its next stream is the session's, not a new join
         self.resuming = False
+        #: set when the resumed client's new stream arrived (shared ports answer it)
+        self.rejoined = trio.Event()
 
     duologue_id = property(lambda self: self.slot.slot_id)
     session_id = property(lambda self: self.slot.session_id)
@@ -385,10 +387,8 @@ class SessionServer:
             control_port=duologue.control_port,
             encrypted_session=encrypt_session(duologue.session_id, request.key),
         )
-        if resumable and self.config.resume and not self.config.shared:
+        if resumable and self.config.resume:
             # Only to a client that said "+R": the Echo 2.0 CONNECT is untouched for others.
-            # Not on shared ports (yet): a resumed client's new request stream would need a new
-            # response publication from its new address, which resume does not open.
             secret = secrets.randbits(RESUME_BITS)
             duologue.slot.resume_secret = secret
             assert isinstance(parsed, ResumableHello)
@@ -433,9 +433,13 @@ class SessionServer:
         not read of the old one, then let the application's sends through."""
         session = duologue.session
         publication = duologue.publication
-        assert session is not None and publication is not None
+        assert session is not None and (publication is not None or self.config.shared)
         ready = session._path_ready
         try:
+            if self.config.shared:
+                publication = await self._answer_resumed(duologue)
+            if publication is None:
+                return
             with trio.move_on_after(self.transport_config.image_liveness_timeout):
                 await publication.wait_connected()
             if publication.is_connected:
@@ -444,6 +448,37 @@ class SessionServer:
             pass
         finally:
             ready.set()
+
+    async def _answer_resumed(self, duologue: Duologue) -> Publication | None:
+        """Shared ports: once the resumed client's new request stream arrived, answer it with a
+        new response publication (it names that image); None if it never came."""
+        session = duologue.session
+        assert session is not None and self.transport is not None
+        with trio.move_on_after(self.transport_config.image_liveness_timeout):
+            await duologue.rejoined.wait()
+        image = duologue.image
+        if image is None or session.is_closed:
+            if not session.is_closed:
+                session._peer_gone("client gone (resume)", lost=True)
+                duologue.cancel_scope.cancel()
+            return None
+        try:
+            publication = await self.transport.add_publication(
+                response_channel(
+                    _url_host(self.config.address),
+                    duologue.control_port,
+                    image,
+                    duologue.session_id,
+                ),
+                self.config.stream_id,
+            )
+        except UriError as error:
+            log.warning("resume_failed", duologue_id=duologue.duologue_id, error=str(error))
+            session._mark_closed("resume failed")
+            duologue.cancel_scope.cancel()
+            return None
+        duologue.publication = session.publication = publication
+        return publication
 
     async def _move(self, duologue: Duologue) -> int | None:
         """Take `duologue` to the new path, its owner already moved to the RESUME's address;
@@ -483,12 +518,16 @@ class SessionServer:
             await old_pub.close(timeout=0)
         slot = duologue.slot
         host = _url_host(self.config.address)
+        duologue.rejoined = trio.Event()
         try:
-            duologue.publication = await self.transport.add_publication(
-                f"aeron:udp?control={host}:{slot.control_port}|control-mode=dynamic"
-                f"|session-id={slot.session_id}",
-                self.config.stream_id,
-            )
+            if not self.config.shared:
+                duologue.publication = await self.transport.add_publication(
+                    f"aeron:udp?control={host}:{slot.control_port}|control-mode=dynamic"
+                    f"|session-id={slot.session_id}",
+                    self.config.stream_id,
+                )
+            # Shared ports: the response publication answers the client's new request image,
+            # so it is opened once that arrived (`_answer_resumed`); sends wait until then.
             duologue.subscription = await self.transport.add_subscription(
                 f"aeron:udp?endpoint={host}:{slot.data_port}|session-id={slot.session_id}",
                 self.config.stream_id,
@@ -500,7 +539,9 @@ class SessionServer:
             session._mark_closed("resume failed")
             duologue.cancel_scope.cancel()
             return None
-        session.publication = duologue.publication
+        if not self.config.shared:
+            assert duologue.publication is not None
+            session.publication = duologue.publication
         session.subscription = duologue.subscription
         if session._owner_ip != slot.owner_ip:
             session._prior_owner_ip = session._owner_ip
@@ -607,6 +648,7 @@ class SessionServer:
             session.peer = (image.source_ip, image.source_port)
         if duologue.resuming:
             duologue.resuming = False
+            duologue.rejoined.set()
             log.info(
                 "session_resumed",
                 duologue_id=duologue.duologue_id,

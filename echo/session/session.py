@@ -65,12 +65,16 @@ class Rejected(SessionError):
 
 
 class HandshakeTimeout(SessionError):
-    """A step of the handshake did not happen in time; `waiting_for` says which."""
+    """A step of the handshake did not happen in time; `waiting_for` says which, in words, and
+    `phase` (an `echo.session.machine.HandshakeState`: CONNECTING, AWAITING_CONNECT, JOINING)
+    for a program to act on: a JOINING timeout after a CONNECT is most often a server that runs
+    the other duologue-port mode."""
 
-    def __init__(self, waiting_for: str, timeout: float) -> None:
+    def __init__(self, waiting_for: str, timeout: float, phase: object = None) -> None:
         super().__init__(f"timed out after {timeout} s waiting for {waiting_for}")
         self.waiting_for = waiting_for
         self.timeout = timeout
+        self.phase = phase
 
 
 class ProtocolViolation(SessionError):
@@ -87,7 +91,22 @@ class SessionClosed(SessionError):
 
 class LostContact(SessionClosed):
     """Nothing heard from the peer for the transport's liveness timeout (or, in a handshake,
-    the all-clients channel went away)."""
+    the all-clients channel went away). A client session raises it once its publication has
+    heard no status message for the connection timeout and, if it can resume, no resume
+    succeeded within the resume window (`echo.session.client.lost_contact_bound`)."""
+
+
+class PeerClosed(SessionClosed):
+    """The peer closed the session with a reason (its ``ERROR <reason>``); `reason` is it."""
+
+
+class SendFailed(SessionClosed):
+    """A send gave up (back pressure or no receiver for `send_timeout`): the session is closed.
+    `error_name` is the transport's name for the last offer's result (`SendError.name`)."""
+
+    def __init__(self, reason: str, error_name: str) -> None:
+        super().__init__(reason)
+        self.error_name = error_name
 
 
 @attrs.define
@@ -188,17 +207,24 @@ class Session:
             self._on_close(self)
         return True
 
-    def _peer_gone(self, reason: str, *, lost: bool = False) -> None:
-        """The transport says the peer's stream ended (end of stream, liveness timeout)."""
+    def _peer_gone(self, reason: str, *, lost: bool = False, by_peer: bool = False) -> None:
+        """The transport says the peer's stream ended (end of stream, liveness timeout), or
+        (`by_peer`) the peer sent its ERROR."""
         if self.close_reason is None:  # the first reason stands (a late resume refusal, say)
             self._lost = lost
+            self._by_peer = by_peer
         self._mark_closed(reason)
 
     _lost = False
+    _by_peer = False
 
     def _closed_error(self) -> SessionClosed:
         reason = self.close_reason or "closed"
-        return LostContact(reason) if self._lost else SessionClosed(reason)
+        if self._lost:
+            return LostContact(reason)
+        if self._by_peer:
+            return PeerClosed(reason)
+        return SessionClosed(reason)
 
     def _release(self) -> None:
         """The server or client is done with this session: drop the references that make
@@ -248,8 +274,9 @@ class Session:
             # Back pressure or a term rotation: retry (and so yield) a while.
             try:
                 await self._send_retrying(publication, data)
-            except SendError:
-                self._mark_closed("send failed")
+            except SendError as error:
+                if self._mark_closed("send failed"):
+                    raise SendFailed("send failed", error.name) from None
                 raise self._closed_error() from None
             except trio.ClosedResourceError:
                 self._mark_closed("closed")
@@ -319,10 +346,29 @@ class Session:
             # which the session learns within the wait). Nothing was appended, so nothing is
             # lost or sent twice: offer again once the stream is connected.
             with trio.move_on_after(self._resume_wait):
-                await publication.wait_connected()
+                await self._until_connected_or_closed(publication)
             if self.close_reason is not None:
                 raise
             await publication.send(data, timeout=self._send_timeout)
+
+    async def _until_connected_or_closed(self, publication: Publication) -> None:
+        """Until `publication` connects or the session closes (a resume that gave up): a
+        publication's waiters are not woken by the session closing."""
+        async with trio.open_nursery() as nursery:
+
+            async def connected() -> None:
+                try:
+                    await publication.wait_connected()
+                except trio.ClosedResourceError:
+                    pass
+                nursery.cancel_scope.cancel()
+
+            async def closed() -> None:
+                await self._closed_event.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(connected)
+            nursery.start_soon(closed)
 
     # ---------------------------------------------------------------- receiving
 
@@ -346,7 +392,7 @@ class Session:
                 if isinstance(error, DuologueError):
                     # The peer's close(reason): nothing follows it.
                     batch.clear()
-                    self._mark_closed(error.message or "closed by peer")
+                    self._peer_gone(error.message or "closed by peer", by_peer=True)
                     return None
             counters = self.counters
             counters.messages_received += 1

@@ -130,6 +130,13 @@ class Publication:
     def is_closed(self) -> bool:
         return self._channel.is_closed()
 
+    @property
+    def receiver_left(self) -> bool:
+        """The last status message was a receiver's end-of-stream: a disconnection that
+        follows is that receiver closing in order, not silence (no status message for the
+        connection timeout)."""
+        return self._channel.receiver_left
+
     def offer(self, data: bytes | bytearray | memoryview, *, flush: bool = True) -> int:
         """Append a message without waiting: the new position (> 0) or a negative code.
 

@@ -73,6 +73,10 @@ class PublicationChannel:
     def is_connected(self) -> bool:
         return self.state.is_connected(self._driver.now())
 
+    @property
+    def receiver_left(self) -> bool:
+        return self.state.receiver_left
+
     def is_closed(self) -> bool:
         return not self.state.is_active
 

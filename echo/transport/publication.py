@@ -165,6 +165,9 @@ class NetworkPublication:
         self.sender_position = 0
         self.sender_limit = 0
         self.has_initial_connection = False
+        #: the last status message was a receiver's end-of-stream (it closed in order), so a
+        #: disconnection that follows is a goodbye, not silence (see api.Publication)
+        self.receiver_left = False
         self._setup_pending = True
         self._last_setup = -math.inf
         self._last_send = -math.inf
@@ -356,7 +359,9 @@ class NetworkPublication:
         self._acknowledged = max(self._acknowledged, sm_position)
         if sm.is_end_of_stream:
             self.liveness.forget(sm.receiver_id)
+            self.receiver_left = True
             return
+        self.receiver_left = False
         self.liveness.on_status_message(sm.receiver_id, sm_position, now)
         self._receiver_window = sm.receiver_window
         if not self.has_initial_connection:

@@ -352,5 +352,6 @@ class SendEndpoint:
         if self.dynamic is not None:
             expiry = self.dynamic.next_expiry()
             if expiry is not None:
-                deadline = min(deadline, expiry)
+                # An entry expires strictly after its timeout (DynamicDestinations.expire).
+                deadline = min(deadline, math.nextafter(expiry, math.inf))
         return deadline

@@ -12,8 +12,8 @@ import pytest
 import trio
 import trio.testing
 
+from echo.client.application import ClientState, FailureKind
 from echo.client.client import ClientConfig, EchoClient
-from echo.client.machine import ClientState, FailureKind
 from echo.server.server import EchoServer
 from tests.server.test_server import free_base, server_config
 

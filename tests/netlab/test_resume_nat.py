@@ -1,13 +1,15 @@
 """Resume across a NAT mapping change, in the NAT lab (issue 14, item 4).
 
 A client behind the lab's NAT router (masquerade random) runs a numbered request/ack protocol
-over a resumable session. Mid-session the router's NAT is moved to another port range and its
-conntrack table flushed, so the client's packets leave from new public ports: the server keeps
-answering the old mapping, which the router now drops. The client's sender stops hearing status
-messages, resumes with its secret from the new path, and goes on. The test asserts that the
-server saw the same session (one application call, same session id) from a new peer address,
-that every request arrived exactly once, in order, and every ack came back; and that another
-client behind the same NAT, asking for that session with a forged proof meanwhile, was refused.
+over a resumable session, on per-client duologue ports and on shared ones (where the server
+answers the client's new request stream with a new response publication). Mid-session the
+router's NAT is moved to another port range and its conntrack table flushed, so the client's
+packets leave from new public ports: the server keeps answering the old mapping, which the
+router now drops. The client's sender stops hearing status messages, resumes with its secret
+from the new path, and goes on. The test asserts that the server saw the same session (one
+application call, same session id) from a new peer address, that every request arrived exactly
+once, in order, and every ack came back; and that another client behind the same NAT, asking for
+that session with a forged proof meanwhile, was refused.
 
 The programs the namespaces run are in this module: ``python -m tests.netlab.test_resume_nat
 server|client|thief ...``; each prints JSON lines.
@@ -47,7 +49,7 @@ def _print(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
 
 
-async def serve(address: str) -> None:
+async def serve(address: str, duologue_ports: str) -> None:
     import echo.session as es
 
     async def app(session: es.Session) -> None:
@@ -63,7 +65,11 @@ async def serve(address: str) -> None:
             await session.send(b"ack " + data)
 
     config = es.ServerConfig(
-        address=address, port=PORT, control_port=PORT + 1, clients_base_port=PORT + 10
+        address=address,
+        port=PORT,
+        control_port=PORT + 1,
+        clients_base_port=PORT + 10,
+        duologue_ports=duologue_ports,
     )
     server = es.SessionServer(config, app)
     async with trio.open_nursery() as nursery:
@@ -76,11 +82,13 @@ async def serve(address: str) -> None:
         await server.stop()
 
 
-async def run_client(server: str, requests: int, interval: float) -> None:
+async def run_client(server: str, requests: int, interval: float, duologue_ports: str) -> None:
     import echo.session as es
 
     acks: list[int] = []
-    async with es.connect(server, PORT, PORT + 1, timeout=10) as session:
+    async with es.connect(
+        server, PORT, PORT + 1, timeout=10, duologue_ports=duologue_ports
+    ) as session:
         _print(event="opened", session=session.session_id)
         for n in range(requests):
             await session.send(b"%d" % n)
@@ -122,13 +130,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=REQUESTS)
     parser.add_argument("--interval", type=float, default=0.25)
     parser.add_argument("--session", type=int, default=0)
+    parser.add_argument("--duologue-ports", default="per-client")
     args = parser.parse_args()
     # The library's log lines go to stderr (the test's log file); stdout is for the JSON facts.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     if args.role == "server":
-        trio.run(serve, args.address)
+        trio.run(serve, args.address, args.duologue_ports)
     elif args.role == "client":
-        trio.run(run_client, args.address, args.requests, args.interval)
+        trio.run(run_client, args.address, args.requests, args.interval, args.duologue_ports)
     else:
         trio.run(steal, args.address, args.session)
 
@@ -206,17 +215,20 @@ def _in_range(port: int, ports: tuple[int, int]) -> bool:
     return ports[0] <= port <= ports[1]
 
 
+@pytest.mark.parametrize("duologue_ports", ["per-client", "shared"])
 def test_a_session_survives_a_nat_mapping_change_and_nobody_else_can_take_it(
     nat_lab_factory: NatLabFactory,  # noqa: F811
     tmp_path: Path,
+    duologue_ports: str,
 ) -> None:
     lab = nat_lab_factory(sites=1, clients_per_site=2)
     site = lab.sites[0]
     set_port_range(site.router, FIRST_RANGE)
-    server = _program(lab.server, "server", log=tmp_path / "server.log")
+    mode = ("--duologue-ports", duologue_ports)
+    server = _program(lab.server, "server", *mode, log=tmp_path / "server.log")
     server_lines = Lines(server, tmp_path / "server.log")
     server_lines.until("listening")
-    client = _program(site.clients[0], "client", log=tmp_path / "client.log")
+    client = _program(site.clients[0], "client", *mode, log=tmp_path / "client.log")
     client_lines = Lines(client, tmp_path / "client.log")
     try:
         opened = client_lines.until("opened")

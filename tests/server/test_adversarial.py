@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 import trio
 
+from echo.client.application import ClientState, FailureKind
 from echo.client.client import ClientConfig, EchoClient
-from echo.client.machine import ClientState, FailureKind
 from echo.protocol import ECHO_STREAM_ID, Hello, decrypt_session, format_message
 from echo.server.server import EchoServer
 from echo.transport import TransportConfig, open_transport

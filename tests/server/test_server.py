@@ -13,8 +13,8 @@ import structlog
 import structlog.testing
 import trio
 
+from echo.client.application import ClientState, FailureKind
 from echo.client.client import ClientConfig, EchoClient
-from echo.client.machine import ClientState, FailureKind
 from echo.protocol import (
     ECHO_STREAM_ID,
     Connect,

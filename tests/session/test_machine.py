@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from echo.protocol import Connect, Hello, encrypt_session, format_message, parse_hello_untrusted
+from echo.protocol import (
+    AllClientsError,
+    BadMessage,
+    Connect,
+    Hello,
+    encrypt_session,
+    format_message,
+    parse_all_clients_reply_untrusted,
+    parse_hello_untrusted,
+)
+from echo.session import machine as machine_module
 from echo.session.machine import (
     CloseAllClients,
     Failed,
@@ -278,3 +290,153 @@ def test_a_timer_before_any_deadline_does_nothing_in_every_state() -> None:
 def test_preview_cuts_at_80_characters() -> None:
     assert preview(b"y" * 81) == repr("y" * 80) + "..."
     assert preview(b"y" * 80) == repr("y" * 80)
+
+
+# ---- Echo 2.0's client handshake, as echo-client runs it (moved with the Echo client's own
+# machine, echo/client/machine.py, when echo-client became an application on connect()) ------
+
+# The guide's trace (seed §4.7): pad 611786D9, client session -555798973, duologue 1938340545.
+GUIDE_PAD = 0x611786D9
+GUIDE_CLIENT = -555798973
+GUIDE_DUOLOGUE = 1938340545
+GUIDE_CONNECT = b"-555798973 CONNECT 9014 9011 129F3C18"
+
+
+def guide_awaiting() -> HandshakeMachine:
+    m = HandshakeMachine(pad=GUIDE_PAD)
+    assert m.start(0.0) == [OpenAllClients()]
+    assert m.on_all_clients_connected(GUIDE_CLIENT, 0.0) == [SendHello(b"HELLO 611786D9")]
+    return m
+
+
+def test_the_guide_s_trace() -> None:
+    m = guide_awaiting()
+    assert m.on_all_clients_message(GUIDE_CONNECT, 1.0) == [
+        CloseAllClients(),
+        OpenDuologue(9014, 9011, GUIDE_DUOLOGUE),
+    ]
+    assert m.session_id == GUIDE_DUOLOGUE
+
+
+def test_other_sessions_replies_and_near_misses_are_ignored() -> None:
+    m = guide_awaiting()
+    others = [
+        format_message(Connect(GUIDE_CLIENT + 1, 9000, 9001, 5)),
+        format_message(AllClientsError(-55579897, "server full")),  # a prefix of ours
+        format_message(Connect(5557989, 9000, 9001, 5)),
+        b"12 CONNECT 0 0 zz",  # malformed, addressed to someone else
+        b"-5557989730 ERROR x",  # our digits plus one: not ours
+        b"total garbage",
+        b"\xff\xfe",
+        b"",
+    ]
+    for data in others:
+        assert m.on_all_clients_message(data, 1.0) == []
+        assert m.state is HandshakeState.AWAITING_CONNECT
+    assert m.on_all_clients_message(GUIDE_CONNECT, 2.0)[1] == OpenDuologue(
+        9014, 9011, GUIDE_DUOLOGUE
+    )
+
+
+def test_replies_to_others_are_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # While N clients say HELLO at once each sees all N replies: only its own is parsed.
+    parsed: list[bytes] = []
+    real_parse = machine_module.parse_server_reply_untrusted
+
+    def counting_parse(data: bytes) -> object:
+        parsed.append(bytes(data))
+        return real_parse(data)
+
+    monkeypatch.setattr(machine_module, "parse_server_reply_untrusted", counting_parse)
+    m = guide_awaiting()
+    for session in range(1000):
+        m.on_all_clients_message(format_message(Connect(session, 9000, 9001, 5)), 1.0)
+    assert parsed == []
+    assert m.on_all_clients_message(GUIDE_CONNECT, 2.0)[1] == OpenDuologue(
+        9014, 9011, GUIDE_DUOLOGUE
+    )
+    assert parsed == [GUIDE_CONNECT]
+
+
+def _reference_meaning(data: bytes) -> str:
+    """What a reply on the all-clients channel means to the client (seed §4.4), by parsing
+    every one: the outcome the machine must reach however it gets there."""
+    reply = parse_all_clients_reply_untrusted(data)
+    if isinstance(reply, BadMessage):
+        return "fail" if data.startswith(f"{GUIDE_CLIENT} ".encode()) else "ignore"
+    if reply.client_session != GUIDE_CLIENT:
+        return "ignore"
+    return "fail" if isinstance(reply, AllClientsError) else "join"
+
+
+_SESSIONS = st.sampled_from([GUIDE_CLIENT, -GUIDE_CLIENT, GUIDE_CLIENT // 10, 0, 1, -1]) | (
+    st.integers(-(2**31), 2**31 - 1)
+)
+_REPLIES = st.one_of(
+    st.builds(
+        lambda s, d, c, k: format_message(Connect(s, d, c, k)),
+        _SESSIONS,
+        st.integers(1, 65535),
+        st.integers(1, 65535),
+        st.integers(0, 2**32 - 1),
+    ),
+    st.builds(lambda s, t: format_message(AllClientsError(s, t)), _SESSIONS, st.text("ab c")),
+    # Near misses: our digits with more of them, a sign or zeros in front, a bad tail.
+    st.builds(
+        lambda head, s, tail: head + str(s).encode() + tail,
+        st.sampled_from([b"", b"+", b"0", b"-", b" ", b"00"]),
+        st.sampled_from([GUIDE_CLIENT, GUIDE_CLIENT * 10, -GUIDE_CLIENT, GUIDE_CLIENT // 10])
+        | _SESSIONS,
+        st.sampled_from([b" CONNECT 1 2 AB", b" ERROR x", b"0 ERROR x", b" CONNECT 1 2", b""])
+        | st.binary(max_size=40),
+    ),
+    st.binary(max_size=60),
+)
+
+
+@given(data=_REPLIES)
+@settings(max_examples=500, deadline=None)
+def test_any_reply_means_what_parsing_it_says(data: bytes) -> None:
+    m = guide_awaiting()
+    actions = m.on_all_clients_message(data, 1.0)
+    expected = _reference_meaning(data)
+    if expected == "ignore":
+        assert actions == [] and m.state is HandshakeState.AWAITING_CONNECT
+    elif expected == "fail":
+        assert len(actions) == 2 and actions[0] == CloseAllClients()
+        assert isinstance(actions[1], Failed) and m.state is HandshakeState.FAILED
+    else:  # our CONNECT: we join, or fail if its session is outside the reserved range
+        assert actions[0] == CloseAllClients() and m.state is not HandshakeState.AWAITING_CONNECT
+
+
+def test_decrypts_with_the_pad() -> None:
+    pad = 0xDEADBEEF
+    m = HandshakeMachine(pad=pad)
+    m.start(0.0)
+    assert m.on_all_clients_connected(-7, 0.0) == [SendHello(b"HELLO DEADBEEF")]
+    reply = format_message(Connect(-7, 40000, 40001, encrypt_session(123456, pad)))
+    assert m.on_all_clients_message(reply, 0.0) == [
+        CloseAllClients(),
+        OpenDuologue(40000, 40001, 123456),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("steps", "phase"),
+    [
+        (0, HandshakeState.CONNECTING),
+        (1, HandshakeState.AWAITING_CONNECT),
+        (2, HandshakeState.JOINING),
+    ],
+)
+def test_a_timeout_says_in_which_phase(steps: int, phase: HandshakeState) -> None:
+    # echo-client's hint about --duologue-ports rests on this (a JOINING timeout), not on text.
+    m = HandshakeMachine(pad=GUIDE_PAD, timeout=10.0)
+    m.start(0.0)
+    if steps >= 1:
+        m.on_all_clients_connected(GUIDE_CLIENT, 0.0)
+    if steps >= 2:
+        m.on_all_clients_message(GUIDE_CONNECT, 0.0)
+    (*_, failed) = m.on_timer(10.0)
+    assert isinstance(failed, Failed) and failed.failure.kind is FailureKind.TIMED_OUT
+    assert failed.failure.phase is phase

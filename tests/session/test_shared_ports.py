@@ -178,16 +178,43 @@ async def test_a_shared_port_held_by_another_program_fails_at_start() -> None:
             await es.SessionServer(config, echo_app).run()
 
 
-async def test_a_shared_server_offers_no_resume_and_the_session_works_without() -> None:
-    # Resume moves a client's request stream to a new path; on shared ports its answer is a
-    # response publication tied to the old request image, so the server does not offer it
-    # (the client is told plain Echo 2.0, as by a server without the extension).
+async def test_a_session_on_shared_ports_resumes_and_loses_nothing() -> None:
+    # Resume moves the client's request stream to a new path; on shared ports the answer is a
+    # response publication tied to a request image, so the server opens a new one for the
+    # new image (the client's new response subscription names itself in its SETUPs).
     config = shared_config(free_base(4))
     async with trio.open_nursery() as nursery:
         server = await nursery.start(es.SessionServer(config, echo_app).run)
         async with connect(config) as session:
+            assert session.resumable
+            await session.send(b"before")
+            assert await session.receive() == b"before"
+            (duologue,) = server.duologues.values()
+            old_publication = duologue.publication
+            await session.resume()
+            for i in range(10):  # several in flight right after the move
+                await session.send(b"%d" % i)
+            assert [await session.receive() for _ in range(10)] == [b"%d" % i for i in range(10)]
+            assert session.counters.resumes == 1 and server.resumes == 1
+            assert duologue.publication is not old_publication
+            assert "control-mode=response" in duologue.publication.channel
+            await session.resume()  # and again
+            await session.send(b"after")
+            assert await session.receive() == b"after"
+            assert duologue.session is not None and duologue.session.counters.resumes == 2
+            # Still two duologue ports, still one duologue.
+            assert len(server.duologues) == 1
+        await server.stop()
+
+
+async def test_a_plain_hello_on_shared_ports_gets_no_resume_secret() -> None:
+    config = shared_config(free_base(4))
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(es.SessionServer(config, echo_app).run)
+        async with connect(config, resume=False) as session:
             await session.send(b"still here")
             assert await session.receive() == b"still here"
             (duologue,) = server.duologues.values()
             assert duologue.slot.resume_secret is None
+            assert not session.resumable
         await server.stop()
