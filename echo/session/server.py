@@ -104,16 +104,32 @@ class _LogOnly:
         log.info(event, **fields)
 
 
-def server_transport_config(base: TransportConfig | None = None) -> TransportConfig:
+def server_transport_config(
+    base: TransportConfig | None = None, *, max_clients: int = 0
+) -> TransportConfig:
     """Transport settings for a server: auto session ids stay out of the duologue range.
 
     With no `base`, the timers are the Echo defaults of `echo_timers` rather than Aeron's.
+    `max_clients` raises (never lowers) the transport's caps on images per subscription and
+    destinations per MDC publication to twice that: every client is an image of the
+    all-clients subscription while it says HELLO, a destination of the all-clients channel,
+    and (shared duologue ports) an image of the one duologue subscription, twice for a moment
+    while it resumes. The transport's default caps (1,024) would refuse the 1,025th client's
+    streams of a larger server ("too_many_images") and it would never connect.
     """
-    return attrs.evolve(
+    config = attrs.evolve(
         base or echo_timers(),
         reserved_session_low=RESERVED_SESSION_LOW,
         reserved_session_high=RESERVED_SESSION_HIGH,
     )
+    wanted = 2 * max_clients
+    if wanted > config.max_images or wanted > config.max_destinations:
+        config = attrs.evolve(
+            config,
+            max_images=max(config.max_images, wanted),
+            max_destinations=max(config.max_destinations, wanted),
+        )
+    return config
 
 
 def _url_host(address: str) -> str:
@@ -183,7 +199,9 @@ class SessionServer:
         self.config = config
         self.app = app
         self.admit = admit
-        self.transport_config = server_transport_config(transport_config)
+        self.transport_config = server_transport_config(
+            transport_config, max_clients=config.max_clients
+        )
         self.events: EventSink = events or _LogOnly()
         self.admission = Admission(config, rng if rng is not None else secrets.SystemRandom())
         self.duologues: dict[int, Duologue] = {}
