@@ -24,6 +24,11 @@ from echo.transport.testing import MemoryNetwork
 from tests.session.test_lost_contact import SERVER, memory_server
 
 
+async def echo_app(session: es.Session) -> None:
+    async for data in session:
+        await session.send(data)
+
+
 def test_the_caps_grow_with_max_clients_and_never_shrink() -> None:
     default = es.server_transport_config()
     assert (default.max_images, default.max_destinations) == (1024, 1024)
@@ -37,14 +42,9 @@ def test_the_caps_grow_with_max_clients_and_never_shrink() -> None:
 
 def test_a_session_server_sizes_its_transport_from_its_config() -> None:
     config = es.ServerConfig(max_clients=3000, duologue_ports="shared")
-    server = SessionServer(config, lambda session: trio.sleep(0))
+    server = SessionServer(config, echo_app)
     assert server.transport_config.max_images == 6000
     assert server.transport_config.max_destinations == 6000
-
-
-async def echo_app(session: es.Session) -> None:
-    async for data in session:
-        await session.send(data)
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["per-client", "shared"])
