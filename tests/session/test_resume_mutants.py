@@ -1,0 +1,1 @@
+"""Unit tests written to kill surviving mutants (./dev mutate); see README, Mutation testing."""
