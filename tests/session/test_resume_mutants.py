@@ -180,6 +180,7 @@ def test_a_resume_outside_int32_says_so(session_id: int) -> None:
         b"RESUME 7 1 0 " + PROOF_HEX.lower().encode(),
         b"RESUME 7 01 0 " + PROOF_HEX.encode(),
         b"RESUME 7 1 1000000000000000000 " + PROOF_HEX.encode(),  # nineteen digits
+        b"RESUME 7 1000000000 0 " + PROOF_HEX.encode(),  # a counter format_resume refuses
         b"RESUME \xff",
         b"RESUME " + b"1" * 1100,
     ],
