@@ -70,8 +70,9 @@ _HEX128: Final = r"([0-9A-F]{32})"
 _SESSION: Final = r"(0|-?[1-9][0-9]{0,9})"
 _RESUMABLE_TAIL: Final = re.compile(r"(.*) \+R " + _HEX128)
 _COUNT: Final = r"(0|[1-9][0-9]{0,17})"
+#: a RESUME's attempt counter: 1..999999999, the range `format_resume` writes
 _RESUME_RE: Final = re.compile(
-    r"RESUME " + _SESSION + r" ([1-9][0-9]{0,9}) " + _COUNT + " " + _HEX128
+    r"RESUME " + _SESSION + r" ([1-9][0-9]{0,8}) " + _COUNT + " " + _HEX128
 )
 _RESUMED_RE: Final = re.compile(_SESSION + r" RESUMED " + _COUNT)
 #: message counts on the wire stay below this (18 decimal digits)
