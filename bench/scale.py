@@ -344,6 +344,8 @@ class _Workers:
             for i, n in enumerate(per)
             if n
         ]
+        #: each process's index (what it sends with its messages), in `processes` order
+        self.indices = [i for i, n in enumerate(per) if n]
 
     def start(self, cpus: set[int] | None) -> None:
         for process in self.processes:
@@ -375,7 +377,13 @@ class _Workers:
             try:
                 message, index, payload = self.out.get(timeout=min(remaining, 1.0))
             except queue.Empty:
-                dead = [p.name for p in self.processes if not p.is_alive()]
+                # Only a process that died without its message counts: one that sent it and
+                # exited (its part is over) while the others still close their clients is fine.
+                dead = [
+                    f"{p.name} (exit code {p.exitcode})"
+                    for i, p in zip(self.indices, self.processes, strict=True)
+                    if i not in got and not p.is_alive()
+                ]
                 if dead and self.out.empty():
                     raise BenchError(f"scale: {', '.join(dead)} exited before {kind!r}") from None
                 continue
