@@ -11,6 +11,8 @@ the caps to 2 N, never lowers them.
 
 from __future__ import annotations
 
+import contextlib
+
 import attrs
 import pytest
 import trio
@@ -72,33 +74,21 @@ async def test_more_clients_than_the_base_caps_all_connect(
             open_transport(es.server_transport_config(), socket_factory=net) as transport,
         ):
             await nursery.start(server.run)
-            async with (
-                es.connect(
-                    SERVER,
-                    9000,
-                    9001,
-                    transport=transport,
-                    resume=False,
-                    duologue_ports=config.duologue_ports,
-                ) as one,
-                es.connect(
-                    SERVER,
-                    9000,
-                    9001,
-                    transport=transport,
-                    resume=False,
-                    duologue_ports=config.duologue_ports,
-                ) as two,
-                es.connect(
-                    SERVER,
-                    9000,
-                    9001,
-                    transport=transport,
-                    resume=False,
-                    duologue_ports=config.duologue_ports,
-                ) as three,
-            ):
-                for n, session in enumerate((one, two, three)):
+            async with contextlib.AsyncExitStack() as stack:
+                sessions = [
+                    await stack.enter_async_context(
+                        es.connect(
+                            SERVER,
+                            9000,
+                            9001,
+                            transport=transport,
+                            resume=False,
+                            duologue_ports=config.duologue_ports,
+                        )
+                    )
+                    for _ in range(3)
+                ]
+                for n, session in enumerate(sessions):
                     await session.send(b"%d" % n)
                     assert await session.receive() == b"%d" % n
                 assert len(server.duologues) == 3

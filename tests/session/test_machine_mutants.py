@@ -221,13 +221,14 @@ def test_connected_sends_the_resume_and_waits_afresh() -> None:
     assert m.on_all_clients_connected(ME, 1.6) == []  # a second "connected"
 
 
-@pytest.mark.parametrize(
-    ("connected", "state", "waiting_for"),
-    [
-        (False, ResumeState.CONNECTING, "the all-clients channel to connect"),
-        (True, ResumeState.AWAITING_RESUMED, "RESUMED from the server"),
-    ],
-)
+#: the resume machine's waits: (all-clients channel connected?, its state, what it waits for)
+RESUME_WAITS = [
+    (False, ResumeState.CONNECTING, "the all-clients channel to connect"),
+    (True, ResumeState.AWAITING_RESUMED, "RESUMED from the server"),
+]
+
+
+@pytest.mark.parametrize(("connected", "state", "waiting_for"), RESUME_WAITS)
 def test_every_resume_wait_times_out_saying_what_it_waited_for(
     connected: bool, state: ResumeState, waiting_for: str
 ) -> None:
@@ -247,13 +248,7 @@ def test_every_resume_wait_times_out_saying_what_it_waited_for(
     assert m.on_timer(5.0) == []
 
 
-@pytest.mark.parametrize(
-    ("connected", "state", "waiting_for"),
-    [
-        (False, ResumeState.CONNECTING, "the all-clients channel to connect"),
-        (True, ResumeState.AWAITING_RESUMED, "RESUMED from the server"),
-    ],
-)
+@pytest.mark.parametrize(("connected", "state", "waiting_for"), RESUME_WAITS)
 def test_a_failed_send_or_a_closed_channel_fails_the_resume(
     connected: bool, state: ResumeState, waiting_for: str
 ) -> None:
