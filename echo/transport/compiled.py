@@ -30,6 +30,7 @@ from types import ModuleType
 from typing import Final
 
 COMPILED_MODULES: Final = (
+    "echo.transport.wireformat",
     "echo.transport.frames",
     "echo.transport.logbuffer",
     "echo.transport.flow_control",
