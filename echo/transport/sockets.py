@@ -21,7 +21,8 @@ import trio
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
 from echo.transport.receiver import ImageEvent, ReceiveEndpoint
-from echo.transport.sender import WOULD_BLOCK, Send, SendEndpoint
+from echo.transport.response import ResponseSendEndpoint
+from echo.transport.sender import WOULD_BLOCK, NetworkPublication, Send, SendEndpoint
 
 if TYPE_CHECKING:
     from echo.transport.channels import PublicationChannel, SubscriptionChannel
@@ -137,8 +138,12 @@ class DriverSocket:
     def __init__(self, sock: socket.socket, key: Any, counters: Counters) -> None:
         self.sock = sock
         self.key = key
-        #: the deadline the timer heap holds for this socket (inf: none)
+        #: when the timer loop must next service this socket (inf: nothing due)
         self.scheduled = math.inf
+        #: the time of this socket's live entry in the timer heap (inf: none); never later
+        #: than `scheduled`. A deadline that moves later leaves the entry where it is and the
+        #: driver moves it when it comes up (Driver._schedule_at): no heap work per offer.
+        self.queued = math.inf
         self.last_flush = -math.inf
         #: the driver's tick when an offer last sent from this socket at once
         self.flush_tick = -1
@@ -251,6 +256,29 @@ class SendSocket(DriverSocket):
         #: those, not every publication of a server's shared port (1,000 response
         #: publications: telling each one cost O(publications) per status message)
         self.waiting: set[PublicationChannel] = set()
+
+    def deadline_after_flush(
+        self, publication: NetworkPublication, now: float
+    ) -> tuple[float, bool]:
+        """When the socket next needs a service after an offer flushed `publication`, and
+        whether that is the socket's whole deadline (True) or only a bound on it (False).
+
+        The socket's deadline is its endpoint's, the earliest of its publications' and its
+        destinations' expiries: O(publications + destinations) to find. An offer on a
+        server's shared port or on an all-clients MDC channel cannot pay that, so it learns
+        only its own publication's deadline, which may bring the socket's nearer but cannot
+        move it later. Where the whole is cheap it is asked for: one publication and no
+        dynamic destinations (a client's stream), or a response port, which keeps its
+        publications' deadlines in a heap. Then an offer that pushes the probe heartbeat on
+        (probe_after_data) moves the socket's timer on with it, and the loop is not woken at
+        the probe's old time for nothing.
+        """
+        endpoint = self.endpoint
+        if isinstance(endpoint, ResponseSendEndpoint) or (
+            len(self.channels) == 1 and endpoint.dynamic is None
+        ):
+            return endpoint.next_deadline(now), True
+        return publication.next_deadline(now), False
 
     def notify_channels(self) -> None:
         """The endpoint was serviced: wake the tasks waiting on its publications."""
