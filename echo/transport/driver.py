@@ -11,9 +11,6 @@ wired by wiring.py, which hands the api a channel (channels.py).
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
 import random
 import socket
 from collections.abc import Callable
@@ -35,11 +32,11 @@ from echo.transport.sockets import (
     ReceiveSocket,
     SendSocket,
     SocketFactory,
-    TimerHandle,
     gro_segment,
     more_waiting,
     open_udp_socket,
 )
+from echo.transport.timerheap import TimerHeap
 from echo.transport.validation import CookieJar, RateLimiter
 from echo.transport.wiring import (
     StreamIds,
@@ -60,9 +57,6 @@ _BURST_GAP = 0.0002
 #: internal errors logged with their traceback before the rest are only counted
 _LOGGED_INTERNAL_ERRORS = 10
 
-_Heap = list[tuple[float, int, TimerHandle]]
-
-
 class Driver:
     def __init__(
         self,
@@ -75,25 +69,19 @@ class Driver:
         self.nursery = nursery
         self.counters = Counters()
         self.rng = random.Random(config.seed) if config.seed is not None else random.SystemRandom()
-        # Timers hold a socket through its `TimerHandle`, which a closed socket empties.
-        self._heap: _Heap = []
-        self._lend_checks: _Heap = []
+        #: socket deadlines and lend checks, and the alarm of the one timer loop
+        self.timers = TimerHeap()
         # One receive buffer for every socket: a datagram is handled (copied into a term or
         # dropped) before the next is read, so the readers can share it, and a server with
         # 2,000 sockets does not hold 2,000 x 64 KiB of buffers.
         self._buffer = bytearray(_RECV_BUFFER)
         self._view = memoryview(self._buffer)
-        self._seq = itertools.count()
         #: self.now() without its two lookups: read on every datagram and offer.
         #: (The run's clock: a MockClock under tests, so virtual time works the same.)
         self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
         self._dirty: set[DriverSocket] = set()
         self._wakeup = trio.lowlevel.ParkingLot()
         self._woken = False
-        self._sleep_until = math.inf
-        #: the timer loop's sleep while it sleeps (None while it runs): moving its deadline
-        #: re-arms the loop without waking it
-        self._alarm: trio.CancelScope | None = None
         #: advanced whenever a driver task wakes (a socket was readable, a timer was due):
         #: offers made between two ticks were made without the network having a say
         self.tick = 0
@@ -246,29 +234,12 @@ class Driver:
         self._schedule_at(udp, udp.endpoint.next_deadline(now), now)
 
     def _schedule_at(self, udp: DriverSocket, deadline: float, now: float) -> None:
-        """`deadline` is when `udp` must next be serviced (its endpoint's whole deadline).
-
-        A deadline brought nearer gets a heap entry of its own (the one further on no longer
-        counts: its time differs from `udp.queued`). A deadline moved later, which every offer
-        that goes out at once does (the probe and the idle heartbeat move on), leaves the
-        entry where it is (lazy deletion): when it comes up, `_due` and `_next_timer` move it
-        to `udp.scheduled` instead of servicing the socket, and a loop asleep until it has
-        its alarm moved. The heap used to keep the earlier entry and wake the loop to service
-        the socket then, for nothing (tests/transport/test_scheduling.py).
-        """
+        """`deadline` is when `udp` must next be serviced: its endpoint's whole deadline,
+        which may have moved later (timerheap.py)."""
         if deadline <= now:
             self.wake(udp)
-            return
-        udp.scheduled = deadline
-        queued = udp.queued
-        if deadline < queued:
-            self._queue(udp, deadline)
-        elif queued == self._sleep_until and queued - now <= deadline - queued:
-            # The loop sleeps until this socket's old deadline and would wake then for
-            # nothing: move its alarm on. Only once the old time is nearer than the deadline
-            # moved, not on every offer (offers 100 µs apart each push a 2 ms probe on by
-            # 100 µs): about once per half probe delay, at 1.5 µs against ~15 µs per wake-up.
-            self._set_alarm(self._next_alarm())
+        else:
+            self.timers.schedule(udp, deadline, now)
 
     def _schedule_by(self, udp: DriverSocket, deadline: float, now: float) -> None:
         """Make sure the timer loop services `udp` no later than `deadline` (a bound, from
@@ -276,75 +247,13 @@ class Driver:
         if deadline < udp.scheduled:
             self._schedule_at(udp, deadline, now)
 
-    def _queue(self, udp: DriverSocket, deadline: float) -> None:
-        udp.queued = deadline
-        heapq.heappush(self._heap, (deadline, next(self._seq), udp.timer_handle))
-        if deadline < self._sleep_until:
-            # The timer loop sleeps until a later time: bring its alarm forward.
-            self._set_alarm(deadline)
-
-    def _set_alarm(self, when: float) -> None:
-        """Make the sleeping timer loop wake at `when` instead (no task switch now)."""
-        alarm = self._alarm
-        if alarm is not None:
-            self._sleep_until = when
-            alarm.deadline = when
-
     def _due(self, now: float) -> list[DriverSocket]:
         """The sockets whose timers fell due, and those woken meanwhile."""
-        heap = self._heap
-        due: list[DriverSocket] = []
-        while heap and heap[0][0] <= now:
-            queued, _, handle = heapq.heappop(heap)
-            udp = handle.socket
-            if udp is None or queued != udp.queued:
-                continue  # a closed socket's, or superseded by a nearer entry
-            udp.queued = math.inf
-            scheduled = udp.scheduled
-            if scheduled <= now:
-                udp.scheduled = math.inf
-                due.append(udp)
-            elif scheduled != math.inf:
-                # Its deadline moved later since: follow it there, nothing is due now.
-                udp.queued = scheduled
-                heapq.heappush(heap, (scheduled, next(self._seq), handle))
+        due = self.timers.due(now)
         if self._dirty:
             due.extend(self._dirty)
             self._dirty.clear()
         return due
-
-    def _next_timer(self) -> float:
-        """When the earliest socket's deadline falls: what the timer loop sleeps until.
-
-        Entries that no longer count are dropped on the way, and an entry whose socket's
-        deadline moved later is moved there, so the loop never goes to sleep towards a time
-        at which nothing is due.
-        """
-        heap = self._heap
-        while heap:
-            queued, _, handle = heap[0]
-            udp = handle.socket
-            if udp is None or queued != udp.queued:
-                heapq.heappop(heap)
-                continue
-            scheduled = udp.scheduled
-            if scheduled == queued:
-                return queued
-            if scheduled == math.inf:
-                udp.queued = math.inf
-                heapq.heappop(heap)
-            else:
-                udp.queued = scheduled
-                heapq.heapreplace(heap, (scheduled, next(self._seq), handle))
-        return math.inf
-
-    def _next_alarm(self) -> float:
-        """When the timer loop must next wake: a socket's deadline or a lend check."""
-        timeout = self._next_timer()
-        checks = self._lend_checks
-        if checks and checks[0][0] < timeout:
-            timeout = checks[0][0]
-        return timeout
 
     def _service_due(self, now: float) -> None:
         due = self._due(now)
@@ -361,11 +270,10 @@ class Driver:
                 self.service(udp, now)
 
     async def timer_loop(self) -> None:
-        checks = self._lend_checks
+        timers = self.timers
         while not self._closed:
             now = self.now()
-            if checks and checks[0][0] <= now:
-                self._check_lent(now)
+            self._check_lent(now)
             # (In a method of its own: this frame would otherwise keep the last socket
             # serviced alive while it sleeps.)
             self._service_due(now)
@@ -374,14 +282,11 @@ class Driver:
                 # tasks run, then go round again.
                 await trio.lowlevel.checkpoint()
                 continue
-            timeout = self._next_alarm()
-            self._sleep_until = timeout
-            with trio.move_on_at(timeout) as alarm:
+            with trio.move_on_at(timers.next_alarm()) as alarm:
                 if not self._woken:
-                    self._alarm = alarm
+                    timers.sleeping(alarm)
                     await self._wakeup.park()
-            self._alarm = None
-            self._sleep_until = -math.inf
+            timers.awake()
             self.tick += 1
 
     def _await_writable_soon(self, udp: DriverSocket) -> None:
@@ -516,7 +421,7 @@ class Driver:
                 # subscriptions, so it reads the socket itself from now on; out of the set
                 # until it is given back (`_give_back`).
                 readiness.remove(udp)
-                self._queue_lend_check(udp, lending.lend(self.now()))
+                self.timers.queue_lend_check(udp, lending.lend(self.now()))
 
     def _give_back(self, udp: DriverSocket) -> None:
         """A lent socket goes back to its reader (the set's, or its own task's)."""
@@ -547,7 +452,7 @@ class Driver:
             if not self._drain(udp):
                 await trio.lowlevel.checkpoint()
             elif lending is not None and lending.waiters:
-                self._queue_lend_check(udp, lending.lend(self.now()))
+                self.timers.queue_lend_check(udp, lending.lend(self.now()))
 
     # ---------------------------------------------------------------- lending
     #
@@ -603,30 +508,18 @@ class Driver:
         if not udp.closed and udp.lending.stale(self.now()):
             self._drain(udp)
 
-    def _queue_lend_check(self, udp: DriverSocket, when: float) -> None:
-        assert udp.lending is not None
-        udp.lending.check_at = when
-        heapq.heappush(self._lend_checks, (when, next(self._seq), udp.timer_handle))
-        if when < self._sleep_until and not self._woken:
-            self._woken = True
-            self._wakeup.unpark_all()
-
     def _check_lent(self, now: float) -> None:
-        checks = self._lend_checks
-        while checks and checks[0][0] <= now:
-            when, _, handle = heapq.heappop(checks)
-            udp = handle.socket
-            lending = udp.lending if udp is not None else None
-            if udp is None or lending is None or when != lending.check_at:
-                continue
-            lending.check_at = math.inf
+        timers = self.timers
+        for udp in timers.lend_checks_due(now):
+            lending = udp.lending
+            assert lending is not None
             if not lending.lent or udp.closed:
                 continue
             again = lending.check(now)
             if again is None:
                 self._give_back(udp)
             else:
-                self._queue_lend_check(udp, again)
+                timers.queue_lend_check(udp, again)
 
     def close(self) -> None:
         self._closed = True

@@ -17,25 +17,25 @@ import trio.testing
 
 from echo.transport import TransportConfig, open_transport
 from echo.transport.driver import Driver
-from echo.transport.sockets import DriverSocket
+from echo.transport.sockets import DriverSocket, TimerHandle
 from echo.transport.testing import MemoryNetwork
+from echo.transport.timerheap import TimerHeap
 
 STREAM = 1001
 CHANNEL = "aeron:udp?endpoint=127.0.0.1:40123"
 
 
 def _count_timer_services(driver: Driver, udp: DriverSocket) -> list[float]:
-    """When the timer loop finds `udp` due (its deadline came, or it was woken): a list that
-    fills as the loop runs."""
+    """When the timer heap hands `udp` to the loop as due: a list that fills as it runs."""
     serviced: list[float] = []
-    due = driver._due
+    due = driver.timers.due
 
     def counting(now: float) -> list[DriverSocket]:
         sockets = due(now)
         serviced.extend(now for found in sockets if found is udp)
         return sockets
 
-    driver._due = counting  # type: ignore[method-assign]
+    driver.timers.due = counting  # type: ignore[method-assign]
     return serviced
 
 
@@ -102,44 +102,61 @@ async def test_a_deadline_moved_earlier_is_serviced_at_the_new_time(
 def test_the_loop_never_sleeps_towards_a_deadline_that_moved_later() -> None:
     # The heap keeps the socket's entry where it was (lazy deletion); what the loop sleeps
     # until is the socket's current deadline, and when the old time passes nothing is due.
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            driver = Driver(TransportConfig(), nursery, socket_factory=MemoryNetwork())
-            udp = _FakeSocket()
-            now = trio.current_time()
-            driver._schedule_at(udp, now + 1.0, now)  # type: ignore[arg-type]
-            assert driver._next_timer() == now + 1.0
-            driver._schedule_at(udp, now + 3.0, now)  # type: ignore[arg-type]
-            assert driver._next_timer() == now + 3.0
-            assert driver._due(now + 2.0) == []
-            assert driver._due(now + 3.0) == [udp]
-            assert udp.scheduled == math.inf
-            # Moved later while its old entry is already due (the loop has not run yet).
-            driver._schedule_at(udp, now + 4.0, now + 3.5)  # type: ignore[arg-type]
-            driver._schedule_at(udp, now + 5.0, now + 3.5)  # type: ignore[arg-type]
-            assert driver._due(now + 4.5) == []
-            assert driver._due(now + 5.0) == [udp]
-            # Brought nearer: a new entry, and the later one no longer counts.
-            driver._schedule_at(udp, now + 8.0, now + 5.0)  # type: ignore[arg-type]
-            driver._schedule_at(udp, now + 6.0, now + 5.0)  # type: ignore[arg-type]
-            assert driver._due(now + 7.0) == [udp]
-            assert driver._due(now + 9.0) == []
-            # No deadline at all: nothing left to sleep towards.
-            driver._schedule_at(udp, now + 10.0, now + 9.0)  # type: ignore[arg-type]
-            driver._schedule_at(udp, math.inf, now + 9.0)  # type: ignore[arg-type]
-            assert driver._next_timer() == math.inf
-            nursery.cancel_scope.cancel()
+    timers = TimerHeap()
+    udp = _FakeSocket()
+    now = 100.0
+    timers.schedule(udp, now + 1.0, now)  # type: ignore[arg-type]
+    assert timers.next_alarm() == now + 1.0
+    timers.schedule(udp, now + 3.0, now)  # type: ignore[arg-type]
+    assert timers.next_alarm() == now + 3.0
+    assert timers.due(now + 2.0) == []
+    assert timers.due(now + 3.0) == [udp]
+    assert udp.scheduled == math.inf
+    # Moved later while its old entry is already due (the loop has not run yet).
+    timers.schedule(udp, now + 4.0, now + 3.5)  # type: ignore[arg-type]
+    timers.schedule(udp, now + 5.0, now + 3.5)  # type: ignore[arg-type]
+    assert timers.due(now + 4.5) == []
+    assert timers.due(now + 5.0) == [udp]
+    # Brought nearer: a new entry, and the later one no longer counts.
+    timers.schedule(udp, now + 8.0, now + 5.0)  # type: ignore[arg-type]
+    timers.schedule(udp, now + 6.0, now + 5.0)  # type: ignore[arg-type]
+    assert timers.due(now + 7.0) == [udp]
+    assert timers.due(now + 9.0) == []
+    # No deadline at all: nothing left to sleep towards.
+    timers.schedule(udp, now + 10.0, now + 9.0)  # type: ignore[arg-type]
+    timers.schedule(udp, math.inf, now + 9.0)  # type: ignore[arg-type]
+    assert timers.next_alarm() == math.inf
+    # A closed socket's entry is forgotten.
+    timers.schedule(udp, now + 11.0, now + 9.0)  # type: ignore[arg-type]
+    udp.timer_handle.socket = None
+    assert timers.next_alarm() == math.inf
 
-    trio.run(main)
+
+def test_a_sleeping_loops_alarm_moves_with_the_deadline() -> None:
+    timers = TimerHeap()
+    udp = _FakeSocket()
+    now = 100.0
+    timers.schedule(udp, now + 10.0, now)  # type: ignore[arg-type]
+    alarm = trio.CancelScope(deadline=timers.next_alarm())  # what the loop sleeps in
+    timers.sleeping(alarm)
+    # Nearer: the alarm comes forward at once.
+    timers.schedule(udp, now + 5.0, now)  # type: ignore[arg-type]
+    assert alarm.deadline == now + 5.0
+    # Later, but the old time is still far off compared to the move: left alone (another
+    # offer will most likely move it again first), and moved once it is near.
+    timers.schedule(udp, now + 5.5, now)  # type: ignore[arg-type]
+    assert alarm.deadline == now + 5.0
+    timers.schedule(udp, now + 9.0, now + 2.0)  # type: ignore[arg-type]
+    assert alarm.deadline == now + 9.0
+    timers.awake()
+    assert timers.sleep_until == -math.inf
 
 
 class _FakeSocket:
-    """What the scheduling reads of a socket."""
+    """What the timer heap reads of a socket."""
 
     def __init__(self) -> None:
-        from echo.transport.sockets import TimerHandle
-
         self.scheduled = math.inf
         self.queued = math.inf
-        self.closed = False
+        self.lending = None
         self.timer_handle = TimerHandle(self)  # type: ignore[arg-type]
