@@ -16,7 +16,7 @@ import attrs
 import trio
 
 from echo.transport import response_wiring
-from echo.transport.channels import PublicationChannel, SubscriptionChannel
+from echo.transport.channels import ImageLink, PublicationChannel, SubscriptionChannel
 from echo.transport.config import TransportConfig
 from echo.transport.flow_control import make_flow_control
 from echo.transport.logbuffer import check_term_length
@@ -25,6 +25,7 @@ from echo.transport.response import RequestPublication, ResponsePublication
 from echo.transport.sender import NetworkPublication, SendEndpoint, SendMode
 from echo.transport.sockets import ReceiveSocket, SendSocket
 from echo.transport.uri import (
+    ChannelUri,
     ControlMode,
     UriAddress,
     UriError,
@@ -135,10 +136,9 @@ def _wildcard(family: int) -> tuple[str, int]:
     return ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
 
 
-async def _send_socket(driver: Driver, uri_text: str) -> tuple[SendSocket, bool]:
-    """The send socket a publication on `uri_text` goes out of (shared by key), and whether the
+async def _send_socket(driver: Driver, uri: ChannelUri) -> tuple[SendSocket, bool]:
+    """The send socket a publication on `uri` goes out of (shared by key), and whether the
     channel is multi-destination."""
-    uri = parse_channel_uri(uri_text)
     if uri.control_mode is ControlMode.DYNAMIC:
         assert uri.control is not None
         family, bind = await _resolve(uri.control)
@@ -178,30 +178,46 @@ async def _send_socket(driver: Driver, uri_text: str) -> tuple[SendSocket, bool]
     return udp, uri.control_mode is not None
 
 
-async def open_publication(driver: Driver, channel: str, stream_id: int) -> PublicationChannel:
-    uri = parse_channel_uri(channel)
-    uri.check_publication()
-    config = driver.config
-    term_length = uri.term_length or config.term_length
-    check_term_length(term_length)
-    request_image = None
-    if uri.is_response:
-        request_image = response_wiring.find_request_image(driver, uri)
-        if uri.control is None:
-            raise UriError(f"{channel}: a response publication needs control=host:port")
-        family, bind = await _resolve(uri.control)
-        udp, multi = response_wiring.response_socket(driver, bind, family), False
-    else:
+async def _publication_socket(
+    driver: Driver, uri: ChannelUri, channel: str
+) -> tuple[SendSocket, bool, ImageLink | None]:
+    """The socket a publication goes out of, whether it is multi-destination, and for a
+    response publication (control-mode=response) the image it answers."""
+    if not uri.is_response:
         if uri.response_correlation_id is not None:
             response_wiring.check_response_subscription(driver, uri)
-        udp, multi = await _send_socket(driver, channel)
-    ids = driver.ids
-    if uri.session_id is not None:
-        session_id = uri.session_id
-        if ids.session_in_use(session_id):
-            raise UriError(f"{channel}: existing publication has clashing session-id {session_id}")
-    else:
-        session_id = ids.next_session_id()
+        udp, multi = await _send_socket(driver, uri)
+        return udp, multi, None
+    request_image = response_wiring.find_request_image(driver, uri)
+    if uri.control is None:
+        raise UriError(f"{channel}: a response publication needs control=host:port")
+    family, bind = await _resolve(uri.control)
+    return response_wiring.response_socket(driver, bind, family), False, request_image
+
+
+def _session_id(ids: StreamIds, uri: ChannelUri, channel: str) -> int:
+    """The URI's `session-id=` if no open publication uses it, else a free automatic one."""
+    if uri.session_id is None:
+        return ids.next_session_id()
+    if ids.session_in_use(uri.session_id):
+        raise UriError(
+            f"{channel}: existing publication has clashing session-id {uri.session_id}"
+        )
+    return uri.session_id
+
+
+def _publication_state(
+    driver: Driver,
+    uri: ChannelUri,
+    stream_id: int,
+    session_id: int,
+    multi: bool,
+    request_image: ImageLink | None,
+) -> NetworkPublication:
+    """The pure publication: a plain one, a response publication answering `request_image`,
+    or a request publication that asks for a response channel."""
+    config = driver.config
+    term_length = uri.term_length or config.term_length
     timers = config.sender_timers()
     if uri.linger is not None:
         timers = attrs.evolve(timers, linger=uri.linger)
@@ -213,12 +229,12 @@ async def open_publication(driver: Driver, channel: str, stream_id: int) -> Publ
     elif uri.response_correlation_id is not None:
         kind = RequestPublication
         extra = {"response_correlation_id": uri.response_correlation_id}
-    state = kind(
+    return kind(
         **extra,
         session_id=session_id,
         stream_id=stream_id,
         initial_term_id=(
-            uri.init_term_id if uri.init_term_id is not None else ids.initial_term_id()
+            uri.init_term_id if uri.init_term_id is not None else driver.ids.initial_term_id()
         ),
         term_length=term_length,
         mtu=uri.mtu or config.mtu,
@@ -230,10 +246,19 @@ async def open_publication(driver: Driver, channel: str, stream_id: int) -> Publ
         max_retransmits=config.max_retransmits,
         ttl=0,
     )
+
+
+async def open_publication(driver: Driver, channel: str, stream_id: int) -> PublicationChannel:
+    uri = parse_channel_uri(channel)
+    uri.check_publication()
+    check_term_length(uri.term_length or driver.config.term_length)
+    udp, multi, request_image = await _publication_socket(driver, uri, channel)
+    session_id = _session_id(driver.ids, uri, channel)
+    state = _publication_state(driver, uri, stream_id, session_id, multi, request_image)
     udp.endpoint.add(state)
     publication = PublicationChannel(driver, udp, state, channel)
     udp.channels.append(publication)
-    ids.claim_session(session_id)
+    driver.ids.claim_session(session_id)
     if isinstance(state, ResponsePublication) and request_image is not None:
         response_wiring.start_answering(driver, state, request_image)
     elif isinstance(state, RequestPublication):
@@ -242,42 +267,49 @@ async def open_publication(driver: Driver, channel: str, stream_id: int) -> Publ
     return publication
 
 
-async def open_subscription(driver: Driver, channel: str, stream_id: int) -> SubscriptionChannel:
-    uri = parse_channel_uri(channel)
-    uri.check_subscription()
-    if uri.is_response and uri.control is None:
-        raise UriError(f"{channel}: a response subscription needs control=host:port")
-    config = driver.config
+async def _receive_socket(driver: Driver, uri: ChannelUri) -> ReceiveSocket:
+    """The receive socket a subscription on `uri` reads (shared by key: the same endpoint
+    and control address, or a response channel's)."""
     control: tuple[str, int] | None = None
     family: int = socket.AF_INET
     if uri.control is not None:
         family, control = await _resolve(uri.control)
     if uri.endpoint is not None:
         family, bind = await _resolve(uri.endpoint)
-        key: object = ("sub", bind, control)
-        if uri.is_response:
-            key = ("sub-response", bind, control)
+        key: object = ("sub-response" if uri.is_response else "sub", bind, control)
     else:
         bind = _wildcard(family)
         key = ("sub", object(), control)
     udp = driver.endpoints.get(key)
-    if not isinstance(udp, ReceiveSocket):
-        sock = driver.open_socket(bind, family)
-        endpoint = ReceiveEndpoint(
-            counters=driver.counters,
-            receiver_id=driver.ids.next_receiver_id(),
-            now=driver.now(),
-            control=control,
-            group_tag=uri.gtag,
-            timers=config.receiver_timers(uri.nak_delay),
-            rng=driver.rng,
-            limit_amplification=config.validate_addresses,
-            max_images=config.max_images,
-            limiter=driver.limiter,
-            response=uri.is_response,
-        )
-        udp = ReceiveSocket(sock, key, endpoint)
-        driver.register(udp)
+    if isinstance(udp, ReceiveSocket):
+        return udp
+    config = driver.config
+    sock = driver.open_socket(bind, family)
+    endpoint = ReceiveEndpoint(
+        counters=driver.counters,
+        receiver_id=driver.ids.next_receiver_id(),
+        now=driver.now(),
+        control=control,
+        group_tag=uri.gtag,
+        timers=config.receiver_timers(uri.nak_delay),
+        rng=driver.rng,
+        limit_amplification=config.validate_addresses,
+        max_images=config.max_images,
+        limiter=driver.limiter,
+        response=uri.is_response,
+    )
+    udp = ReceiveSocket(sock, key, endpoint)
+    driver.register(udp)
+    return udp
+
+
+async def open_subscription(driver: Driver, channel: str, stream_id: int) -> SubscriptionChannel:
+    uri = parse_channel_uri(channel)
+    uri.check_subscription()
+    if uri.is_response and uri.control is None:
+        raise UriError(f"{channel}: a response subscription needs control=host:port")
+    udp = await _receive_socket(driver, uri)
+    config = driver.config
     interest = StreamInterest(
         stream_id=stream_id,
         session_id=uri.session_id,
