@@ -77,6 +77,9 @@ def gro_segment(ancillary: list[tuple[int, int, bytes]], size: int) -> int:
     return size or 1
 
 
+_SendOne = Callable[[bytes | memoryview, Address], int]
+_SendRun = Callable[[bytes | memoryview, Address, int], int]
+
 #: opens a non-blocking UDP socket bound to (host, port): (bind, family, rcvbuf, sndbuf). The
 #: driver's only way to a socket, so a test can hand it one that loses, delays or records.
 SocketFactory = Callable[[tuple[str, int], int, int, int], socket.socket]
@@ -157,11 +160,22 @@ class DriverSocket:
         self.timer_handle = TimerHandle(self)
 
     def _make_send(self, counters: Counters) -> Send:
-        sendto = self.sock.sendto
-        sendmsg = self.sock.sendmsg
-
         # Three closures that call each other one way only (send -> send_run -> send_one): no
         # cycle among them, so they go with the socket when it closes (see Driver.unregister).
+        send_one = self._make_send_one(counters)
+        send_run = self._make_send_run(counters, send_one)
+
+        def send(datagram: bytes | memoryview, address: Address, segment: int = 0) -> int:
+            if segment:
+                return send_run(datagram, address, segment)
+            return send_one(datagram, address)
+
+        return send
+
+    def _make_send_one(self, counters: Counters) -> _SendOne:
+        """One datagram, one sendto."""
+        sendto = self.sock.sendto
+
         def send_one(datagram: bytes | memoryview, address: Address) -> int:
             try:
                 sent = sendto(datagram, address)
@@ -179,9 +193,15 @@ class DriverSocket:
             counters.bytes_sent += sent
             return 1
 
+        return send_one
+
+    def _make_send_run(self, counters: Counters, send_one: _SendOne) -> _SendRun:
+        """Datagrams of `segment` bytes back to back (the last may be shorter): one sendmsg
+        with UDP_SEGMENT, the kernel (or the NIC) cuts them apart; one by one through
+        `send_one` on a route that cannot take runs."""
+        sendmsg = self.sock.sendmsg
+
         def send_run(datagram: bytes | memoryview, address: Address, segment: int) -> int:
-            # Datagrams of `segment` bytes back to back (the last may be shorter): one
-            # sendmsg with UDP_SEGMENT, the kernel (or the NIC) cuts them apart.
             length = len(datagram)
             try:
                 sent = sendmsg([datagram], [(SOL_UDP, UDP_SEGMENT, _U16.pack(segment))], 0, address)
@@ -210,12 +230,7 @@ class DriverSocket:
             counters.gso_runs_sent += 1
             return count
 
-        def send(datagram: bytes | memoryview, address: Address, segment: int = 0) -> int:
-            if segment:
-                return send_run(datagram, address, segment)
-            return send_one(datagram, address)
-
-        return send
+        return send_run
 
     def fileno(self) -> int:
         return self.sock.fileno()
