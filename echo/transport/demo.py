@@ -15,8 +15,8 @@ from typing import Any
 import click
 import trio
 
-from echo.transport import TransportConfig, open_transport
-from echo.transport.sockets import SOL_UDP, UDP_GRO, open_udp_socket
+from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
+from echo.transport.sockets import SOL_UDP, UDP_GRO, SocketFactory, open_udp_socket
 
 
 class _LossySocket(socket.socket):
@@ -42,68 +42,90 @@ class _LossySocket(socket.socket):
         super().setsockopt(level, option, value, *rest)
 
 
-async def _demo(port: int, count: int, loss: float) -> None:
-    channel = f"aeron:udp?endpoint=127.0.0.1:{port}|term-length=1m"
-    rng = random.Random(1)
-    sockets: list[_LossySocket] = []
+def _lossy_factory(loss: float, rng: random.Random, sockets: list[_LossySocket]) -> SocketFactory:
+    """The transport's socket factory: every socket it opens drops `loss` of what it reads
+    (and is kept in `sockets`, to count the drops)."""
 
     def lossy(bind: tuple[str, int], family: int, rcvbuf: int, sndbuf: int) -> socket.socket:
         sock = _LossySocket(family, loss, rng)
         sockets.append(sock)
         return open_udp_socket(bind, family, rcvbuf, sndbuf, sock)
 
+    return lossy
+
+
+async def _connect(
+    transport: Transport, channel: str, port: int
+) -> tuple[Subscription, Publication]:
+    """Steps 1 and 2: a subscription, then a publication, and the handshake between them."""
+    say = click.echo
+    subscription = await transport.add_subscription(
+        channel,
+        stream_id=1001,
+        on_image_available=lambda image: say(
+            f"  subscription: a publisher appeared (session {image.session_id} "
+            f"from {image.source_address})"
+        ),
+        on_image_unavailable=lambda image: say(
+            f"  subscription: publisher session {image.session_id} went away "
+            f"({image.close_reason})"
+        ),
+    )
+    say(f"1. Subscription listening on {subscription.local_address}, stream 1001.")
+    publication = await transport.add_publication(channel, stream_id=1001)
+    say(
+        f"2. Publication session {publication.session_id} sends SETUP frames to "
+        f"127.0.0.1:{port} until the subscriber answers with a status message..."
+    )
+    started = time.perf_counter()
+    await publication.wait_connected(timeout=5)
+    say(f"   connected after {(time.perf_counter() - started) * 1000:.1f} ms.")
+    return subscription, publication
+
+
+async def _send_all(
+    publication: Publication, subscription: Subscription, count: int, loss: float
+) -> None:
+    """Step 3: `count` messages and a big one, each checked on arrival."""
+    say = click.echo
+    rng = random.Random(2)
+    messages = [rng.randbytes(rng.randint(1, 2000)) for _ in range(count)]
+    big = rng.randbytes(100_000)
+    say(
+        f"3. Sending {count} messages of 1..2000 bytes and one of {len(big):,} bytes "
+        f"(fragmented into {publication.max_payload_length}-byte frames)"
+        + (f", with {loss:.0%} of received datagrams dropped on purpose." if loss else ".")
+    )
+
+    async def produce() -> None:
+        for message in [*messages, big]:
+            await publication.send(message, timeout=10)
+
+    received = 0
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        for expected in [*messages, big]:
+            with trio.fail_after(30):
+                message = await subscription.receive()
+            if message.data != expected:
+                raise click.ClickException(f"message {received} arrived corrupted")
+            received += 1
+    elapsed = time.perf_counter() - started
+    say(
+        f"   all {received} arrived intact and in order in {elapsed * 1000:.0f} ms "
+        f"({received / elapsed:,.0f} messages/s)."
+    )
+
+
+async def _demo(port: int, count: int, loss: float) -> None:
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}|term-length=1m"
+    sockets: list[_LossySocket] = []
+    lossy = _lossy_factory(loss, random.Random(1), sockets)
     say = click.echo
     async with open_transport(TransportConfig(seed=1), socket_factory=lossy) as transport:
-        subscription = await transport.add_subscription(
-            channel,
-            stream_id=1001,
-            on_image_available=lambda image: say(
-                f"  subscription: a publisher appeared (session {image.session_id} "
-                f"from {image.source_address})"
-            ),
-            on_image_unavailable=lambda image: say(
-                f"  subscription: publisher session {image.session_id} went away "
-                f"({image.close_reason})"
-            ),
-        )
-        say(f"1. Subscription listening on {subscription.local_address}, stream 1001.")
-        publication = await transport.add_publication(channel, stream_id=1001)
-        say(
-            f"2. Publication session {publication.session_id} sends SETUP frames to "
-            f"127.0.0.1:{port} until the subscriber answers with a status message..."
-        )
-        started = time.perf_counter()
-        await publication.wait_connected(timeout=5)
-        say(f"   connected after {(time.perf_counter() - started) * 1000:.1f} ms.")
-
-        rng = random.Random(2)
-        messages = [rng.randbytes(rng.randint(1, 2000)) for _ in range(count)]
-        big = rng.randbytes(100_000)
-        say(
-            f"3. Sending {count} messages of 1..2000 bytes and one of {len(big):,} bytes "
-            f"(fragmented into {publication.max_payload_length}-byte frames)"
-            + (f", with {loss:.0%} of received datagrams dropped on purpose." if loss else ".")
-        )
-
-        async def produce() -> None:
-            for message in [*messages, big]:
-                await publication.send(message, timeout=10)
-
-        received = 0
-        started = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(produce)
-            for expected in [*messages, big]:
-                with trio.fail_after(30):
-                    message = await subscription.receive()
-                if message.data != expected:
-                    raise click.ClickException(f"message {received} arrived corrupted")
-                received += 1
-        elapsed = time.perf_counter() - started
-        say(
-            f"   all {received} arrived intact and in order in {elapsed * 1000:.0f} ms "
-            f"({received / elapsed:,.0f} messages/s)."
-        )
+        subscription, publication = await _connect(transport, channel, port)
+        await _send_all(publication, subscription, count, loss)
         counters = transport.counters
         say(
             f"   on the wire: {counters.datagrams_sent:,} datagrams, "
