@@ -326,7 +326,8 @@ class Subscription:
 
 
 class Transport:
-    """Publications and subscriptions over UDP, run by one driver (see `open_transport`)."""
+    """Publications and subscriptions over UDP, run by one driver (see `open_transport`),
+    whose timer loop runs in `nursery` from now on."""
 
     def __init__(
         self,
@@ -337,6 +338,7 @@ class Transport:
         self.config = config
         self._driver = Driver(config, nursery, socket_factory)
         self._closed = False
+        nursery.start_soon(self._driver.timer_loop)
 
     @property
     def counters(self) -> Counters:
@@ -381,7 +383,6 @@ async def open_transport(
     """
     async with trio.open_nursery() as nursery:
         transport = Transport(config or TransportConfig(), nursery, socket_factory)
-        nursery.start_soon(transport._driver.timer_loop)
         try:
             yield transport
         finally:
