@@ -515,3 +515,12 @@ messages = st.one_of(
 @given(messages)
 def test_generated_messages_round_trip(msg: Message) -> None:
     assert parse_message_untrusted(encode(msg)) == msg
+
+
+def test_a_table_entry_names_every_field_of_its_class_in_order() -> None:
+    from echo.lobby.protocol import _U32, _U64, _Record
+
+    _Record(JoinLobby, request_id=_U32, lobby_id=_U64)
+    for wrong in ({"request_id": _U32}, {"lobby_id": _U64, "request_id": _U32}):
+        with pytest.raises(TypeError, match="JoinLobby"):
+            _Record(JoinLobby, **wrong)
