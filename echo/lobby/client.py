@@ -34,7 +34,7 @@ import contextlib
 import itertools
 import random
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -109,6 +109,11 @@ FAILOVER_WAIT = 10.0
 #: asking that home to take it back (its seat is kept for the server's grace period, 20 s).
 ONLY_HOME_RETRY = 20.0
 JOIN_RETRY_INTERVAL = 0.25
+# What a join walk that found nothing says (the servers' own refusals say the same).
+_NOT_THERE = {
+    ErrorCode.NO_SUCH_CODE: "no lobby has this code",
+    ErrorCode.NO_MATCH: "no open lobby matches",
+}
 
 
 class LobbyError(Exception):
@@ -677,55 +682,52 @@ class LobbyClient:
     async def join_code(self, code: str) -> int:
         """Join a private lobby by its code: the code's own server first, then along its ring."""
         code = code.strip().upper()
+        request = JoinByCode(0, code)
         mine = self.replica
         if mine is not None and mine.join_code == code:
             # Its own lobby's code (a join asked again after its reply was lost): the lobby
             # is where this member is, whether or not that is still the code's home.
-            reply = await self._request(JoinByCode(0, code), server=self._seated_server())
-            return await self._joined(reply)
+            return await self._join_walk([self._seated_server()], request, ErrorCode.NO_SUCH_CODE)
         self._not_in_a_lobby()
-        refusal: LobbyError | None = None
-        for server in code_walk(self.ring, code, len(self.servers)):
-            if server in self.dead:
-                continue
-            try:
-                reply = await self._request(JoinByCode(0, code), server=server)
-                return await self._joined(reply)
-            except LobbyError as error:
-                if error.code is not ErrorCode.NO_SUCH_CODE:
-                    raise
-                refusal = refusal or error
-            except NoReply:
-                raise  # it may have joined there: the next server could seat it twice
-            except LobbyUnavailable:
-                continue
-        raise refusal or LobbyError(ErrorCode.NO_SUCH_CODE, "no lobby has this code")
+        walk = code_walk(self.ring, code, len(self.servers))
+        # (a generator: a server found dead during the walk is skipped too)
+        alive = (server for server in walk if server not in self.dead)
+        return await self._join_walk(alive, request, ErrorCode.NO_SUCH_CODE)
 
     async def quick_join(self, filters: Sequence[Filter] = ()) -> int:
         """Join the fullest open lobby that matches, on the current server, then the others.
 
         In a lobby, only its server is asked: the same quick-join asked again after its reply
         was lost returns the lobby the first one joined, if it still matches."""
+        request = QuickJoin(0, tuple(filters))
         seated = self._seated_server()
         if seated is not None:
-            reply = await self._request(QuickJoin(0, tuple(filters)), server=seated)
-            return await self._joined(reply)
+            return await self._join_walk([seated], request, ErrorCode.NO_MATCH)
         first = self.server
         order = [s for s in ([first] if first else []) + self.servers if s not in self.dead]
+        return await self._join_walk(dict.fromkeys(order), request, ErrorCode.NO_MATCH)
+
+    async def _join_walk(
+        self, servers: Iterable[str | None], request: Request, not_there: ErrorCode
+    ) -> int:
+        """Ask `servers` in turn until one seats the member; a `not_there` refusal, or a server
+        that cannot be reached, moves on to the next. A request that went out unanswered
+        (`NoReply`) ends the walk: it may have seated the member there, and the next server
+        would seat it twice. None answering at all is `LobbyUnavailable`, not a refusal."""
         refusal: LobbyError | None = None
-        for server in dict.fromkeys(order):
+        unreachable: LobbyUnavailable | None = None
+        for server in servers:
             try:
-                reply = await self._request(QuickJoin(0, tuple(filters)), server=server)
-                return await self._joined(reply)
+                return await self._joined(await self._request(request, server=server))
             except LobbyError as error:
-                if error.code is not ErrorCode.NO_MATCH:
+                if error.code is not not_there:
                     raise
                 refusal = refusal or error
             except NoReply:
-                raise  # it may have joined there: the next server could seat it twice
-            except LobbyUnavailable:
-                continue
-        raise refusal or LobbyError(ErrorCode.NO_MATCH, "no open lobby matches")
+                raise
+            except LobbyUnavailable as error:
+                unreachable = error
+        raise refusal or unreachable or LobbyError(not_there, _NOT_THERE[not_there])
 
     async def search(
         self, filters: Sequence[Filter] = (), *, cursor: int | None = None, limit: int = 20
