@@ -9,8 +9,11 @@ out, and the lobby held a ghost.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
@@ -33,6 +36,19 @@ from echo.lobby.protocol import (
 )
 from echo.lobby.server import LobbyServer, lobby_channel_specs
 from tests.lobby.servers import cluster, until
+
+
+@asynccontextmanager
+async def one_server(
+    *members: str, **options: Any
+) -> AsyncIterator[tuple[LobbyServer, list[LobbyClient]]]:
+    """One lobby server, and a connected client for each of `members`."""
+    async with cluster(1) as c, contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(echo.lobby.connect(c.names, member=m, **options))
+            for m in members
+        ]
+        yield c.lobby[0], clients
 
 
 def lose_joined_reply(server: LobbyServer, member: str, *, drop_session: bool) -> list[object]:
@@ -77,59 +93,52 @@ def presence(server: LobbyServer, lobby_id: int, member: str) -> Presence | None
 
 def seat_valid(server: LobbyServer, client: LobbyClient) -> bool:
     replica = client.replica
-    return replica is not None and server.seats.check(
-        replica.seat, replica.lobby_id, client.member
-    )
+    return replica is not None and server.seats.check(replica.seat, replica.lobby_id, client.member)
 
 
 async def test_a_member_whose_join_reply_was_lost_gets_its_seat_back() -> None:
-    async with cluster(1) as c:
-        server = c.lobby[0]
-        async with (
-            echo.lobby.connect(c.names, member="alice") as alice,
-            echo.lobby.connect(c.names, member="bob") as bob,
-        ):
-            lobby_id = await alice.create("room", 4)
-            lost = lose_joined_reply(server, "bob", drop_session=True)
-            # One call: the reply is lost with the session, the client comes back with its
-            # secret, the server gives the seat back, and the join is answered.
-            assert await bob.join(lobby_id) == lobby_id
-            assert lost, "the first reply was lost"
-            assert server.counters["seats_reclaimed"] >= 1
-            assert server.counters["hellos_refused"] == 0
-            assert presence(server, lobby_id, "bob") is Presence.CONNECTED
-            await alice.wait_until(
-                lambda m: "bob" in m.replica.members
+    async with one_server("alice", "bob") as (server, (alice, bob)):
+        lobby_id = await alice.create("room", 4)
+        lost = lose_joined_reply(server, "bob", drop_session=True)
+        # One call: the reply is lost with the session, the client comes back with its
+        # secret, the server gives the seat back, and the join is answered.
+        assert await bob.join(lobby_id) == lobby_id
+        assert lost, "the first reply was lost"
+        assert server.counters["seats_reclaimed"] >= 1
+        assert server.counters["hellos_refused"] == 0
+        assert presence(server, lobby_id, "bob") is Presence.CONNECTED
+        await alice.wait_until(
+            lambda m: (
+                "bob" in m.replica.members
                 and m.replica.members["bob"].presence is Presence.CONNECTED
             )
-            # It holds its seat now, and the lobby has one bob, not a ghost.
-            assert seat_valid(server, bob)
-            assert [m.member_id for m in server.registry.snapshot(lobby_id).members] == [
-                "alice",
-                "bob",
-            ]
-            await bob.chat("made it")
+        )
+        # It holds its seat now, and the lobby has one bob, not a ghost.
+        assert seat_valid(server, bob)
+        assert [m.member_id for m in server.registry.snapshot(lobby_id).members] == [
+            "alice",
+            "bob",
+        ]
+        await bob.chat("made it")
 
 
 async def test_a_create_whose_reply_was_lost_returns_the_lobby_when_asked_again() -> None:
-    async with cluster(1) as c:
-        server = c.lobby[0]
-        async with echo.lobby.connect(c.names, member="alice") as alice:
-            lose_joined_reply(server, "alice", drop_session=True)
-            with pytest.raises(echo.lobby.LobbyUnavailable, match="dropped"):  # (NoReply)
-                await alice.create("room", 4, metadata={"mode": "duel"})
-            (made,) = server.registry.lobby_ids()
-            # The client came back by itself with its secret and was told its seat.
-            await alice.wait_until(lambda m: m.replica is not None and seat_valid(server, m))
-            assert alice.lobby_id == made
-            assert presence(server, made, "alice") is Presence.CONNECTED
-            # The user asks again, as it would after an error: the lobby it made.
-            assert await alice.create("room", 4, metadata={"mode": "duel"}) == made
-            assert len(server.registry) == 1
-            # A different create is still one lobby too many.
-            with pytest.raises(LobbyError) as refused:
-                await alice.create("another room", 4)
-            assert refused.value.code is ErrorCode.ALREADY_IN_LOBBY
+    async with one_server("alice") as (server, (alice,)):
+        lose_joined_reply(server, "alice", drop_session=True)
+        with pytest.raises(echo.lobby.LobbyUnavailable, match="dropped"):  # (NoReply)
+            await alice.create("room", 4, metadata={"mode": "duel"})
+        (made,) = server.registry.lobby_ids()
+        # The client came back by itself with its secret and was told its seat.
+        await alice.wait_until(lambda m: m.replica is not None and seat_valid(server, m))
+        assert alice.lobby_id == made
+        assert presence(server, made, "alice") is Presence.CONNECTED
+        # The user asks again, as it would after an error: the lobby it made.
+        assert await alice.create("room", 4, metadata={"mode": "duel"}) == made
+        assert len(server.registry) == 1
+        # A different create is still one lobby too many.
+        with pytest.raises(LobbyError) as refused:
+            await alice.create("another room", 4)
+        assert refused.value.code is ErrorCode.ALREADY_IN_LOBBY
 
 
 async def test_another_client_naming_the_member_is_still_refused() -> None:
@@ -180,66 +189,51 @@ async def test_another_client_naming_the_member_is_still_refused() -> None:
 
 
 async def test_a_join_asked_again_on_a_live_session_is_answered_with_the_lobby() -> None:
-    async with cluster(1) as c:
-        server = c.lobby[0]
-        async with (
-            echo.lobby.connect(c.names, member="alice") as alice,
-            echo.lobby.connect(c.names, member="bob") as bob,
-            echo.lobby.connect(c.names, member="carol") as carol,
-            echo.lobby.connect(c.names, member="dave") as dave,
-        ):
-            create = CreateLobby(0, "room", 4, False, {"mode": "duel"})
-            first = await alice.request(create)
-            assert isinstance(first, LobbyJoined)
-            lobby_id = first.lobby_id
-            again = await alice.request(create)
-            assert isinstance(again, LobbyJoined) and again.lobby_id == lobby_id and again.seat
-            quick = QuickJoin(0, filters_from(equals={"mode": "duel"}, free_slots=1))
-            for request in (JoinLobby(0, lobby_id), JoinLobby(0, lobby_id)):
-                assert (await bob.request(request)).lobby_id == lobby_id
-            for request in (quick, quick):
-                assert (await carol.request(request)).lobby_id == lobby_id
-            # The lobby is full now: a quick-join asked again still finds its own seat.
-            assert (await dave.request(quick)).lobby_id == lobby_id
-            assert (await dave.request(quick)).lobby_id == lobby_id
-            snapshot = server.registry.snapshot(lobby_id)
-            assert [m.member_id for m in snapshot.members] == ["alice", "bob", "carol", "dave"]
-            assert server.registry.counters["joins_repeated"] >= 4
-            assert server.registry.refusals[ErrorCode.ALREADY_IN_LOBBY] == 0
+    async with one_server("alice", "bob", "carol", "dave") as (server, clients):
+        alice, bob, carol, dave = clients
+        create = CreateLobby(0, "room", 4, False, {"mode": "duel"})
+        first = await alice.request(create)
+        assert isinstance(first, LobbyJoined)
+        lobby_id = first.lobby_id
+        again = await alice.request(create)
+        assert isinstance(again, LobbyJoined) and again.lobby_id == lobby_id and again.seat
+        quick = QuickJoin(0, filters_from(equals={"mode": "duel"}, free_slots=1))
+        for request in (JoinLobby(0, lobby_id), JoinLobby(0, lobby_id)):
+            assert (await bob.request(request)).lobby_id == lobby_id
+        for request in (quick, quick):
+            assert (await carol.request(request)).lobby_id == lobby_id
+        # The lobby is full now: a quick-join asked again still finds its own seat.
+        assert (await dave.request(quick)).lobby_id == lobby_id
+        assert (await dave.request(quick)).lobby_id == lobby_id
+        snapshot = server.registry.snapshot(lobby_id)
+        assert [m.member_id for m in snapshot.members] == ["alice", "bob", "carol", "dave"]
+        assert server.registry.counters["joins_repeated"] >= 4
+        assert server.registry.refusals[ErrorCode.ALREADY_IN_LOBBY] == 0
 
 
 async def test_a_private_join_by_code_asked_again_is_answered_too() -> None:
-    async with cluster(1) as c:
-        async with (
-            echo.lobby.connect(c.names, member="alice") as alice,
-            echo.lobby.connect(c.names, member="bob") as bob,
-        ):
-            lobby_id = await alice.create("secret", 4, private=True)
-            code = alice.replica.join_code
-            for _ in range(2):
-                assert (await bob.request(JoinByCode(0, code))).lobby_id == lobby_id
-            assert await bob.join_code(code) == lobby_id  # the library asks its lobby's server
+    async with one_server("alice", "bob") as (_, (alice, bob)):
+        lobby_id = await alice.create("secret", 4, private=True)
+        code = alice.replica.join_code
+        for _ in range(2):
+            assert (await bob.request(JoinByCode(0, code))).lobby_id == lobby_id
+        assert await bob.join_code(code) == lobby_id  # the library asks its lobby's server
 
 
 async def test_a_reply_that_came_too_late_is_not_a_refusal_when_asked_again() -> None:
-    async with cluster(1) as c:
-        server = c.lobby[0]
-        async with (
-            echo.lobby.connect(c.names, member="alice", timeout=2.0) as alice,
-            echo.lobby.connect(c.names, member="bob", timeout=2.0) as bob,
-        ):
-            # The replies are lost, the sessions go on: each call gives up after its timeout.
-            lose_joined_reply(server, "alice", drop_session=False)
-            with pytest.raises(echo.lobby.LobbyUnavailable, match="no reply"):
-                await alice.create("room", 4, metadata={"mode": "duel"})
-            await alice.wait_until(lambda m: m.replica is not None)  # (its snapshot came)
-            lobby_id = await alice.create("room", 4, metadata={"mode": "duel"})
-            assert server.registry.lobby_ids() == [lobby_id] and seat_valid(server, alice)
-            lose_joined_reply(server, "bob", drop_session=False)
-            duel = filters_from(equals={"mode": "duel"})
-            with pytest.raises(echo.lobby.LobbyUnavailable, match="no reply"):
-                await bob.quick_join(duel)
-            await bob.wait_until(lambda m: m.replica is not None)
-            assert await bob.quick_join(duel) == lobby_id
-            assert seat_valid(server, bob)
-            assert presence(server, lobby_id, "bob") is Presence.CONNECTED
+    async with one_server("alice", "bob", timeout=2.0) as (server, (alice, bob)):
+        # The replies are lost, the sessions go on: each call gives up after its timeout.
+        lose_joined_reply(server, "alice", drop_session=False)
+        with pytest.raises(echo.lobby.LobbyUnavailable, match="no reply"):
+            await alice.create("room", 4, metadata={"mode": "duel"})
+        await alice.wait_until(lambda m: m.replica is not None)  # (its snapshot came)
+        lobby_id = await alice.create("room", 4, metadata={"mode": "duel"})
+        assert server.registry.lobby_ids() == [lobby_id] and seat_valid(server, alice)
+        lose_joined_reply(server, "bob", drop_session=False)
+        duel = filters_from(equals={"mode": "duel"})
+        with pytest.raises(echo.lobby.LobbyUnavailable, match="no reply"):
+            await bob.quick_join(duel)
+        await bob.wait_until(lambda m: m.replica is not None)
+        assert await bob.quick_join(duel) == lobby_id
+        assert seat_valid(server, bob)
+        assert presence(server, lobby_id, "bob") is Presence.CONNECTED
