@@ -13,7 +13,14 @@ from typing import Any
 def __getattr__(name: str) -> Any:
     # The client pulls in trio and the transport; the pure modules must not (tests/lobby
     # checks that importing them loads no trio), so the package imports it only on use.
-    if name in {"connect", "LobbyClient", "LobbyError", "LobbyUnavailable", "filters_from"}:
+    if name in {
+        "connect",
+        "LobbyClient",
+        "LobbyError",
+        "LobbyUnavailable",
+        "NoReply",
+        "filters_from",
+    }:
         from echo.lobby import client
 
         return getattr(client, name)

@@ -15,7 +15,9 @@ snapshot again). A lobby's home is the first server of its id on the consistent-
 the lobby-server list (`echo.lobby.home`); every member computes it alone, so:
 
 - when the session to the home drops, the client first tries the home again (same seat: within
-  the server's grace period the seat is kept), and if the home does not answer it re-creates
+  the server's grace period the seat is kept; the hello also carries this client's random
+  secret, by which the home gives the seat back to the client it seated even when the
+  LobbyJoined that carried the seat never arrived), and if the home does not answer it re-creates
   the lobby on the next server of the ring from its replica (`RecreateLobby`); every member
   does the same, so they meet there within a few seconds (liveness 2.5 s + one retry of
   1 s: `echo.lobby.timers`);
@@ -31,7 +33,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
-from collections.abc import AsyncIterator, Mapping, Sequence
+import secrets
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -106,6 +109,11 @@ FAILOVER_WAIT = 10.0
 #: asking that home to take it back (its seat is kept for the server's grace period, 20 s).
 ONLY_HOME_RETRY = 20.0
 JOIN_RETRY_INTERVAL = 0.25
+# What a join walk that found nothing says (the servers' own refusals say the same).
+_NOT_THERE = {
+    ErrorCode.NO_SUCH_CODE: "no lobby has this code",
+    ErrorCode.NO_MATCH: "no open lobby matches",
+}
 
 
 class LobbyError(Exception):
@@ -119,6 +127,12 @@ class LobbyError(Exception):
 
 class LobbyUnavailable(Exception):
     """No lobby server could be reached (or the one that holds the lobby is gone)."""
+
+
+class NoReply(LobbyUnavailable):
+    """The request went out but its reply did not come back (the session dropped, or no reply
+    within the timeout): the server may have carried it out. Asked again, a create or join
+    is answered with the lobby it made or joined (and its seat)."""
 
 
 @attrs.frozen
@@ -214,6 +228,10 @@ class LobbyClient:
         self.servers = list(servers)
         self.ring = HashRing(self.servers)
         self.member = member
+        # Sent in every hello: the server binds a seat taken on our session to it, so that
+        # this client (and no other naming the same member) gets the seat back without the
+        # seat itself, should the LobbyJoined carrying it be lost.
+        self.secret = secrets.token_bytes(16)
         self.timeout = timeout
         self.connect_timeout = min(timeout, connect_timeout)
         self.auto_reconnect = reconnect
@@ -321,7 +339,7 @@ class LobbyClient:
                     seat = b""
                     if self.replica is not None:
                         seat = self.replica.seat
-                    await session.send(encode_hello(Hello(self.member, seat)))
+                    await session.send(encode_hello(Hello(self.member, seat, self.secret)))
                     with trio.fail_after(timeout):
                         welcome = await session.receive()
                     if parse_welcome_untrusted(welcome) is None:
@@ -535,11 +553,11 @@ class LobbyClient:
                 try:
                     return await receive.receive()
                 except trio.EndOfChannel:
-                    raise LobbyUnavailable(f"{link.server}: the session dropped") from None
+                    raise NoReply(f"{link.server}: the session dropped") from None
         except ChannelsClosed as error:
-            raise LobbyUnavailable(f"{link.server}: {error.reason}") from None
+            raise NoReply(f"{link.server}: {error.reason}") from None
         except trio.TooSlowError:
-            raise LobbyUnavailable(f"{link.server}: no reply in {self.timeout} s") from None
+            raise NoReply(f"{link.server}: no reply in {self.timeout} s") from None
         finally:
             self._pending_send.pop(rid, None)
 
@@ -549,7 +567,9 @@ class LobbyClient:
         await self._wait_recovered()
         if server is not None and self.server != server:
             async with self._lock:
-                await self._open(server, self.connect_timeout)
+                # (A recovery may have reopened it while we waited for the lock.)
+                if self.server != server:
+                    await self._open(server, self.connect_timeout)
         elif self._link is None:
             await self._connect_any()
         reply = await self._exchange(request)
@@ -588,6 +608,16 @@ class LobbyClient:
         if self.replica is not None and self.replica.lobby_id != allowed:
             raise LobbyError(ErrorCode.ALREADY_IN_LOBBY, "already in a lobby: leave it first")
 
+    def _seated_server(self) -> str | None:
+        """In a lobby: the server that holds it, the only one a create or quick-join may go
+        to (it answers one that was already carried out, whose reply was lost, with that
+        very lobby, and any other with ALREADY_IN_LOBBY). Not in one: None, any server."""
+        if self.replica is None:
+            return None
+        if self.server is None:
+            raise LobbyError(ErrorCode.ALREADY_IN_LOBBY, "already in a lobby: leave it first")
+        return self.server
+
     def _require_lobby(self) -> int:
         if self.replica is None:
             raise LobbyError(ErrorCode.NOT_MEMBER, "not in a lobby")
@@ -607,9 +637,12 @@ class LobbyClient:
         private: bool = False,
         metadata: Mapping[str, Value] | None = None,
     ) -> int:
-        """Create a lobby on the current server (its id lands there by CH); its id."""
-        self._not_in_a_lobby()
-        reply = await self._request(CreateLobby(0, name, max_members, private, metadata or {}))
+        """Create a lobby on the current server (its id lands there by CH); its id.
+
+        Asked again after its reply was lost (`NoReply`), the same create returns the lobby
+        the first one made."""
+        request = CreateLobby(0, name, max_members, private, metadata or {})
+        reply = await self._request(request, server=self._seated_server())
         return await self._joined(reply)
 
     async def join(self, lobby_id: int) -> int:
@@ -648,40 +681,53 @@ class LobbyClient:
 
     async def join_code(self, code: str) -> int:
         """Join a private lobby by its code: the code's own server first, then along its ring."""
-        self._not_in_a_lobby()
         code = code.strip().upper()
-        refusal: LobbyError | None = None
-        for server in code_walk(self.ring, code, len(self.servers)):
-            if server in self.dead:
-                continue
-            try:
-                reply = await self._request(JoinByCode(0, code), server=server)
-                return await self._joined(reply)
-            except LobbyError as error:
-                if error.code is not ErrorCode.NO_SUCH_CODE:
-                    raise
-                refusal = refusal or error
-            except LobbyUnavailable:
-                continue
-        raise refusal or LobbyError(ErrorCode.NO_SUCH_CODE, "no lobby has this code")
+        request = JoinByCode(0, code)
+        mine = self.replica
+        if mine is not None and mine.join_code == code:
+            # Its own lobby's code (a join asked again after its reply was lost): the lobby
+            # is where this member is, whether or not that is still the code's home.
+            return await self._join_walk([self._seated_server()], request, ErrorCode.NO_SUCH_CODE)
+        self._not_in_a_lobby()
+        walk = code_walk(self.ring, code, len(self.servers))
+        # (a generator: a server found dead during the walk is skipped too)
+        alive = (server for server in walk if server not in self.dead)
+        return await self._join_walk(alive, request, ErrorCode.NO_SUCH_CODE)
 
     async def quick_join(self, filters: Sequence[Filter] = ()) -> int:
-        """Join the fullest open lobby that matches, on the current server, then the others."""
-        self._not_in_a_lobby()
+        """Join the fullest open lobby that matches, on the current server, then the others.
+
+        In a lobby, only its server is asked: the same quick-join asked again after its reply
+        was lost returns the lobby the first one joined, if it still matches."""
+        request = QuickJoin(0, tuple(filters))
+        seated = self._seated_server()
+        if seated is not None:
+            return await self._join_walk([seated], request, ErrorCode.NO_MATCH)
         first = self.server
         order = [s for s in ([first] if first else []) + self.servers if s not in self.dead]
+        return await self._join_walk(dict.fromkeys(order), request, ErrorCode.NO_MATCH)
+
+    async def _join_walk(
+        self, servers: Iterable[str | None], request: Request, not_there: ErrorCode
+    ) -> int:
+        """Ask `servers` in turn until one seats the member; a `not_there` refusal, or a server
+        that cannot be reached, moves on to the next. A request that went out unanswered
+        (`NoReply`) ends the walk: it may have seated the member there, and the next server
+        would seat it twice. None answering at all is `LobbyUnavailable`, not a refusal."""
         refusal: LobbyError | None = None
-        for server in dict.fromkeys(order):
+        unreachable: LobbyUnavailable | None = None
+        for server in servers:
             try:
-                reply = await self._request(QuickJoin(0, tuple(filters)), server=server)
-                return await self._joined(reply)
+                return await self._joined(await self._request(request, server=server))
             except LobbyError as error:
-                if error.code is not ErrorCode.NO_MATCH:
+                if error.code is not not_there:
                     raise
                 refusal = refusal or error
-            except LobbyUnavailable:
-                continue
-        raise refusal or LobbyError(ErrorCode.NO_MATCH, "no open lobby matches")
+            except NoReply:
+                raise
+            except LobbyUnavailable as error:
+                unreachable = error
+        raise refusal or unreachable or LobbyError(not_there, _NOT_THERE[not_there])
 
     async def search(
         self, filters: Sequence[Filter] = (), *, cursor: int | None = None, limit: int = 20

@@ -1,24 +1,38 @@
 """The lobby session's first exchange, before its logical channels open: who the member is.
 
 The client's first session message is ``LOBBY1`` + str8 member id + bytes16 seat (empty, or
-the seat of the lobby it sits in on that server: `echo.lobby.tickets.TicketSeats`). The server
-answers ``LOBBY1 OK `` + its server id, then both sides open the lobby's channels; or it closes
-the session with the reason (the client's `Rejected`-like error). A member id is the member's
-claim: a member already seated on that server (connected or reconnecting) is taken back only
-with its seat, so nobody can take over another member's seat or see its lobby.
+the seat of the lobby it sits in on that server: `echo.lobby.tickets.TicketSeats`), then,
+optionally, u8 length + the client's *secret* (16..64 random bytes, made once per client). The
+server answers ``LOBBY1 OK `` + its server id, then both sides open the lobby's channels; or it
+closes the session with the reason (the client's `Rejected`-like error). A member id is the
+member's claim: a member already seated on that server (connected or reconnecting) is taken
+back only with its seat, or by the client that was seated (`SeatBindings`: the same secret),
+so nobody can take over another member's seat or see its lobby.
+
+Why the secret: a seat travels in the LobbyJoined reply, and a reply can be lost (the session
+dropped under load right after the server seated the member, or the client gave up waiting).
+Such a member is seated but never learned its seat; without the secret every hello of its
+retry was refused until the grace period ended, and the lobby held a ghost.
+
+The secret is a trailing field so that a hello without it (a client from before it) parses
+as it always did; a server from before it refuses a hello that carries one (trailing bytes).
 
 Pure module: no trio, no clock. ``parse_hello_untrusted`` raises only `HelloError`.
 """
 
 from __future__ import annotations
 
+import hmac
 from typing import Final
 
 import attrs
 
 MAGIC: Final = b"LOBBY1"
 WELCOME: Final = b"LOBBY1 OK "
-MAX_HELLO_BYTES: Final = len(MAGIC) + 1 + 255 + 2 + 4096
+MAX_SEAT_BYTES: Final = 4096
+MIN_SECRET_BYTES: Final = 16  # 128 bits: not guessed within a grace period
+MAX_SECRET_BYTES: Final = 64
+MAX_HELLO_BYTES: Final = len(MAGIC) + 1 + 255 + 2 + MAX_SEAT_BYTES + 1 + MAX_SECRET_BYTES
 
 
 class HelloError(Exception):
@@ -29,15 +43,21 @@ class HelloError(Exception):
 class Hello:
     member_id: str
     seat: bytes = b""
+    secret: bytes = b""  # empty: not sent (a client from before secrets)
 
 
 def encode_hello(hello: Hello) -> bytes:
     member = hello.member_id.encode("utf-8")
     if not 1 <= len(member) <= 255:
         raise HelloError("a member id is 1..255 bytes of UTF-8")
-    if len(hello.seat) > 4096:
-        raise HelloError("a seat of more than 4096 bytes")
-    return MAGIC + bytes((len(member),)) + member + len(hello.seat).to_bytes(2, "big") + hello.seat
+    if len(hello.seat) > MAX_SEAT_BYTES:
+        raise HelloError(f"a seat of more than {MAX_SEAT_BYTES} bytes")
+    out = MAGIC + bytes((len(member),)) + member + len(hello.seat).to_bytes(2, "big") + hello.seat
+    if hello.secret:
+        if not MIN_SECRET_BYTES <= len(hello.secret) <= MAX_SECRET_BYTES:
+            raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
+        out += bytes((len(hello.secret),)) + hello.secret
+    return out
 
 
 def parse_hello_untrusted(data: bytes) -> Hello:
@@ -51,14 +71,64 @@ def parse_hello_untrusted(data: bytes) -> Hello:
     if n == 0 or len(member) != n or len(data) < pos + 2:
         raise HelloError("a truncated member id")
     size = int.from_bytes(data[pos : pos + 2], "big")
-    seat = data[pos + 2 :]
+    pos += 2
+    seat = data[pos : pos + size]
+    pos += size
     if len(seat) != size:
-        raise HelloError("a truncated seat or trailing bytes")
+        raise HelloError("a truncated seat")
+    secret = b""
+    if pos < len(data):
+        length = data[pos]
+        secret = data[pos + 1 :]
+        if len(secret) != length:
+            raise HelloError("a truncated secret or trailing bytes")
+        if not MIN_SECRET_BYTES <= length <= MAX_SECRET_BYTES:
+            raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
     try:
         member_id = member.decode("utf-8")
     except UnicodeDecodeError:
         raise HelloError("a member id is not UTF-8") from None
-    return Hello(member_id, bytes(seat))
+    return Hello(member_id, bytes(seat), bytes(secret))
+
+
+class SeatBindings:
+    """Which client each seat of this server belongs to: the hello secret of the session that
+    was seated (or that last took the seat back), per member and lobby.
+
+    A hello with the same secret takes the seat back without the seat itself: the client that
+    was seated, whose LobbyJoined was lost. Another client naming the same member has another
+    secret and still needs the seat. A binding counts only for the lobby it was made in, and
+    only on this server (a re-created lobby elsewhere is joined with the seat).
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[int, bytes]] = {}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def bind(self, member_id: str, lobby_id: int, secret: bytes) -> None:
+        """`member_id`'s seat in `lobby_id` belongs to the client with `secret` (none: to
+        whoever shows the seat)."""
+        if secret:
+            self._held[member_id] = (lobby_id, secret)
+        else:
+            self._held.pop(member_id, None)
+
+    def holds(self, member_id: str, lobby_id: int, secret: bytes) -> bool:
+        held = self._held.get(member_id)
+        return (
+            bool(secret)
+            and held is not None
+            and held[0] == lobby_id
+            and hmac.compare_digest(held[1], secret)
+        )
+
+    def forget(self, member_id: str, lobby_id: int) -> None:
+        """The member left `lobby_id` (left, kicked, banned, dropped, displaced)."""
+        held = self._held.get(member_id)
+        if held is not None and held[0] == lobby_id:
+            del self._held[member_id]
 
 
 def encode_welcome(server_id: str) -> bytes:

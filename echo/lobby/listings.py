@@ -21,10 +21,16 @@ from typing import Final, TypeAlias
 import attrs
 
 from echo.lobby.protocol import (
+    _LISTING,
+    _STR8,
+    _U8,
+    _U64,
     LobbyListing,
     LobbyProtocolError,
+    _encode,
     _Reader,
-    _Writer,
+    _Record,
+    _Union,
 )
 
 RECORD_VERSION: Final = 1
@@ -41,24 +47,18 @@ class ListingGone:
 
 ListingRecord: TypeAlias = LobbyListing | ListingGone
 
+# The lobby codec's table form (echo.lobby.protocol): kind -> record, the listing being the
+# search result's.
+_RECORD: Final = _Union(
+    "listing record",
+    {_LISTED: _LISTING, _GONE: _Record(ListingGone, lobby_id=_U64, home=_STR8)},
+)
+
 
 def encode_listing_record(record: ListingRecord) -> bytes:
     """Raises LobbyProtocolError for a record that does not fit."""
-    w = _Writer(None)
-    w.u8(RECORD_VERSION)
-    if isinstance(record, LobbyListing):
-        w.u8(_LISTED)
-        w.listing(record)
-    elif isinstance(record, ListingGone):
-        w.u8(_GONE)
-        w.u64(record.lobby_id)
-        w.str8(record.home)
-    else:
-        raise LobbyProtocolError(f"not a listing record: {record!r}")
-    data = b"".join(w.parts)
-    if len(data) > MAX_RECORD_BYTES:
-        raise LobbyProtocolError(f"a listing record of {len(data)} bytes")
-    return data
+    head = bytes((RECORD_VERSION,))
+    return _encode(head, _RECORD, record, MAX_RECORD_BYTES, "a listing record of {} bytes")
 
 
 def parse_listing_record_untrusted(data: bytes | bytearray | memoryview) -> ListingRecord:
@@ -66,17 +66,10 @@ def parse_listing_record_untrusted(data: bytes | bytearray | memoryview) -> List
     if not 2 <= len(data) <= MAX_RECORD_BYTES:
         raise LobbyProtocolError(f"a listing record of {len(data)} bytes")
     r = _Reader(bytes(data))
-    version = r.u8()
+    version = _U8.read(r)
     if version != RECORD_VERSION:
         raise LobbyProtocolError(f"unknown listing record version {version}")
-    kind = r.u8()
-    record: ListingRecord
-    if kind == _LISTED:
-        record = r.listing()
-    elif kind == _GONE:
-        record = ListingGone(r.u64(), r.str8())
-    else:
-        raise LobbyProtocolError(f"unknown listing record kind {kind}")
+    record: ListingRecord = _RECORD.read(r)
     r.end()
     if not record.home:
         raise LobbyProtocolError("a listing record names its home server")

@@ -6,7 +6,7 @@ them repeats. Each message belongs to one of three logical channels (`Channel`):
 replies, state updates, chat. This module only tags them; carrying them with credit is the
 channels layer's job (seed 003), so a member flooding chat cannot delay lobby state.
 
-Field encodings:
+Field encodings (each a field codec below, used by both directions):
 
 ==========  ===========================================================================
 u8/u16/...  unsigned big-endian integers; ``bool`` is a u8 that must be 0 or 1
@@ -20,11 +20,9 @@ filters     u8 count + count x (u8 kind, ...): 0 = string equals (str8 key, str1
 opt u64     u8 flag + u64 if the flag is 1
 ==========  ===========================================================================
 
-The snapshot of a lobby (``LobbySnapshot``, also the body of the recreate request) is: u64
-lobby id, u64 version, str8 name, u16 max members, bool private, str8 join code (empty for a
-public lobby), bool locked, str8 owner, map metadata, u8 count + str8 banned member ids,
-u16 count + members (str8 member id, u32 join sequence, bool ready, u8 presence, map
-attributes). The message table with type numbers is in `MessageType` and the README.
+`_MESSAGES` is the message table: per message type its type byte, channel, class and fields
+in order (name -> field codec); records inside messages (a snapshot, a member, a listing, a
+filter) are described the same way. The README's lobby section has the same table for people.
 
 ``parse_*_untrusted`` take bytes straight from the network and raise only
 `LobbyProtocolError`; they cost O(len(data)) (every count is bounded by the bytes that remain).
@@ -39,7 +37,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Mapping
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import attrs
 
@@ -503,387 +501,29 @@ class ChatLine:
 
 Message: TypeAlias = Request | Reply | Update | GameStarting | ChatLine
 
-_REQUEST_TYPES: Final = (
-    CreateLobby,
-    JoinLobby,
-    JoinByCode,
-    QuickJoin,
-    LeaveLobby,
-    SearchLobbies,
-    SetMetadata,
-    SetLocked,
-    KickMember,
-    BanMember,
-    TransferOwner,
-    SetAttributes,
-    SetReady,
-    SendChat,
-    RecreateLobby,
-    StartGame,
-)
-_REPLY_TYPES: Final = (Refusal, Done, LobbyJoined, SearchResults)
-_UPDATE_TYPES: Final = (
-    LobbySnapshot,
-    MemberJoined,
-    MemberLeft,
-    OwnerChanged,
-    MetadataChanged,
-    LockChanged,
-    AttributesChanged,
-    ReadyChanged,
-    PresenceChanged,
-    MemberBanned,
-)
 
-
-def channel_of(msg: Message) -> Channel:
-    """The logical channel `msg` is sent on."""
-    if isinstance(msg, SendChat | ChatLine):
-        return Channel.CHAT
-    # A GameStarting follows the start's state changes: it is ordered with them.
-    if isinstance(msg, _UPDATE_TYPES) or isinstance(msg, GameStarting):
-        return Channel.UPDATES
-    return Channel.REQUESTS
-
-
-# --- encoding ---------------------------------------------------------------------------------
-
-_U16: Final = struct.Struct(">H")
-_U32: Final = struct.Struct(">I")
-_U64: Final = struct.Struct(">Q")
-_I64: Final = struct.Struct(">q")
-
-_TAG_STR: Final = 0
-_TAG_INT: Final = 1
-_TAG_DELETE: Final = 2
-_FILTER_EQUALS: Final = 0
-_FILTER_RANGE: Final = 1
-_FILTER_FREE: Final = 2
+# --- the codec: one table entry per message type ----------------------------------------------
+#
+# Each field codec is one field's wire form both ways: `write` checks that the value fits (and
+# raises LobbyProtocolError if not), `read` takes it from untrusted bytes (and raises nothing
+# but LobbyProtocolError). A record is a class and its fields in order, name -> codec; a message
+# is a record with its type byte and channel (`_MESSAGES`). Encoding and decoding both walk the
+# same entry, so a new message is one entry, and the two directions cannot disagree.
 
 
 class _Writer:
-    def __init__(self, msg_type: MessageType | None) -> None:
-        # None: a record of another framing (the topic records of listings.py) that shares
-        # these field encodings.
-        self.parts: list[bytes] = [] if msg_type is None else [bytes((msg_type,))]
+    """The bytes of one message or record, as parts."""
 
-    def u8(self, v: int) -> None:
-        _check_int(v, 0, 255)
-        self.parts.append(bytes((v,)))
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
 
-    def u16(self, v: int) -> None:
-        _check_int(v, 0, 0xFFFF)
-        self.parts.append(_U16.pack(v))
-
-    def u32(self, v: int) -> None:
-        _check_int(v, 0, U32_MAX)
-        self.parts.append(_U32.pack(v))
-
-    def u64(self, v: int) -> None:
-        _check_int(v, 0, U64_MAX)
-        self.parts.append(_U64.pack(v))
-
-    def i64(self, v: int) -> None:
-        _check_int(v, I64_MIN, I64_MAX)
-        self.parts.append(_I64.pack(v))
-
-    def boolean(self, v: bool) -> None:
-        if not isinstance(v, bool):
-            raise LobbyProtocolError(f"expected a bool, got {v!r}")
-        self.parts.append(b"\x01" if v else b"\x00")
-
-    def _utf8(self, s: str) -> bytes:
-        if not isinstance(s, str):
-            raise LobbyProtocolError(f"expected a str, got {s!r}")
-        try:
-            return s.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise LobbyProtocolError(f"not encodable as UTF-8: {exc.reason}") from None
-
-    def str8(self, s: str) -> None:
-        data = self._utf8(s)
-        if len(data) > 255:
-            raise LobbyProtocolError(f"string of {len(data)} bytes does not fit a str8")
-        self.parts.append(bytes((len(data),)) + data)
-
-    def bytes16(self, b: bytes) -> None:
-        if not isinstance(b, bytes) or len(b) > 0xFFFF:
-            raise LobbyProtocolError("expected at most 65535 bytes")
-        self.parts.append(_U16.pack(len(b)) + b)
-
-    def str16(self, s: str) -> None:
-        data = self._utf8(s)
-        if len(data) > 0xFFFF:
-            raise LobbyProtocolError(f"string of {len(data)} bytes does not fit a str16")
-        self.parts.append(_U16.pack(len(data)) + data)
-
-    def value(self, v: str | int | None, *, allow_delete: bool) -> None:
-        if v is None and allow_delete:
-            self.u8(_TAG_DELETE)
-        elif isinstance(v, str):
-            self.u8(_TAG_STR)
-            self.str16(v)
-        elif isinstance(v, int) and not isinstance(v, bool):
-            self.u8(_TAG_INT)
-            self.i64(v)
-        else:
-            raise LobbyProtocolError(f"not a lobby value: {v!r}")
-
-    def mapping(self, m: Mapping[str, str | int | None], *, allow_delete: bool) -> None:
-        if len(m) > 255:
-            raise LobbyProtocolError(f"a map holds at most 255 keys, not {len(m)}")
-        self.u8(len(m))
-        for key, v in m.items():
-            self.str8(key)
-            self.value(v, allow_delete=allow_delete)
-
-    def opt_u64(self, v: int | None) -> None:
-        if v is None:
-            self.u8(0)
-        else:
-            self.u8(1)
-            self.u64(v)
-
-    def filters(self, fs: tuple[Filter, ...]) -> None:
-        if len(fs) > 255:
-            raise LobbyProtocolError("at most 255 filters")
-        self.u8(len(fs))
-        for f in fs:
-            if isinstance(f, StringEquals):
-                self.u8(_FILTER_EQUALS)
-                self.str8(f.key)
-                self.str16(f.value)
-            elif isinstance(f, NumberRange):
-                self.u8(_FILTER_RANGE)
-                self.str8(f.key)
-                self.i64(f.low)
-                self.i64(f.high)
-            elif isinstance(f, FreeSlots):
-                self.u8(_FILTER_FREE)
-                self.u16(f.minimum)
-            else:
-                raise LobbyProtocolError(f"not a filter: {f!r}")
-
-    def member(self, m: MemberState) -> None:
-        self.str8(m.member_id)
-        self.u32(m.join_seq)
-        self.boolean(m.ready)
-        self.u8(Presence(m.presence))
-        self.mapping(m.attributes, allow_delete=False)
-
-    def snapshot(self, s: LobbySnapshot) -> None:
-        self.u64(s.lobby_id)
-        self.u64(s.version)
-        self.str8(s.name)
-        self.u16(s.max_members)
-        self.boolean(s.private)
-        self.str8(s.join_code)
-        self.boolean(s.locked)
-        self.str8(s.owner)
-        self.mapping(s.metadata, allow_delete=False)
-        if len(s.bans) > 255:
-            raise LobbyProtocolError("at most 255 bans")
-        self.u8(len(s.bans))
-        for b in s.bans:
-            self.str8(b)
-        if len(s.members) > 0xFFFF:
-            raise LobbyProtocolError("too many members")
-        self.u16(len(s.members))
-        for m in s.members:
-            self.member(m)
-
-    def listing(self, item: LobbyListing) -> None:
-        self.u64(item.lobby_id)
-        self.str8(item.name)
-        self.u16(item.member_count)
-        self.u16(item.max_members)
-        self.mapping(item.metadata, allow_delete=False)
-        self.str8(item.home)
-
-
-def _check_int(v: int, low: int, high: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-        raise LobbyProtocolError(f"{v!r} is not an integer in {low}..{high}")
-
-
-def encode(msg: Message) -> bytes:
-    """The wire form of `msg`. Raises LobbyProtocolError for a record that cannot be encoded
-    (a number out of range, a string too long for its field, a message over MAX_MESSAGE_BYTES).
-    """
-    w: _Writer
-    match msg:
-        case CreateLobby():
-            w = _Writer(MessageType.CREATE_LOBBY)
-            w.u32(msg.request_id)
-            w.str8(msg.name)
-            w.u16(msg.max_members)
-            w.boolean(msg.private)
-            w.mapping(msg.metadata, allow_delete=False)
-        case JoinLobby():
-            w = _Writer(MessageType.JOIN_LOBBY)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-        case JoinByCode():
-            w = _Writer(MessageType.JOIN_BY_CODE)
-            w.u32(msg.request_id)
-            w.str8(msg.code)
-        case QuickJoin():
-            w = _Writer(MessageType.QUICK_JOIN)
-            w.u32(msg.request_id)
-            w.filters(msg.filters)
-        case LeaveLobby():
-            w = _Writer(MessageType.LEAVE_LOBBY)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-        case SearchLobbies():
-            w = _Writer(MessageType.SEARCH_LOBBIES)
-            w.u32(msg.request_id)
-            w.filters(msg.filters)
-            w.opt_u64(msg.cursor)
-            w.u16(msg.limit)
-        case SetMetadata():
-            w = _Writer(MessageType.SET_METADATA)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-            w.mapping(msg.changes, allow_delete=True)
-        case SetLocked():
-            w = _Writer(MessageType.SET_LOCKED)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-            w.boolean(msg.locked)
-        case KickMember() | BanMember() | TransferOwner():
-            kind = {
-                KickMember: MessageType.KICK_MEMBER,
-                BanMember: MessageType.BAN_MEMBER,
-                TransferOwner: MessageType.TRANSFER_OWNER,
-            }[type(msg)]
-            w = _Writer(kind)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-            w.str8(msg.member_id)
-        case SetAttributes():
-            w = _Writer(MessageType.SET_ATTRIBUTES)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-            w.str8(msg.member_id)
-            w.mapping(msg.changes, allow_delete=True)
-        case SetReady():
-            w = _Writer(MessageType.SET_READY)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-            w.str8(msg.member_id)
-            w.boolean(msg.ready)
-        case SendChat():
-            w = _Writer(MessageType.SEND_CHAT)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-            w.str16(msg.text)
-        case RecreateLobby():
-            w = _Writer(MessageType.RECREATE_LOBBY)
-            w.u32(msg.request_id)
-            w.snapshot(msg.snapshot)
-            w.bytes16(msg.seat)
-        case Refusal():
-            w = _Writer(MessageType.REFUSAL)
-            w.u32(msg.request_id)
-            w.u16(ErrorCode(msg.code))
-            w.str16(msg.message)
-        case Done():
-            w = _Writer(MessageType.DONE)
-            w.u32(msg.request_id)
-        case LobbyJoined():
-            w = _Writer(MessageType.LOBBY_JOINED)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-            w.bytes16(msg.seat)
-        case SearchResults():
-            w = _Writer(MessageType.SEARCH_RESULTS)
-            w.u32(msg.request_id)
-            if len(msg.listings) > 255:
-                raise LobbyProtocolError("at most 255 listings per page")
-            w.u8(len(msg.listings))
-            for item in msg.listings:
-                w.listing(item)
-            w.opt_u64(msg.next_cursor)
-        case LobbySnapshot():
-            w = _Writer(MessageType.LOBBY_SNAPSHOT)
-            w.snapshot(msg)
-        case MemberJoined():
-            w = _Writer(MessageType.MEMBER_JOINED)
-            w.u64(msg.lobby_id)
-            w.u64(msg.version)
-            w.member(msg.member)
-        case MemberLeft():
-            w = _Writer(MessageType.MEMBER_LEFT)
-            w.u64(msg.lobby_id)
-            w.u64(msg.version)
-            w.str8(msg.member_id)
-            w.u8(LeaveReason(msg.reason))
-        case OwnerChanged():
-            w = _Writer(MessageType.OWNER_CHANGED)
-            w.u64(msg.lobby_id)
-            w.u64(msg.version)
-            w.str8(msg.owner)
-        case MetadataChanged():
-            w = _Writer(MessageType.METADATA_CHANGED)
-            w.u64(msg.lobby_id)
-            w.u64(msg.version)
-            w.mapping(msg.changes, allow_delete=True)
-        case LockChanged():
-            w = _Writer(MessageType.LOCK_CHANGED)
-            w.u64(msg.lobby_id)
-            w.u64(msg.version)
-            w.boolean(msg.locked)
-        case AttributesChanged():
-            w = _Writer(MessageType.ATTRIBUTES_CHANGED)
-            w.u64(msg.lobby_id)
-            w.u64(msg.version)
-            w.str8(msg.member_id)
-            w.mapping(msg.changes, allow_delete=True)
-        case ReadyChanged():
-            w = _Writer(MessageType.READY_CHANGED)
-            w.u64(msg.lobby_id)
-            w.u64(msg.version)
-            w.str8(msg.member_id)
-            w.boolean(msg.ready)
-        case PresenceChanged():
-            w = _Writer(MessageType.PRESENCE_CHANGED)
-            w.u64(msg.lobby_id)
-            w.u64(msg.version)
-            w.str8(msg.member_id)
-            w.u8(Presence(msg.presence))
-        case MemberBanned():
-            w = _Writer(MessageType.MEMBER_BANNED)
-            w.u64(msg.lobby_id)
-            w.u64(msg.version)
-            w.str8(msg.member_id)
-        case StartGame():
-            w = _Writer(MessageType.START_GAME)
-            w.u32(msg.request_id)
-            w.u64(msg.lobby_id)
-        case GameStarting():
-            w = _Writer(MessageType.GAME_STARTING)
-            w.u64(msg.lobby_id)
-            w.str8(msg.server_id)
-            w.str8(msg.address)
-            w.bytes16(msg.ticket)
-        case ChatLine():
-            w = _Writer(MessageType.CHAT_LINE)
-            w.u64(msg.lobby_id)
-            w.str8(msg.member_id)
-            w.str16(msg.text)
-        case _:
-            raise LobbyProtocolError(f"not a lobby message: {msg!r}")
-    data = b"".join(w.parts)
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise LobbyProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
-    return data
-
-
-# --- decoding (untrusted) ---------------------------------------------------------------------
+    def data(self) -> bytes:
+        return b"".join(self.parts)
 
 
 class _Reader:
+    """Untrusted bytes, read front to back; every read is bounded by what remains."""
+
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0
@@ -896,216 +536,406 @@ class _Reader:
         self.pos = end
         return chunk
 
-    def u8(self) -> int:
-        return self.take(1)[0]
-
-    def u16(self) -> int:
-        v: int = _U16.unpack(self.take(2))[0]
-        return v
-
-    def u32(self) -> int:
-        v: int = _U32.unpack(self.take(4))[0]
-        return v
-
-    def u64(self) -> int:
-        v: int = _U64.unpack(self.take(8))[0]
-        return v
-
-    def i64(self) -> int:
-        v: int = _I64.unpack(self.take(8))[0]
-        return v
-
-    def boolean(self) -> bool:
-        b = self.u8()
-        if b > 1:
-            raise LobbyProtocolError(f"bool byte {b} is neither 0 nor 1")
-        return b == 1
-
-    def _text(self, n: int) -> str:
-        raw = self.take(n)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise LobbyProtocolError(f"invalid UTF-8: {exc.reason}") from None
-
-    def str8(self) -> str:
-        return self._text(self.u8())
-
-    def bytes16(self) -> bytes:
-        return self.take(self.u16())
-
-    def str16(self) -> str:
-        return self._text(self.u16())
-
-    def value(self, *, allow_delete: bool) -> str | int | None:
-        tag = self.u8()
-        if tag == _TAG_STR:
-            return self.str16()
-        if tag == _TAG_INT:
-            return self.i64()
-        if tag == _TAG_DELETE and allow_delete:
-            return None
-        raise LobbyProtocolError(f"unknown value tag {tag}")
-
-    def values(self) -> dict[str, str | int]:
-        out: dict[str, str | int] = {}
-        for _ in range(self.u8()):
-            key = self.str8()
-            v = self.value(allow_delete=False)
-            assert v is not None
-            if key in out:
-                raise LobbyProtocolError(f"duplicate key {key!r}")
-            out[key] = v
-        return out
-
-    def changes(self) -> dict[str, str | int | None]:
-        out: dict[str, str | int | None] = {}
-        for _ in range(self.u8()):
-            key = self.str8()
-            v = self.value(allow_delete=True)
-            if key in out:
-                raise LobbyProtocolError(f"duplicate key {key!r}")
-            out[key] = v
-        return out
-
-    def opt_u64(self) -> int | None:
-        flag = self.u8()
-        if flag == 0:
-            return None
-        if flag == 1:
-            return self.u64()
-        raise LobbyProtocolError(f"optional flag {flag} is neither 0 nor 1")
-
-    def filters(self) -> tuple[Filter, ...]:
-        out: list[Filter] = []
-        for _ in range(self.u8()):
-            kind = self.u8()
-            if kind == _FILTER_EQUALS:
-                out.append(StringEquals(self.str8(), self.str16()))
-            elif kind == _FILTER_RANGE:
-                out.append(NumberRange(self.str8(), self.i64(), self.i64()))
-            elif kind == _FILTER_FREE:
-                out.append(FreeSlots(self.u16()))
-            else:
-                raise LobbyProtocolError(f"unknown filter kind {kind}")
-        return tuple(out)
-
-    def presence(self) -> Presence:
-        b = self.u8()
-        try:
-            return Presence(b)
-        except ValueError:
-            raise LobbyProtocolError(f"unknown presence {b}") from None
-
-    def member(self) -> MemberState:
-        return MemberState(self.str8(), self.u32(), self.boolean(), self.presence(), self.values())
-
-    def snapshot(self) -> LobbySnapshot:
-        lobby_id = self.u64()
-        version = self.u64()
-        name = self.str8()
-        max_members = self.u16()
-        private = self.boolean()
-        join_code = self.str8()
-        locked = self.boolean()
-        owner = self.str8()
-        metadata = self.values()
-        bans = tuple(self.str8() for _ in range(self.u8()))
-        members = tuple(self.member() for _ in range(self.u16()))
-        return LobbySnapshot(
-            lobby_id, version, name, max_members, private, join_code, locked, owner, metadata,
-            bans, members,
-        )  # fmt: skip
-
-    def listing(self) -> LobbyListing:
-        return LobbyListing(
-            self.u64(), self.str8(), self.u16(), self.u16(), self.values(), self.str8()
-        )
-
     def end(self) -> None:
         if self.pos != len(self.data):
             raise LobbyProtocolError(f"{len(self.data) - self.pos} trailing bytes")
 
 
-def _decode(r: _Reader, kind: MessageType) -> Message:
-    match kind:
-        case MessageType.CREATE_LOBBY:
-            return CreateLobby(r.u32(), r.str8(), r.u16(), r.boolean(), r.values())
-        case MessageType.JOIN_LOBBY:
-            return JoinLobby(r.u32(), r.u64())
-        case MessageType.JOIN_BY_CODE:
-            return JoinByCode(r.u32(), r.str8())
-        case MessageType.QUICK_JOIN:
-            return QuickJoin(r.u32(), r.filters())
-        case MessageType.LEAVE_LOBBY:
-            return LeaveLobby(r.u32(), r.u64())
-        case MessageType.SEARCH_LOBBIES:
-            return SearchLobbies(r.u32(), r.filters(), r.opt_u64(), r.u16())
-        case MessageType.SET_METADATA:
-            return SetMetadata(r.u32(), r.u64(), r.changes())
-        case MessageType.SET_LOCKED:
-            return SetLocked(r.u32(), r.u64(), r.boolean())
-        case MessageType.KICK_MEMBER:
-            return KickMember(r.u32(), r.u64(), r.str8())
-        case MessageType.BAN_MEMBER:
-            return BanMember(r.u32(), r.u64(), r.str8())
-        case MessageType.TRANSFER_OWNER:
-            return TransferOwner(r.u32(), r.u64(), r.str8())
-        case MessageType.SET_ATTRIBUTES:
-            return SetAttributes(r.u32(), r.u64(), r.str8(), r.changes())
-        case MessageType.SET_READY:
-            return SetReady(r.u32(), r.u64(), r.str8(), r.boolean())
-        case MessageType.SEND_CHAT:
-            return SendChat(r.u32(), r.u64(), r.str16())
-        case MessageType.RECREATE_LOBBY:
-            return RecreateLobby(r.u32(), r.snapshot(), r.bytes16())
-        case MessageType.REFUSAL:
-            request_id = r.u32()
-            code = r.u16()
-            try:
-                error = ErrorCode(code)
-            except ValueError:
-                raise LobbyProtocolError(f"unknown error code {code}") from None
-            return Refusal(request_id, error, r.str16())
-        case MessageType.DONE:
-            return Done(r.u32())
-        case MessageType.LOBBY_JOINED:
-            return LobbyJoined(r.u32(), r.u64(), r.bytes16())
-        case MessageType.SEARCH_RESULTS:
-            request_id = r.u32()
-            listings = tuple(r.listing() for _ in range(r.u8()))
-            return SearchResults(request_id, listings, r.opt_u64())
-        case MessageType.LOBBY_SNAPSHOT:
-            return r.snapshot()
-        case MessageType.MEMBER_JOINED:
-            return MemberJoined(r.u64(), r.u64(), r.member())
-        case MessageType.MEMBER_LEFT:
-            lobby_id, version, member_id, reason = r.u64(), r.u64(), r.str8(), r.u8()
-            try:
-                return MemberLeft(lobby_id, version, member_id, LeaveReason(reason))
-            except ValueError:
-                raise LobbyProtocolError(f"unknown leave reason {reason}") from None
-        case MessageType.OWNER_CHANGED:
-            return OwnerChanged(r.u64(), r.u64(), r.str8())
-        case MessageType.METADATA_CHANGED:
-            return MetadataChanged(r.u64(), r.u64(), r.changes())
-        case MessageType.LOCK_CHANGED:
-            return LockChanged(r.u64(), r.u64(), r.boolean())
-        case MessageType.ATTRIBUTES_CHANGED:
-            return AttributesChanged(r.u64(), r.u64(), r.str8(), r.changes())
-        case MessageType.READY_CHANGED:
-            return ReadyChanged(r.u64(), r.u64(), r.str8(), r.boolean())
-        case MessageType.PRESENCE_CHANGED:
-            return PresenceChanged(r.u64(), r.u64(), r.str8(), r.presence())
-        case MessageType.MEMBER_BANNED:
-            return MemberBanned(r.u64(), r.u64(), r.str8())
-        case MessageType.START_GAME:
-            return StartGame(r.u32(), r.u64())
-        case MessageType.GAME_STARTING:
-            return GameStarting(r.u64(), r.str8(), r.str8(), r.bytes16())
-        case MessageType.CHAT_LINE:
-            return ChatLine(r.u64(), r.str8(), r.str16())
-    raise LobbyProtocolError(f"unhandled message type {kind!r}")  # pragma: no cover
+class _Codec:
+    def write(self, w: _Writer, v: Any) -> None:
+        raise NotImplementedError
+
+    def read(self, r: _Reader) -> Any:
+        raise NotImplementedError
+
+
+def _check_int(v: int, low: int, high: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+        raise LobbyProtocolError(f"{v!r} is not an integer in {low}..{high}")
+
+
+class _Int(_Codec):
+    """A big-endian integer of a struct format, within low..high."""
+
+    def __init__(self, fmt: str, low: int, high: int) -> None:
+        self.struct = struct.Struct(fmt)
+        self.low = low
+        self.high = high
+
+    def write(self, w: _Writer, v: int) -> None:
+        _check_int(v, self.low, self.high)
+        w.parts.append(self.struct.pack(v))
+
+    def read(self, r: _Reader) -> int:
+        v: int = self.struct.unpack(r.take(self.struct.size))[0]
+        return v
+
+
+_U8: Final = _Int(">B", 0, 0xFF)
+_U16: Final = _Int(">H", 0, 0xFFFF)
+_U32: Final = _Int(">I", 0, U32_MAX)
+_U64: Final = _Int(">Q", 0, U64_MAX)
+_I64: Final = _Int(">q", I64_MIN, I64_MAX)
+
+
+class _Bool(_Codec):
+    """A u8 that is 0 or 1."""
+
+    def write(self, w: _Writer, v: bool) -> None:
+        if not isinstance(v, bool):
+            raise LobbyProtocolError(f"expected a bool, got {v!r}")
+        w.parts.append(b"\x01" if v else b"\x00")
+
+    def read(self, r: _Reader) -> bool:
+        b = _U8.read(r)
+        if b > 1:
+            raise LobbyProtocolError(f"bool byte {b} is neither 0 nor 1")
+        return b == 1
+
+
+class _Text(_Codec):
+    """A length (`size`) and that many bytes of UTF-8: str8, str16."""
+
+    def __init__(self, size: _Int, name: str) -> None:
+        self.size = size
+        self.name = name
+
+    def write(self, w: _Writer, s: str) -> None:
+        if not isinstance(s, str):
+            raise LobbyProtocolError(f"expected a str, got {s!r}")
+        try:
+            data = s.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise LobbyProtocolError(f"not encodable as UTF-8: {exc.reason}") from None
+        if len(data) > self.size.high:
+            raise LobbyProtocolError(f"string of {len(data)} bytes does not fit a {self.name}")
+        w.parts.append(self.size.struct.pack(len(data)) + data)
+
+    def read(self, r: _Reader) -> str:
+        raw = r.take(self.size.read(r))
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LobbyProtocolError(f"invalid UTF-8: {exc.reason}") from None
+
+
+class _Bytes16(_Codec):
+    def write(self, w: _Writer, b: bytes) -> None:
+        if not isinstance(b, bytes) or len(b) > 0xFFFF:
+            raise LobbyProtocolError("expected at most 65535 bytes")
+        w.parts.append(_U16.struct.pack(len(b)) + b)
+
+    def read(self, r: _Reader) -> bytes:
+        return r.take(_U16.read(r))
+
+
+_BOOL: Final = _Bool()
+_STR8: Final = _Text(_U8, "str8")
+_STR16: Final = _Text(_U16, "str16")
+_BYTES16: Final = _Bytes16()
+
+
+class _Enum(_Codec):
+    """An `enum.IntEnum` member as an integer; an unknown number read is an error."""
+
+    def __init__(self, kind: type[enum.IntEnum], size: _Int, name: str) -> None:
+        self.kind = kind
+        self.size = size
+        self.name = name
+
+    def write(self, w: _Writer, v: int) -> None:
+        self.size.write(w, self.kind(v))
+
+    def read(self, r: _Reader) -> enum.IntEnum:
+        b = self.size.read(r)
+        try:
+            return self.kind(b)
+        except ValueError:
+            raise LobbyProtocolError(f"unknown {self.name} {b}") from None
+
+
+_TAG_STR: Final = 0
+_TAG_INT: Final = 1
+_TAG_DELETE: Final = 2
+
+
+class _Value(_Codec):
+    """u8 tag + body: 0 str16, 1 i64, and (in change maps) 2 delete, written for None."""
+
+    def __init__(self, *, allow_delete: bool) -> None:
+        self.allow_delete = allow_delete
+
+    def write(self, w: _Writer, v: str | int | None) -> None:
+        if v is None and self.allow_delete:
+            _U8.write(w, _TAG_DELETE)
+        elif isinstance(v, str):
+            _U8.write(w, _TAG_STR)
+            _STR16.write(w, v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            _U8.write(w, _TAG_INT)
+            _I64.write(w, v)
+        else:
+            raise LobbyProtocolError(f"not a lobby value: {v!r}")
+
+    def read(self, r: _Reader) -> str | int | None:
+        tag = _U8.read(r)
+        if tag == _TAG_STR:
+            return _STR16.read(r)
+        if tag == _TAG_INT:
+            return _I64.read(r)
+        if tag == _TAG_DELETE and self.allow_delete:
+            return None
+        raise LobbyProtocolError(f"unknown value tag {tag}")
+
+
+class _Map(_Codec):
+    """u8 count + (str8 key, value) pairs; keys unique."""
+
+    def __init__(self, *, allow_delete: bool) -> None:
+        self.value = _Value(allow_delete=allow_delete)
+
+    def write(self, w: _Writer, m: Mapping[str, str | int | None]) -> None:
+        if len(m) > 255:
+            raise LobbyProtocolError(f"a map holds at most 255 keys, not {len(m)}")
+        _U8.write(w, len(m))
+        for key, v in m.items():
+            _STR8.write(w, key)
+            self.value.write(w, v)
+
+    def read(self, r: _Reader) -> dict[str, str | int | None]:
+        out: dict[str, str | int | None] = {}
+        for _ in range(_U8.read(r)):
+            key = _STR8.read(r)
+            v = self.value.read(r)
+            if key in out:
+                raise LobbyProtocolError(f"duplicate key {key!r}")
+            out[key] = v
+        return out
+
+
+_VALUES: Final = _Map(allow_delete=False)  # metadata, attributes
+_CHANGES: Final = _Map(allow_delete=True)  # change maps: None deletes a key
+
+
+class _OptU64(_Codec):
+    """u8 flag + u64 if the flag is 1; None if it is 0."""
+
+    def write(self, w: _Writer, v: int | None) -> None:
+        if v is None:
+            _U8.write(w, 0)
+        else:
+            _U8.write(w, 1)
+            _U64.write(w, v)
+
+    def read(self, r: _Reader) -> int | None:
+        flag = _U8.read(r)
+        if flag == 0:
+            return None
+        if flag == 1:
+            return _U64.read(r)
+        raise LobbyProtocolError(f"optional flag {flag} is neither 0 nor 1")
+
+
+_OPT_U64: Final = _OptU64()
+
+
+class _List(_Codec):
+    """A count (`size`) + that many items, as a tuple."""
+
+    def __init__(self, size: _Int, item: _Codec, too_many: str) -> None:
+        self.size = size
+        self.item = item
+        self.too_many = too_many
+
+    def write(self, w: _Writer, items: tuple[Any, ...]) -> None:
+        if len(items) > self.size.high:
+            raise LobbyProtocolError(self.too_many)
+        self.size.write(w, len(items))
+        for item in items:
+            self.item.write(w, item)
+
+    def read(self, r: _Reader) -> tuple[Any, ...]:
+        return tuple(self.item.read(r) for _ in range(self.size.read(r)))
+
+
+class _Record(_Codec):
+    """An attrs class and its fields in order, name -> codec (every field, in the class's
+    order: checked here, so an entry cannot leave one out or swap two)."""
+
+    def __init__(self, cls: type, **fields: _Codec) -> None:
+        names = [f.name for f in attrs.fields(cls)]
+        if names != list(fields):
+            raise TypeError(f"{cls.__name__}: the table names {list(fields)}, not {names}")
+        self.cls = cls
+        self.fields = tuple(fields.items())
+
+    def write(self, w: _Writer, v: Any) -> None:
+        for name, codec in self.fields:
+            codec.write(w, getattr(v, name))
+
+    def read(self, r: _Reader) -> Any:
+        return self.cls(**{name: codec.read(r) for name, codec in self.fields})
+
+
+class _Union(_Codec):
+    """u8 kind + that kind's record."""
+
+    def __init__(self, name: str, kinds: Mapping[int, _Record]) -> None:
+        self.name = name
+        self.kinds = dict(kinds)
+
+    def write(self, w: _Writer, v: Any) -> None:
+        for kind, record in self.kinds.items():
+            if isinstance(v, record.cls):
+                _U8.write(w, kind)
+                record.write(w, v)
+                return
+        raise LobbyProtocolError(f"not a {self.name}: {v!r}")
+
+    def read(self, r: _Reader) -> Any:
+        kind = _U8.read(r)
+        record = self.kinds.get(kind)
+        if record is None:
+            raise LobbyProtocolError(f"unknown {self.name} kind {kind}")
+        return record.read(r)
+
+
+# fmt: off
+_FILTERS: Final = _List(_U8, _Union("filter", {
+    0: _Record(StringEquals, key=_STR8, value=_STR16),
+    1: _Record(NumberRange, key=_STR8, low=_I64, high=_I64),
+    2: _Record(FreeSlots, minimum=_U16),
+}), "at most 255 filters")
+_PRESENCE: Final = _Enum(Presence, _U8, "presence")
+_MEMBER: Final = _Record(MemberState, member_id=_STR8, join_seq=_U32, ready=_BOOL,
+                         presence=_PRESENCE, attributes=_VALUES)
+_SNAPSHOT: Final = _Record(
+    LobbySnapshot, lobby_id=_U64, version=_U64, name=_STR8, max_members=_U16, private=_BOOL,
+    join_code=_STR8, locked=_BOOL, owner=_STR8, metadata=_VALUES,
+    bans=_List(_U8, _STR8, "at most 255 bans"), members=_List(_U16, _MEMBER, "too many members"),
+)
+_LISTING: Final = _Record(LobbyListing, lobby_id=_U64, name=_STR8, member_count=_U16,
+                          max_members=_U16, metadata=_VALUES, home=_STR8)
+# fmt: on
+
+
+class _Message(_Record):
+    """A record that is a message: its type byte and the channel it travels on."""
+
+    def __init__(self, kind: MessageType, channel: Channel, cls: type, **fields: _Codec) -> None:
+        super().__init__(cls, **fields)
+        self.kind = kind
+        self.type_byte = bytes((kind,))
+        self.channel = channel
+
+
+def _request(kind: MessageType, cls: type, **fields: _Codec) -> _Message:
+    """A request or a reply: on the requests channel, its request id first."""
+    return _Message(kind, Channel.REQUESTS, cls, request_id=_U32, **fields)
+
+
+def _lobby_op(kind: MessageType, cls: type, **fields: _Codec) -> _Message:
+    """A request about one lobby: request id, lobby id, then `fields`."""
+    return _request(kind, cls, lobby_id=_U64, **fields)
+
+
+def _update(kind: MessageType, cls: type, **fields: _Codec) -> _Message:
+    """A state update: lobby id, the version it produces, then `fields`."""
+    return _Message(kind, Channel.UPDATES, cls, lobby_id=_U64, version=_U64, **fields)
+
+
+# One entry per message type: type byte, (channel,) class, and its fields after the common ones.
+# fmt: off
+_MESSAGES: Final = (
+    # requests (client -> server)
+    _request(MessageType.CREATE_LOBBY, CreateLobby,
+             name=_STR8, max_members=_U16, private=_BOOL, metadata=_VALUES),
+    _lobby_op(MessageType.JOIN_LOBBY, JoinLobby),
+    _request(MessageType.JOIN_BY_CODE, JoinByCode, code=_STR8),
+    _request(MessageType.QUICK_JOIN, QuickJoin, filters=_FILTERS),
+    _lobby_op(MessageType.LEAVE_LOBBY, LeaveLobby),
+    _request(MessageType.SEARCH_LOBBIES, SearchLobbies,
+             filters=_FILTERS, cursor=_OPT_U64, limit=_U16),
+    _lobby_op(MessageType.SET_METADATA, SetMetadata, changes=_CHANGES),
+    _lobby_op(MessageType.SET_LOCKED, SetLocked, locked=_BOOL),
+    _lobby_op(MessageType.KICK_MEMBER, KickMember, member_id=_STR8),
+    _lobby_op(MessageType.BAN_MEMBER, BanMember, member_id=_STR8),
+    _lobby_op(MessageType.TRANSFER_OWNER, TransferOwner, member_id=_STR8),
+    _lobby_op(MessageType.SET_ATTRIBUTES, SetAttributes, member_id=_STR8, changes=_CHANGES),
+    _lobby_op(MessageType.SET_READY, SetReady, member_id=_STR8, ready=_BOOL),
+    _Message(MessageType.SEND_CHAT, Channel.CHAT, SendChat,
+             request_id=_U32, lobby_id=_U64, text=_STR16),
+    _request(MessageType.RECREATE_LOBBY, RecreateLobby, snapshot=_SNAPSHOT, seat=_BYTES16),
+    _lobby_op(MessageType.START_GAME, StartGame),
+    # replies (server -> client)
+    _request(MessageType.REFUSAL, Refusal,
+             code=_Enum(ErrorCode, _U16, "error code"), message=_STR16),
+    _request(MessageType.DONE, Done),
+    _request(MessageType.LOBBY_JOINED, LobbyJoined, lobby_id=_U64, seat=_BYTES16),
+    _request(MessageType.SEARCH_RESULTS, SearchResults,
+             listings=_List(_U8, _LISTING, "at most 255 listings per page"),
+             next_cursor=_OPT_U64),
+    # state updates (server -> members)
+    _Message(MessageType.LOBBY_SNAPSHOT, Channel.UPDATES, LobbySnapshot, **dict(_SNAPSHOT.fields)),
+    _update(MessageType.MEMBER_JOINED, MemberJoined, member=_MEMBER),
+    _update(MessageType.MEMBER_LEFT, MemberLeft,
+            member_id=_STR8, reason=_Enum(LeaveReason, _U8, "leave reason")),
+    _update(MessageType.OWNER_CHANGED, OwnerChanged, owner=_STR8),
+    _update(MessageType.METADATA_CHANGED, MetadataChanged, changes=_CHANGES),
+    _update(MessageType.LOCK_CHANGED, LockChanged, locked=_BOOL),
+    _update(MessageType.ATTRIBUTES_CHANGED, AttributesChanged, member_id=_STR8, changes=_CHANGES),
+    _update(MessageType.READY_CHANGED, ReadyChanged, member_id=_STR8, ready=_BOOL),
+    _update(MessageType.PRESENCE_CHANGED, PresenceChanged, member_id=_STR8, presence=_PRESENCE),
+    _update(MessageType.MEMBER_BANNED, MemberBanned, member_id=_STR8),
+    # Not a state change (no version), but ordered with the start's changes.
+    _Message(MessageType.GAME_STARTING, Channel.UPDATES, GameStarting,
+             lobby_id=_U64, server_id=_STR8, address=_STR8, ticket=_BYTES16),
+    # chat (server -> members)
+    _Message(MessageType.CHAT_LINE, Channel.CHAT, ChatLine,
+             lobby_id=_U64, member_id=_STR8, text=_STR16),
+)
+# fmt: on
+_BY_KIND: Final = {m.kind: m for m in _MESSAGES}
+_BY_CLASS: Final = {m.cls: m for m in _MESSAGES}
+if set(_BY_KIND) != set(MessageType) or not len(_BY_KIND) == len(_BY_CLASS) == len(_MESSAGES):
+    raise TypeError("every message type has exactly one table entry")  # pragma: no cover
+# Requests are numbered below the replies (MessageType).
+_REQUEST_TYPES: Final = tuple(m.cls for m in _MESSAGES if m.kind < MessageType.REFUSAL)
+
+
+def _entry_of(msg: object) -> _Message | None:
+    entry = _BY_CLASS.get(type(msg))
+    if entry is None:  # (a subclass of a message)
+        entry = next((m for m in _MESSAGES if isinstance(msg, m.cls)), None)
+    return entry
+
+
+def channel_of(msg: Message) -> Channel:
+    """The logical channel `msg` is sent on."""
+    entry = _entry_of(msg)
+    return Channel.REQUESTS if entry is None else entry.channel
+
+
+def encode(msg: Message) -> bytes:
+    """The wire form of `msg`. Raises LobbyProtocolError for a record that cannot be encoded
+    (a number out of range, a string too long for its field, a message over MAX_MESSAGE_BYTES).
+    """
+    entry = _entry_of(msg)
+    if entry is None:
+        raise LobbyProtocolError(f"not a lobby message: {msg!r}")
+    return _encode(entry.type_byte, entry, msg, MAX_MESSAGE_BYTES, "message of {} bytes exceeds {}")
+
+
+def _encode(head: bytes, codec: _Codec, value: Any, limit: int, too_long: str) -> bytes:
+    """`head` + `value` as `codec` writes it, at most `limit` bytes (else the error is
+    `too_long` formatted with the size and the limit)."""
+    w = _Writer()
+    w.parts.append(head)
+    codec.write(w, value)
+    data = w.data()
+    if len(data) > limit:
+        raise LobbyProtocolError(too_long.format(len(data), limit))
+    return data
 
 
 def parse_message_untrusted(data: bytes | bytearray | memoryview) -> Message:
@@ -1115,12 +945,11 @@ def parse_message_untrusted(data: bytes | bytearray | memoryview) -> Message:
     if len(data) == 0:
         raise LobbyProtocolError("empty message")
     r = _Reader(bytes(data))
-    type_byte = r.u8()
-    try:
-        kind = MessageType(type_byte)
-    except ValueError:
-        raise LobbyProtocolError(f"unknown message type 0x{type_byte:02x}") from None
-    msg = _decode(r, kind)
+    type_byte = _U8.read(r)
+    entry = _BY_KIND.get(type_byte)  # type: ignore[call-overload]
+    if entry is None:
+        raise LobbyProtocolError(f"unknown message type 0x{type_byte:02x}")
+    msg: Message = entry.read(r)
     r.end()
     return msg
 
@@ -1133,7 +962,7 @@ def parse_request_untrusted(data: bytes | bytearray | memoryview) -> Request:
     msg = parse_message_untrusted(data)
     if not isinstance(msg, _REQUEST_TYPES):
         raise LobbyProtocolError(f"{type(msg).__name__} is not a request")
-    return msg
+    return msg  # type: ignore[return-value]
 
 
 def parse_server_message_untrusted(
@@ -1143,4 +972,4 @@ def parse_server_message_untrusted(
     msg = parse_message_untrusted(data)
     if isinstance(msg, _REQUEST_TYPES):
         raise LobbyProtocolError(f"{type(msg).__name__} is a request, not a server message")
-    return msg
+    return msg  # type: ignore[return-value]

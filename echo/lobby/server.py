@@ -21,7 +21,10 @@ Why the pieces are shaped as they are:
   (counted); an update that finds `updates_backlog` closes its session (it comes back with a
   snapshot: updates carry versions).
 - **Reconnection.** A dropped session leaves the seat RECONNECTING for the grace period
-  (`LobbyConfig.reconnect_grace`); a new session of the member with its seat takes it back.
+  (`LobbyConfig.reconnect_grace`); a new session of the member with its seat takes it back,
+  and so does one from the very client that was seated (its hello secret, `SeatBindings`),
+  which may never have learned its seat: the LobbyJoined that carried it was lost. Every
+  session that takes a seat is sent a LobbyJoined (request id 0) with its seat again.
 - **Many servers.** The server only creates lobbies (and join codes) whose home is itself on
   the consistent-hashing ring of the lobby-server list, so members find a lobby's home from its
   id alone. Listings go out on a topic (soft state, refreshed) and other servers' listings come
@@ -32,6 +35,7 @@ Why the pieces are shaped as they are:
 
 from __future__ import annotations
 
+import hmac
 import math
 import secrets
 import time
@@ -51,7 +55,13 @@ from echo.lobby.games import (
     encode_announcement,
     parse_announcement_untrusted,
 )
-from echo.lobby.hello import HelloError, encode_welcome, parse_hello_untrusted
+from echo.lobby.hello import (
+    Hello,
+    HelloError,
+    SeatBindings,
+    encode_welcome,
+    parse_hello_untrusted,
+)
 from echo.lobby.home import home_of
 from echo.lobby.limits import LobbyConfig, TokenBucket
 from echo.lobby.listings import (
@@ -149,11 +159,12 @@ class _Conn:
     """One member's live session and its channels (None until they are open: what is sent
     to it meanwhile waits in `pending`)."""
 
-    __slots__ = ("channels", "closing", "member_id", "pending", "session")
+    __slots__ = ("channels", "closing", "member_id", "pending", "secret", "session")
 
-    def __init__(self, member_id: str, session: Session) -> None:
+    def __init__(self, member_id: str, session: Session, secret: bytes = b"") -> None:
         self.member_id = member_id
         self.session = session
+        self.secret = secret  # its hello's: a seat taken on this session is bound to it
         self.channels: Channels | None = None
         self.pending: list[tuple[Channel, bytes]] = []
         self.closing: str | None = None
@@ -217,6 +228,7 @@ class LobbyServer:
             transport_config=transport_config or lobby_server_timers(),
         )
         self.conns: dict[str, _Conn] = {}
+        self.bindings = SeatBindings()
         self.counters: Counter[str] = Counter()
         self.topic_client: Any = None
         self._wake_expiry = trio.Event()
@@ -284,10 +296,11 @@ class LobbyServer:
     # ------------------------------------------------------------------ one member's session
 
     async def _app(self, session: Session) -> None:
-        member_id = await self._authenticate(session)
-        if member_id is None:
+        hello = await self._authenticate(session)
+        if hello is None:
             return
-        conn = _Conn(member_id, session)
+        member_id = hello.member_id
+        conn = _Conn(member_id, session, hello.secret)
         old = self.conns.get(member_id)
         self.conns[member_id] = conn
         try:
@@ -310,6 +323,7 @@ class LobbyServer:
                 else:
                     self._deliver(self.registry.reconnected(member_id, trio.current_time()))
                     self._wake_expiry.set()
+                self._seat_taken(conn)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_quietly, self._read_chat, conn)
                     await _quietly(self._read_requests, conn)
@@ -323,8 +337,20 @@ class LobbyServer:
                 self._deliver(self.registry.disconnected(member_id, trio.current_time()))
                 self._wake_expiry.set()
 
-    async def _authenticate(self, session: Session) -> str | None:
-        """The hello: the member id, and its seat if it sits in a lobby here."""
+    def _seat_taken(self, conn: _Conn) -> None:
+        """A session of a seated member was let in: the seat is now its client's, and the
+        member is told its seat again, which it may never have had (a lost LobbyJoined)."""
+        member_id = conn.member_id
+        lobby_id = self.registry.lobby_of(member_id)
+        if lobby_id is None:
+            return
+        self.bindings.bind(member_id, lobby_id, conn.secret)
+        # Request id 0 (no client uses it): not the answer to a request, the seat again.
+        self._reply(member_id, LobbyJoined(0, lobby_id, self.seats.issue(lobby_id, member_id)))
+
+    async def _authenticate(self, session: Session) -> Hello | None:
+        """The hello: the member id, and its seat (or the secret of the client that was
+        seated) if it sits in a lobby here."""
         with trio.move_on_after(self.config.hello_timeout):
             data = await session.receive()
             try:
@@ -341,15 +367,21 @@ class LobbyServer:
                 return None
             lobby_id = self.registry.lobby_of(member_id)
             if lobby_id is not None and not self.seats.check(hello.seat, lobby_id, member_id):
-                # Seated here (connected or reconnecting): only its own seat takes it back.
-                self.counters["hellos_refused"] += 1
-                await session.close("member seated in a lobby here: its seat is needed")
-                return None
-            if lobby_id is None and member_id in self.conns:
+                # Seated here (connected or reconnecting): only its own seat takes it back, or
+                # the client that was seated, which may never have received its seat.
+                if not self.bindings.holds(member_id, lobby_id, hello.secret):
+                    self.counters["hellos_refused"] += 1
+                    await session.close("member seated in a lobby here: its seat is needed")
+                    return None
+                self.counters["seats_reclaimed"] += 1
+            live = self.conns.get(member_id)
+            if lobby_id is None and live is not None and not _same_client(live, hello):
+                # (The same client coming back on a new session replaces its old one, which
+                # this side has not seen die yet.)
                 self.counters["hellos_refused"] += 1
                 await session.close("member id in use")
                 return None
-            return member_id
+            return hello
         self.counters["hellos_timed_out"] += 1
         await session.close("no hello")
         return None
@@ -399,6 +431,11 @@ class LobbyServer:
             self._refused(member_id, type(request).__name__, reply.code)
         else:
             self._note(member_id, request, reply, handled.sends, before)
+        if isinstance(reply, LobbyJoined):
+            # Seated on this session: its client may take the seat back by its secret alone,
+            # should this reply never reach it.
+            conn = self.conns.get(member_id)
+            self.bindings.bind(member_id, reply.lobby_id, b"" if conn is None else conn.secret)
         self._reply(member_id, reply)
         self._deliver(handled.sends)
         self._wake_expiry.set()
@@ -454,6 +491,7 @@ class LobbyServer:
                     members=self.registry.member_count(message.lobby_id) or 0,
                 )
             elif isinstance(message, MemberLeft):
+                self.bindings.forget(message.member_id, message.lobby_id)
                 count = self.registry.member_count(message.lobby_id)
                 self._emit(
                     "lobby_left",
@@ -598,6 +636,11 @@ async def _quietly(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         await fn(*args)
     except _GONE:
         pass
+
+
+def _same_client(conn: _Conn, hello: Hello) -> bool:
+    """Is `hello` from the client of `conn` (both carry the same secret)?"""
+    return bool(hello.secret) and hmac.compare_digest(conn.secret, hello.secret)
 
 
 def code_home(ring: HashRing, code: str) -> str:

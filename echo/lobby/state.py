@@ -459,6 +459,11 @@ class LobbyRegistry:
 
     def _create(self, member_id: str, req: CreateLobby, now: float) -> Reply:
         self._rate(member_id, "create", self.config.create_limit, now)
+        made = self._lobby_of_member(member_id)
+        if made is not None and _is_its_create(made, member_id, req):
+            # The same create again: its reply was lost (or came after the member gave up),
+            # so it asks again. The lobby it made is its answer, not ALREADY_IN_LOBBY.
+            return self._join(member_id, made, req.request_id, now)
         self._not_elsewhere(member_id, None)
         if len(self._lobbies) >= self.config.max_lobbies:
             _refuse(ErrorCode.SERVER_FULL, "this server holds its maximum number of lobbies")
@@ -490,7 +495,9 @@ class LobbyRegistry:
     def _join(self, member_id: str, lobby: _Lobby, request_id: int, now: float) -> Reply:
         seat = lobby.members.get(member_id)
         if seat is not None:
-            # A retried join, or a member claiming its kept seat: give it the state again.
+            # A retried join (its reply was lost), or a member claiming its kept seat: the
+            # same LobbyJoined (with its seat) and the state again.
+            self.counters["joins_repeated"] += 1
             if seat.presence is Presence.CONNECTED:
                 self._out.append(Send((member_id,), lobby.snapshot()))
             else:
@@ -519,6 +526,15 @@ class LobbyRegistry:
     def _quick_join(self, member_id: str, req: QuickJoin, now: float) -> Reply:
         self._rate(member_id, "search", self.config.search_limit, now)
         self._check_filters(req.filters)
+        seated = self._lobby_of_member(member_id)
+        if (
+            seated is not None
+            and not seated.private
+            and self._matches(seated, req.filters, own_seat=True)
+        ):
+            # A retried quick-join (its reply was lost): the lobby it was put in still
+            # matches, counting its own seat as free, so that lobby is the answer.
+            return self._join(member_id, seated, req.request_id, now)
         self._not_elsewhere(member_id, None)
         best: _Lobby | None = None
         for lobby in self._candidates(req.filters):
@@ -1044,9 +1060,11 @@ class LobbyRegistry:
                 yield lobby
 
     @staticmethod
-    def _matches(lobby: _Lobby, filters: Iterable[Filter]) -> bool:
+    def _matches(lobby: _Lobby, filters: Iterable[Filter], *, own_seat: bool = False) -> bool:
+        """`own_seat`: the asking member sits in `lobby`, so its seat counts as free."""
         # Kept apart from _listing_matches (same rules): the local walk must not build a
         # listing per lobby it merely looks at.
+        taken = len(lobby.members) - (1 if own_seat else 0)
         for f in filters:
             if isinstance(f, StringEquals):
                 if lobby.metadata.get(f.key) != f.value:
@@ -1056,7 +1074,7 @@ class LobbyRegistry:
                 if not isinstance(v, int) or not f.low <= v <= f.high:
                     return False
             elif isinstance(f, FreeSlots):
-                if lobby.max_members - len(lobby.members) < f.minimum:
+                if lobby.max_members - taken < f.minimum:
                     return False
         return True
 
@@ -1211,6 +1229,24 @@ class LobbyRegistry:
                 _refuse(ErrorCode.FILTER_INVALID, f"{f.key!r} is not an indexed key")
             if isinstance(f, NumberRange) and f.low > f.high:
                 _refuse(ErrorCode.FILTER_INVALID, "a range's low end is above its high end")
+
+
+def _is_its_create(lobby: _Lobby, member_id: str, req: CreateLobby) -> bool:
+    """Is `lobby` what `req` made, asked again by its owner (a retry, not a second lobby)?"""
+    return (
+        lobby.owner == member_id
+        and lobby.name == req.name
+        and lobby.max_members == req.max_members
+        and lobby.private == req.private
+        and len(lobby.metadata) == len(req.metadata)
+        # (type too: 1 and True are equal in Python, not on the wire)
+        and all(
+            key in lobby.metadata
+            and type(lobby.metadata[key]) is type(v)
+            and lobby.metadata[key] == v
+            for key, v in req.metadata.items()
+        )
+    )
 
 
 def _listing_matches(listing: LobbyListing, filters: Iterable[Filter]) -> bool:

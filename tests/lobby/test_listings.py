@@ -32,6 +32,23 @@ from tests.lobby.lab import CONFIG, Lab
 REMOTE = LobbyListing(7, "far room", 2, 4, {"mode": "ffa", "skill": 3}, "lobby-b")
 
 
+@pytest.mark.parametrize(
+    ("record", "golden"),
+    [
+        # Pinned before the lobby codec became table-driven: its refactoring kept every byte.
+        (
+            LobbyListing(77, "room", 3, 8, {"mode": "ffa", "skill": -1}, "lobby-b"),
+            "0100000000000000004d04726f6f6d0003000802046d6f646500000366666105736b696c6c01ffffffff"
+            "ffffffff076c6f6262792d62",
+        ),
+        (ListingGone(2**64 - 1, "h"), "0101ffffffffffffffff0168"),
+    ],
+)
+def test_records_keep_their_bytes(record: LobbyListing | ListingGone, golden: str) -> None:
+    assert encode_listing_record(record).hex() == golden
+    assert parse_listing_record_untrusted(bytes.fromhex(golden)) == record
+
+
 def test_records_round_trip_and_refuse_hostile_bytes() -> None:
     for record in (REMOTE, ListingGone(7, "lobby-b")):
         data = encode_listing_record(record)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from echo.lobby.limits import LobbyConfig, RateLimit
@@ -146,6 +147,59 @@ def test_a_member_is_in_one_lobby_at_a_time() -> None:
     lab.refused("a", JoinLobby(lab.rid(), second), ErrorCode.ALREADY_IN_LOBBY)
     lab.ok("a", LeaveLobby(lab.rid(), first))
     lab.ok("a", JoinLobby(lab.rid(), second))
+
+
+def test_a_create_asked_again_is_answered_with_the_lobby_it_made() -> None:
+    # Its reply was lost (or came after the member gave up): the same create again.
+    lab = Lab()
+    request = CreateLobby(lab.rid(), "room", 4, False, {"mode": "duel", "skill": 3})
+    made = lab.ok("a", request)
+    assert isinstance(made, LobbyJoined)
+    lab.ok("b", JoinLobby(lab.rid(), made.lobby_id))
+    handled = lab.do("a", attrs.evolve(request, request_id=lab.rid()))
+    assert isinstance(handled.reply, LobbyJoined) and handled.reply.lobby_id == made.lobby_id
+    assert [s.to for s in handled.sends] == [("a",)]  # its state again, nobody else told
+    assert isinstance(handled.sends[0].message, LobbySnapshot)
+    assert lab.reg.lobby_ids() == [made.lobby_id] and lab.reg.counters["lobbies_created"] == 1
+    # Anything but the very same create is a second lobby: refused.
+    for other in (
+        CreateLobby(lab.rid(), "room", 4, False, {"mode": "duel"}),
+        CreateLobby(lab.rid(), "room", 4, False, {"mode": "duel", "skill": 4}),
+        CreateLobby(lab.rid(), "room", 4, False, {"mode": "duel", "skill": True}),  # type: ignore[dict-item]
+        CreateLobby(lab.rid(), "room", 5, False, {"mode": "duel", "skill": 3}),
+        CreateLobby(lab.rid(), "room", 4, True, {"mode": "duel", "skill": 3}),
+        CreateLobby(lab.rid(), "Room", 4, False, {"mode": "duel", "skill": 3}),
+    ):
+        lab.refused("a", other, ErrorCode.ALREADY_IN_LOBBY)
+    # Only its owner's: a member who joined it creating the same lobby is refused.
+    lab.refused("b", attrs.evolve(request, request_id=lab.rid()), ErrorCode.ALREADY_IN_LOBBY)
+    lab.check_replicas()
+
+
+def test_a_quick_join_asked_again_is_answered_with_the_lobby_it_joined() -> None:
+    lab = Lab()
+    lobby_id = lobby_with(lab, "a", "b", size=3, mode="duel")
+    ask = QuickJoin(lab.rid(), (StringEquals("mode", "duel"), FreeSlots(1)))
+    assert lab.ok("c", ask) == LobbyJoined(ask.request_id, lobby_id)
+    # The lobby is full now, but the member's own seat counts as free for its own retry.
+    again = attrs.evolve(ask, request_id=lab.rid())
+    assert lab.ok("c", again) == LobbyJoined(again.request_id, lobby_id)
+    assert len(lab.reg.snapshot(lobby_id).members) == 3
+    # A quick-join its lobby does not match is one for another lobby: refused.
+    for filters in ((StringEquals("mode", "ffa"),), (FreeSlots(2),)):
+        lab.refused("c", QuickJoin(lab.rid(), filters), ErrorCode.ALREADY_IN_LOBBY)
+    lab.check_replicas()
+
+
+def test_a_join_by_code_asked_again_is_answered_with_the_lobby() -> None:
+    lab = Lab()
+    lobby_id = create(lab, "a", private=True)
+    code = lab.reg.snapshot(lobby_id).join_code
+    for _ in range(2):
+        assert lab.ok("b", JoinByCode(lab.rid(), code)).lobby_id == lobby_id
+    assert lab.ok("b", JoinLobby(lab.rid(), lobby_id)).lobby_id == lobby_id  # (private: a member)
+    assert lab.reg.counters["joins"] == 1 and lab.reg.counters["joins_repeated"] == 2
+    lab.check_replicas()
 
 
 def test_server_full() -> None:
