@@ -599,13 +599,15 @@ async def _client(
                         )
                         status = 3
                     except (ValueError, IndexError) as error:
+                        # An IndexError is an argument the command needs and did not get.
+                        why = "missing argument" if isinstance(error, IndexError) else str(error)
                         out(
                             "refused",
                             "BAD_COMMAND",
-                            str(error) or "missing argument",
+                            why,
                             command=words[0],
                             code="BAD_COMMAND",
-                            message=str(error),
+                            message=why,
                         )
                         status = 3
                 nursery.cancel_scope.cancel()
@@ -613,6 +615,24 @@ async def _client(
         click.echo(f"echo-lobby-client: {error}", err=True)
         return 1
     return status
+
+
+def _whole_number(text: str, what: str) -> int:
+    """A command's integer argument, or a ValueError that says which and why (not int()'s)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{what} is a whole number, not {text!r}") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"SECONDS is a number, not {text!r}") from None
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"SECONDS is 0 or more, not {text!r}")
+    return seconds
 
 
 async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
@@ -628,7 +648,7 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
             lobby_id = await lobby.create(name, size, private=private, metadata=_pairs(rest))
             out("joined", lobby_id, lobby.server, lobby_id=lobby_id, server=lobby.server)
         case "join":
-            lobby_id = await lobby.join(int(args[0]))
+            lobby_id = await lobby.join(_whole_number(args[0], "LOBBY_ID"))
             out("joined", lobby_id, lobby.server, lobby_id=lobby_id, server=lobby.server)
         case "code":
             lobby_id = await lobby.join_code(args[0])
@@ -681,7 +701,7 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
         case "start":
             await lobby.start()
         case "sleep":
-            await trio.sleep(float(args[0]))
+            await trio.sleep(_seconds(args[0]))
         case "state":
             replica = lobby.replica
             if replica is None:

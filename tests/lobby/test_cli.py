@@ -171,6 +171,23 @@ def test_a_lobby_through_the_line_client(lobby: tuple[int, Path]) -> None:
         assert name in names
 
 
+def test_malformed_arguments_are_refused_with_what_was_expected(lobby: tuple[int, Path]) -> None:
+    port, _ = lobby
+    result = run(
+        [*CLIENT, "--servers", f"127.0.0.1:{port}", "--member", "typo"],
+        stdin="join twelve\nsleep soon\nsleep -1\njoin\ncreate room\nstate\n",
+    )
+    lines = result.stdout.splitlines()
+    assert "refused BAD_COMMAND LOBBY_ID is a whole number, not 'twelve' command=join" in lines
+    assert "refused BAD_COMMAND SECONDS is a number, not 'soon' command=sleep" in lines
+    assert "refused BAD_COMMAND SECONDS is 0 or more, not '-1' command=sleep" in lines
+    assert "refused BAD_COMMAND missing argument command=join" in lines
+    # Nothing was lost: the commands after the bad ones still ran.
+    assert any(line.startswith("joined ") for line in lines), lines
+    assert any(line.startswith("state ") and line != "state none" for line in lines), lines
+    assert result.returncode == 3
+
+
 def test_a_wait_that_times_out_exits_4(lobby: tuple[int, Path]) -> None:
     port, _ = lobby
     result = run(
