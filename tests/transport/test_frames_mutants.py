@@ -22,6 +22,7 @@ from echo.transport.frames import (
     FrameError,
     FrameType,
     Nak,
+    ResponseSetup,
     Rttm,
     Setup,
     StatusMessage,
@@ -189,6 +190,7 @@ def test_a_run_continues_across_several_segments() -> None:
         Rttm(session_id=2**31, stream_id=0, echo_timestamp_ns=0, reception_delta_ns=0,
              receiver_id=0),
         ErrorFrame(session_id=2**31, stream_id=0, receiver_id=0, error_code=0, message="x"),
+        ResponseSetup(session_id=0, stream_id=0, response_session_id=2**31),
     ],
 )
 def test_an_encode_error_names_the_record(record: object) -> None:
