@@ -1,4 +1,5 @@
-"""Frame codec rules that mutation testing (./dev mutate frames) showed no fast test held.
+"""Frame codec rules that mutation testing (./dev mutate frames wireformat) showed no fast test
+held (the records and encoders are wireformat.py's, the untrusted decoders frames.py's).
 
 The receiver's two fast paths, `parse_data_untrusted` and `parse_data_run_untrusted` (UDP GRO),
 were only exercised through the sender and the driver; here each of their checks is held on
@@ -12,6 +13,7 @@ import struct
 import pytest
 
 from echo.transport.frames import (
+    COMMON_HEADER_STRUCT,
     DATA_HEADER_STRUCT,
     ERR_HAS_GROUP_TAG_FLAG,
     ERR_STRUCT,
@@ -22,6 +24,7 @@ from echo.transport.frames import (
     FrameError,
     FrameType,
     Nak,
+    ResponseSetup,
     Rttm,
     Setup,
     StatusMessage,
@@ -189,6 +192,7 @@ def test_a_run_continues_across_several_segments() -> None:
         Rttm(session_id=2**31, stream_id=0, echo_timestamp_ns=0, reception_delta_ns=0,
              receiver_id=0),
         ErrorFrame(session_id=2**31, stream_id=0, receiver_id=0, error_code=0, message="x"),
+        ResponseSetup(session_id=0, stream_id=0, response_session_id=2**31),
     ],
 )
 def test_an_encode_error_names_the_record(record: object) -> None:
@@ -260,3 +264,77 @@ def test_iterating_a_control_frame_names_it() -> None:
         "not_data",
         "Nak is not a DATA/PAD datagram",
     )
+
+
+# ------------------------------------------------------------------ what each rejection says
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason", "detail"),
+    [
+        (bytes(5), "too_short", "datagram of 5 bytes is shorter than a header"),
+        # A whole common header is enough to name the version and the type.
+        (COMMON_HEADER_STRUCT.pack(8, 1, 0, FrameType.SM), "bad_version", "version 1, expected 0"),
+        (COMMON_HEADER_STRUCT.pack(8, 0, 0, FrameType.SM), "too_short",
+         "SM datagram of 8 bytes, needs 36"),
+        (frame(64, 0, version=3), "bad_version", "version 3, expected 0"),
+        (Nak(1, 2, 3, 0, 64).encode()[:27], "too_short", "NAK datagram of 27 bytes, needs 28"),
+        (struct.pack("<i", 29) + Nak(1, 2, 3, 0, 64).encode()[4:], "length_mismatch",
+         "NAK frame_length 29 outside [28, 28] (datagram length)"),
+        (frame(64, 0)[:31], "too_short", "data datagram of 31 bytes, needs 32"),
+        (frame(64, 0) + bytes(1), "bad_alignment",
+         "data datagram of 65 bytes is not a multiple of 32"),
+        (frame(64, -32), "bad_field", "negative term_offset -32"),
+        (frame(64, 65), "bad_alignment", "term_offset 65 is not a multiple of 32"),
+        (frame(0, 0) + bytes(32), "bad_data_chain",
+         "heartbeat in a datagram of 64 bytes, expected 32"),
+        (frame(64, 0) + frame(64, 64, version=2), "bad_version",
+         "frame at datagram offset 64: version 2"),
+        (frame(64, 0) + frame(64, 64, frame_type=FrameType.SM), "bad_data_chain",
+         "frame at datagram offset 64: type 0x3 in data"),
+        (frame(64, 0) + frame(64, 64, session=SESSION + 1), "bad_data_chain",
+         "frame at datagram offset 64: session/stream/term 8/1001/3 differ from the first"
+         " frame's 7/1001/3"),
+        (frame(64, 0) + frame(64, 96), "bad_data_chain",
+         "frame at datagram offset 64: term_offset 96, expected 64"),
+        (frame(64, 0) + frame(100, 64, frame_type=FrameType.PAD), "bad_alignment",
+         "PAD at datagram offset 64: frame_length 100 not a multiple of 32"),
+        (frame(64, 0, frame_type=FrameType.PAD) + frame(64, 64), "bad_data_chain",
+         "PAD at datagram offset 0 is not the last frame"),
+    ],
+)
+def test_every_rejection_says_what_and_where(wire: bytes, reason: str, detail: str) -> None:
+    # The reason is the drop counter's name; the detail is what an operator reads in the log.
+    with pytest.raises(FrameError) as raised:
+        parse_datagram_untrusted(wire)
+    assert (raised.value.reason, raised.value.detail) == (reason, detail)
+    assert str(raised.value) == f"{reason}: {detail}"
+
+
+def test_an_empty_err_message_parses() -> None:
+    parsed = parse_datagram_untrusted(_err(b""))
+    assert isinstance(parsed, ErrorFrame)
+    assert (parsed.error_code, parsed.message) == (4, "")
+
+
+@pytest.mark.parametrize(
+    ("lengths", "segment"),
+    [
+        ([64, 32], 64),  # the last datagram a lone frame of a bare header
+        ([32, 32, 64], 64),  # bare-header frames inside a datagram of the run
+    ],
+)
+def test_a_run_may_hold_frames_of_a_bare_header(lengths: list[int], segment: int) -> None:
+    # A frame of 32 bytes is a DATA frame with an empty payload (an empty message), not a
+    # heartbeat (frame_length 0) nor a truncated header.
+    assert parse_data_run_untrusted(run(lengths), segment) == (
+        lengths[0], UNFRAGMENTED_FLAGS, FrameType.DATA, 0, SESSION, STREAM, TERM, 0
+    )
+
+
+@pytest.mark.parametrize("data", [b"", bytes(16), bytes(31)])
+def test_no_segment_size_is_no_run_even_for_a_runt(data: bytes) -> None:
+    # The run parser never raises: without a segment size there is no run to look into, and
+    # the datagram is left to the full parser with its own checks and counters.
+    assert parse_data_run_untrusted(data, 0) is None
+    assert parse_data_run_untrusted(data, -32) is None

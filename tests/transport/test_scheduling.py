@@ -6,6 +6,10 @@ An offer that goes out at once pushes the publication's next deadline later: wit
 every millisecond never needs its probe. The timer heap used to keep the entry of the first
 offer's probe, and the loop serviced the socket 2 ms after it for nothing, again and again.
 Virtual time on the memory network, so a second of offers costs no real second.
+
+The rest hold the heap itself (timerheap.py) with stand-in sockets, no clock and no trio run:
+superseded and closed entries, the lend checks of lent receive sockets (sockets.Lending) and
+the sleeping loop's alarm. `./dev mutate timerheap` runs them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import trio.testing
 
 from echo.transport import TransportConfig, open_transport
 from echo.transport.driver import Driver
-from echo.transport.sockets import DriverSocket, TimerHandle
+from echo.transport.sockets import DriverSocket, Lending, TimerHandle
 from echo.transport.testing import MemoryNetwork
 from echo.transport.timerheap import TimerHeap
 
@@ -152,11 +156,131 @@ def test_a_sleeping_loops_alarm_moves_with_the_deadline() -> None:
     assert timers.sleep_until == -math.inf
 
 
-class _FakeSocket:
-    """What the timer heap reads of a socket."""
+def test_a_closed_sockets_entry_is_skipped_and_the_rest_still_fall_due() -> None:
+    # A closed socket empties its TimerHandle; its entry stays in the heap until it comes up
+    # and must then be passed over, not end the walk or be looked into.
+    timers = TimerHeap()
+    closed, live = _FakeSocket(), _FakeSocket()
+    now = 100.0
+    timers.schedule(closed, now + 1.0, now)  # type: ignore[arg-type]
+    timers.schedule(live, now + 2.0, now)  # type: ignore[arg-type]
+    closed.timer_handle.socket = None
+    assert timers.due(now + 3.0) == [live]
+    # ... and likewise an entry superseded by a nearer one, ahead of another socket's.
+    superseded, other = _FakeSocket(), _FakeSocket()
+    timers.schedule(superseded, now + 6.0, now + 3.0)  # type: ignore[arg-type]
+    timers.schedule(superseded, now + 4.0, now + 3.0)  # type: ignore[arg-type]
+    assert timers.due(now + 4.0) == [superseded]
+    timers.schedule(other, now + 7.0, now + 4.0)  # type: ignore[arg-type]
+    assert timers.due(now + 8.0) == [other]
 
-    def __init__(self) -> None:
+
+def test_a_deadline_rescheduled_unchanged_adds_no_heap_entry() -> None:
+    # The driver reschedules a socket after every service and every offer that goes out at
+    # once, and often to the deadline it already has (the next housekeeping, status message or
+    # heartbeat, which what just happened did not move): that must be no heap work at all, not
+    # one entry per call (each pushed now, then popped and thrown away when it comes up).
+    timers = TimerHeap()
+    udp = _FakeSocket()
+    now = 100.0
+    for _ in range(1000):
+        timers.schedule(udp, now + 1.0, now)  # type: ignore[arg-type]
+    assert len(timers._heap) == 1
+    # ... and a socket with nothing due that is told so again holds no entry at all (one at
+    # infinity never falls due: the heap would only grow).
+    idle = _FakeSocket()
+    for _ in range(1000):
+        timers.schedule(idle, math.inf, now)  # type: ignore[arg-type]
+    assert len(timers._heap) == 1
+    assert timers.due(now + 1.0) == [udp]
+
+
+def test_a_running_loop_has_no_alarm_to_move() -> None:
+    # Awake, the loop works out its next alarm itself before it sleeps again: a deadline set
+    # meanwhile leaves `sleep_until` at -inf and the cancel scope of the last sleep alone.
+    timers = TimerHeap()
+    udp = _FakeSocket()
+    now = 100.0
+    alarm = trio.CancelScope(deadline=now + 10.0)
+    timers.sleeping(alarm)
+    assert timers.sleep_until == now + 10.0
+    timers.awake()
+    timers.schedule(udp, now + 1.0, now)  # type: ignore[arg-type]
+    timers.queue_lend_check(_FakeSocket(Lending()), now + 0.5)  # type: ignore[arg-type]
+    assert timers.sleep_until == -math.inf
+    assert alarm.deadline == now + 10.0
+    assert timers.next_alarm() == now + 0.5
+
+
+def test_a_lend_check_falls_due_at_its_time_and_once() -> None:
+    timers = TimerHeap()
+    lending = Lending()
+    udp = _FakeSocket(lending)
+    now = 100.0
+    when = lending.lend(now)
+    timers.queue_lend_check(udp, when)  # type: ignore[arg-type]
+    assert lending.check_at == when
+    assert timers.next_alarm() == when
+    assert timers.lend_checks_due(when - 0.0005) == []
+    assert timers.lend_checks_due(when) == [udp]  # due at its time, not after it
+    assert lending.check_at == math.inf  # no check pending until the driver queues one
+    assert timers.lend_checks_due(when + 1.0) == []
+    assert timers.next_alarm() == math.inf
+
+
+def test_the_alarm_is_the_earlier_of_a_socket_deadline_and_a_lend_check() -> None:
+    timers = TimerHeap()
+    udp = _FakeSocket()
+    lent = _FakeSocket(Lending())
+    now = 100.0
+    timers.schedule(udp, now + 2.0, now)  # type: ignore[arg-type]
+    timers.queue_lend_check(lent, now + 5.0)  # type: ignore[arg-type]
+    assert timers.next_alarm() == now + 2.0
+    timers.queue_lend_check(lent, now + 1.0)  # type: ignore[arg-type]
+    assert timers.next_alarm() == now + 1.0
+    assert timers.lend_checks_due(now + 1.0) == [lent]
+    assert timers.next_alarm() == now + 2.0
+
+
+def test_a_lend_check_brings_a_sleeping_loops_alarm_forward() -> None:
+    timers = TimerHeap()
+    lent = _FakeSocket(Lending())
+    now = 100.0
+    alarm = trio.CancelScope(deadline=now + 10.0)
+    timers.sleeping(alarm)
+    timers.queue_lend_check(lent, now + 12.0)  # type: ignore[arg-type]
+    assert (alarm.deadline, timers.sleep_until) == (now + 10.0, now + 10.0)
+    timers.queue_lend_check(lent, now + 3.0)  # type: ignore[arg-type]
+    assert (alarm.deadline, timers.sleep_until) == (now + 3.0, now + 3.0)
+
+
+def test_a_given_back_sockets_old_lend_check_does_not_count() -> None:
+    # The socket goes back to its reader (give_back) with its check still in the heap, and is
+    # lent again: only the new check falls due, once, even when both have come.
+    timers = TimerHeap()
+    lending = Lending()
+    udp = _FakeSocket(lending)
+    now = 100.0
+    first = lending.lend(now)
+    timers.queue_lend_check(udp, first)  # type: ignore[arg-type]
+    lending.give_back()
+    second = lending.lend(now + 0.5)
+    timers.queue_lend_check(udp, second)  # type: ignore[arg-type]
+    assert first < second
+    assert timers.lend_checks_due(second) == [udp]
+    # A closed socket's pending check is passed over, and the walk goes on past it.
+    closed, other = _FakeSocket(Lending()), _FakeSocket(Lending())
+    timers.queue_lend_check(closed, now + 2.0)  # type: ignore[arg-type]
+    timers.queue_lend_check(other, now + 3.0)  # type: ignore[arg-type]
+    closed.timer_handle.socket = None
+    assert timers.lend_checks_due(now + 3.0) == [other]
+
+
+class _FakeSocket:
+    """What the timer heap reads of a socket (a receive socket's has its Lending)."""
+
+    def __init__(self, lending: Lending | None = None) -> None:
         self.scheduled = math.inf
         self.queued = math.inf
-        self.lending = None
+        self.lending = lending
         self.timer_handle = TimerHandle(self)  # type: ignore[arg-type]
