@@ -274,7 +274,7 @@ class Child:
     def _errors(self, stream: IO[str]) -> None:
         for line in stream:
             self.errors.append(line.rstrip())
-            del self.errors[:-20]
+            del self.errors[:-400]
 
     def wait_for(self, key: str, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -286,7 +286,8 @@ class Child:
                 left = deadline - time.monotonic()
                 if self.eof or left <= 0:
                     why = "exited" if self.eof else f"no {key!r} within {timeout:.0f} s"
-                    raise RuntimeError(f"{self.label}: {why}; stderr: {self.errors[-5:]}")
+                    errors = "\n".join(self.errors)
+                    raise RuntimeError(f"{self.label}: {why}; stderr:\n{errors}")
                 self.cond.wait(left)
 
     def tell(self, command: str) -> None:
@@ -437,7 +438,7 @@ def _start_profiles(
         name = child.label.replace(" ", "")
         started.append(
             subprocess.Popen(
-                [spy, "record", "--native", "--nonblocking", "-r", "200", "-d", str(int(seconds)),
+                [spy, "record", "--native", "-r", "1000", "-d", str(int(seconds)),
                  "-f", "raw", "-o", f"{directory}/{name}.txt", "-p", str(child.pid)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
