@@ -415,13 +415,21 @@ class Driver:
         for udp in readiness.ready():
             if udp.closed:
                 continue
+            if not isinstance(udp, ReceiveSocket):
+                self._drain(udp)
+                continue
             lending = udp.lending
-            if self._drain(udp) and lending is not None and lending.waiters:
-                # As `_reader` does: an application task waits on this socket's
+            endpoint = udp.endpoint
+            data_before = endpoint.data_received
+            if not self._drain(udp) or not lending.waiters:
+                continue
+            now = self.now()
+            if lending.on_read(endpoint.data_received != data_before, now):
+                # As `_reader` does: an application task waits on this busy socket's
                 # subscriptions, so it reads the socket itself from now on; out of the set
                 # until it is given back (`_give_back`).
                 readiness.remove(udp)
-                self.timers.queue_lend_check(udp, lending.lend(self.now()))
+                self.timers.queue_lend_check(udp, lending.lend(now))
 
     def _give_back(self, udp: DriverSocket) -> None:
         """A lent socket goes back to its reader (the set's, or its own task's)."""
@@ -439,6 +447,8 @@ class Driver:
     async def _reader(self, udp: DriverSocket) -> None:
         sock = udp.sock
         lending = udp.lending
+        # (Receive sockets: the count of data datagrams tells a busy stream, LEND_BUSY.)
+        endpoint = udp.endpoint if isinstance(udp, ReceiveSocket) else None
         while not udp.closed:
             if lending is not None and lending.lent:
                 await lending.reader_lot.park()
@@ -449,10 +459,13 @@ class Driver:
                 return
             if udp.closed:
                 return
+            data_before = endpoint.data_received if endpoint is not None else 0
             if not self._drain(udp):
                 await trio.lowlevel.checkpoint()
-            elif lending is not None and lending.waiters:
-                self.timers.queue_lend_check(udp, lending.lend(self.now()))
+            elif lending is not None and endpoint is not None and lending.waiters:
+                now = self.now()
+                if lending.on_read(endpoint.data_received != data_before, now):
+                    self.timers.queue_lend_check(udp, lending.lend(now))
 
     # ---------------------------------------------------------------- lending
     #
@@ -478,7 +491,21 @@ class Driver:
             lending.borrowed = False
             lending.returned_at = self.now()
         if not udp.closed:
+            endpoint = udp.endpoint
+            data_before = endpoint.data_received
             self._drain(udp)
+            if endpoint.data_received != data_before:
+                lending.data_at = self.now()
+        return True
+
+    def give_back_if_quiet(self, udp: ReceiveSocket) -> bool:
+        """The task that read the lent `udp` found nothing for it (heartbeats): if no data has
+        come for LEND_BUSY, the socket goes back to the reader (sockets.LEND_BUSY). True if it
+        did: the task then waits to be told, as on a socket that is not lent."""
+        lending = udp.lending
+        if not lending.lent or udp.closed or not lending.quiet(self.now()):
+            return False
+        self._give_back(udp)
         return True
 
     def wake_borrower(self, udp: ReceiveSocket) -> None:
