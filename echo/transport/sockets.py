@@ -156,6 +156,8 @@ class DriverSocket:
         #: driver moves it when it comes up (Driver._schedule_at): no heap work per offer.
         self.queued = math.inf
         self.last_flush = -math.inf
+        #: when the driver last read the socket (driver._drain: a quiet one is read once)
+        self.read_at = -math.inf
         #: the driver's tick when an offer last sent from this socket at once
         self.flush_tick = -1
         #: the socket buffer was full: nothing is sent until it is writable again
