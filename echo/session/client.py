@@ -48,6 +48,7 @@ from echo.session.machine import (
     SendHello,
     SendResume,
 )
+from echo.session.pathwatch import path_watch
 from echo.session.resume import RESUME_BITS
 from echo.session.session import (
     DEFAULT_RECEIVE_BATCH,
@@ -488,6 +489,16 @@ async def _next_event(
     return []
 
 
+def _path_broken(session: Session, publication: Publication) -> bool:
+    """Has `session` closed, or has `publication` (its stream) lost its receiver?"""
+    return session.is_closed or not publication.is_connected
+
+
+def _path_left(session: Session, publication: Publication) -> bool:
+    """Has `session` closed, or moved off `publication` (a resume)?"""
+    return session.is_closed or session.publication is not publication
+
+
 class _Path:
     """Watches a session's path: when it breaks, resumes it (a resumable session) or closes it
     as LostContact (a session that cannot resume, or whose resume window passed)."""
@@ -524,12 +535,13 @@ class _Path:
     async def keep(self, session: Session, secret: int | None) -> None:
         config = self.transport.config
         window = resume_window(config)
+        # A look a second, not `wait_disconnected`: that wakes at every service of the
+        # socket, and a bot farm or load test holds hundreds of sessions per transport. One
+        # look for all of them (pathwatch.py), not a sleep each.
+        watch = path_watch(self.transport, PATH_CHECK_INTERVAL)
         while not session.is_closed:
             publication = session.publication
-            # A look a second, not `wait_disconnected`: that wakes at every service of the
-            # socket, and a bot farm or load test holds hundreds of sessions per transport.
-            while publication.is_connected and not session.is_closed:  # noqa: ASYNC110
-                await trio.sleep(PATH_CHECK_INTERVAL)
+            await watch.until(functools.partial(_path_broken, session, publication))
             if session.is_closed:
                 return
             if session.publication is not publication:
@@ -539,8 +551,7 @@ class _Path:
                 # session or is shutting down, in order; its stream's end, or its silence
                 # (the image's liveness timeout), closes the session. Not a broken path. (Or
                 # the server is moving the session for a resume under way: watch the new one.)
-                while not session.is_closed and session.publication is publication:  # noqa: ASYNC110
-                    await trio.sleep(PATH_CHECK_INTERVAL)
+                await watch.until(functools.partial(_path_left, session, publication))
                 continue
             if secret is None:
                 # No status message for the connection timeout: the server is gone (or our

@@ -698,9 +698,13 @@ class SessionServer:
                     joined = await self._answer(duologue)
                 reason = joined or await self._run_session(duologue)
         finally:
-            self.tasks -= 1
-            with trio.CancelScope(shield=True):
-                await self._delete(duologue, reason)
+            # (Counted until its streams are closed too: `_delete` waits, and a server that
+            # says it has no task left has no socket of a duologue left either.)
+            try:
+                with trio.CancelScope(shield=True):
+                    await self._delete(duologue, reason)
+            finally:
+                self.tasks -= 1
 
     async def _wait_for_join(self, duologue: Duologue) -> str | None:
         """None once the owner joined; else why the duologue ends ("expired", "client gone")."""

@@ -335,6 +335,8 @@ class SubscriptionChannel:
                 break
             if self._has_news(data_before, events_before):
                 return
+            if driver.give_back_if_quiet(udp):
+                break
         lending = udp.lending
         lending.waiters += 1
         if self.session_id is None:

@@ -132,6 +132,9 @@ class ReceiveEndpoint:
         self._elicited: dict[tuple[int, int], float] = {}
         self._pending: list[tuple[tuple[int, int], Address]] = []
         self._next_registration = now
+        #: the last registration found every stream with its image: none is due until an
+        #: interest or a cookie comes, or an image goes (see _register)
+        self._registered = False
         # Each image's next deadline, and a heap of (deadline, key) with stale entries left
         # in place (an entry counts only while it matches `_deadlines`): the endpoint's next
         # deadline and the images due are found in O(log images), not by looking at all of them.
@@ -171,6 +174,7 @@ class ReceiveEndpoint:
         self._streams[stream_id] = self._streams.get(stream_id, 0) + 1
         # Register with a multi-destination publisher at once rather than at the next tick.
         self._next_registration = now
+        self._registered = False
 
     def on_response_setup(self, stream_id: int, session_id: int, now: float) -> None:
         """The request publication heard RSP_SETUP: the response stream is `session_id`.
@@ -184,6 +188,7 @@ class ReceiveEndpoint:
             self._arm(pending, now)
         elif any(stream == stream_id for stream, _ in self.interests):
             self._next_registration = now
+            self._registered = False
 
     def remove_interest(self, stream_id: int, send: Send, session_id: int | None = None) -> None:
         self.response_pending.pop(stream_id, None)
@@ -264,6 +269,7 @@ class ReceiveEndpoint:
             self._cookie = (frame.consumption_term_id, frame.consumption_term_offset)
             self.counters.cookies_received += 1
             self._next_registration = now
+            self._registered = False
         else:
             # SMs and NAKs belong on a publication's socket; RTTM replies are not used here.
             self.counters.invalid("unexpected_on_receive_channel")
@@ -372,6 +378,7 @@ class ReceiveEndpoint:
         if self.images.pop(key, None) is None:
             return
         self.counters.images_closed += 1
+        self._registered = False  # (a stream without its image: register again)
         if now is not None:
             # Stragglers of a finished session must not elicit a SETUP and resurrect it.
             self._cooldown[key] = now + self.timers.cooldown
@@ -384,7 +391,12 @@ class ReceiveEndpoint:
     # ---------------------------------------------------------------- output and timers
 
     def poll(self, now: float, send: Send) -> None:
-        if self.control is not None and self.interests and now >= self._next_registration:
+        if (
+            self.control is not None
+            and self.interests
+            and not self._registered
+            and now >= self._next_registration
+        ):
             self._register(now, send)
         if self._pending:
             self._elicit_setups(send)
@@ -415,7 +427,9 @@ class ReceiveEndpoint:
         It goes from this data socket, so the publisher learns the NAT mapping that leads back
         here. Not once every stream has its image: the images' own SMs, from this socket and
         receiver id, keep us a destination, and a registration would be one more datagram a
-        second for nothing.
+        second for nothing. Nor a wake-up a second to find that out: once every stream has its
+        image, registrations are not due (`_registered`) until an image goes, an interest
+        comes or the publisher sends a cookie.
         """
         assert self.control is not None
         self._next_registration = now + self.timers.mdc_registration_interval
@@ -423,15 +437,20 @@ class ReceiveEndpoint:
             # A response publication answers only an SM naming its own session and stream
             # (SendChannelEndpoint: no MDC registration on a response channel); it sends to
             # that SM's source, which is this socket's NAT mapping.
+            complete = True
             for stream_id, session_id in self.interests:
                 if session_id is not None and (session_id, stream_id) not in self.images:
+                    complete = False
                     sent = send(self._elicitation(session_id, stream_id, (0, 0)), self.control)
                     if sent > 0:
                         self.counters.setup_elicitations_sent += sent
+            self._registered = complete
         elif not self._has_every_image():
             sent = send(self._elicitation(0, 0, self._cookie), self.control)
             if sent > 0:
                 self.counters.setup_elicitations_sent += sent
+        else:
+            self._registered = True
 
     def _elicit_setups(self, send: Send) -> None:
         """Ask the sources of data without an image for their SETUP."""
@@ -483,8 +502,9 @@ class ReceiveEndpoint:
         if self._cooldown:
             self._cooldown = {k: t for k, t in self._cooldown.items() if t > now}
             self._finished = {k: i for k, i in self._finished.items() if k in self._cooldown}
-        horizon = now - self.timers.setup_elicit_interval
-        self._elicited = {k: t for k, t in self._elicited.items() if t > horizon}
+        if self._elicited:
+            horizon = now - self.timers.setup_elicit_interval
+            self._elicited = {k: t for k, t in self._elicited.items() if t > horizon}
 
     def _has_every_image(self) -> bool:
         """Does every stream subscribed to here have an image (a publication it hears)?"""
@@ -511,7 +531,7 @@ class ReceiveEndpoint:
         if self._pending or self._touched or self._goodbyes:
             return now
         deadline = self._next_cleanup if (self._cooldown or self._elicited) else math.inf
-        if self.control is not None and self.interests:
+        if self.control is not None and self.interests and not self._registered:
             deadline = min(deadline, self._next_registration)
         heap = self._deadline_heap
         deadlines = self._deadlines

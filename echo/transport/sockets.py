@@ -46,6 +46,14 @@ _NO_GSO_ERRORS = frozenset((errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.EMS
 LEND_IDLE = 0.001
 LEND_CHECK_MAX = 1.0
 LEND_BACKOFF = 2
+#: A socket is lent only while its data comes this close together (a busy stream: an echo
+#: loop, a burst), and a borrower woken by anything else after this long without data gives
+#: it back. A lent socket wakes its borrower for every datagram, heartbeats too, and each wait
+#: re-arms its descriptor in trio's epoll set; the driver's reader serves every ready socket
+#: of its set in one wake-up with no re-arming. An idle stream (heartbeats and status
+#: messages only, a lobby member's) or one with a message a second (B4's clients) saves
+#: nothing by lending and paid that per datagram, plus a lend check a second.
+LEND_BUSY = 0.01
 
 
 try:
@@ -148,6 +156,8 @@ class DriverSocket:
         #: driver moves it when it comes up (Driver._schedule_at): no heap work per offer.
         self.queued = math.inf
         self.last_flush = -math.inf
+        #: when the driver last read the socket (driver._drain: a quiet one is read once)
+        self.read_at = -math.inf
         #: the driver's tick when an offer last sent from this socket at once
         self.flush_tick = -1
         #: the socket buffer was full: nothing is sent until it is writable again
@@ -340,6 +350,7 @@ class Lending:
         "borrowed",
         "check_at",
         "check_interval",
+        "data_at",
         "lent",
         "reader_lot",
         "returned_at",
@@ -359,6 +370,21 @@ class Lending:
         self.check_interval = LEND_IDLE
         #: application tasks parked until this socket is serviced by someone else
         self.waiters = 0
+        #: when a read of the socket last brought data (see LEND_BUSY)
+        self.data_at = -math.inf
+
+    def on_read(self, data: bool, now: float) -> bool:
+        """A read of the socket brought `data` (or only heartbeats and the like): is the
+        stream busy, so that lending the socket pays? (LEND_BUSY)"""
+        if not data:
+            return False
+        busy = now - self.data_at < LEND_BUSY
+        self.data_at = now
+        return busy
+
+    def quiet(self, now: float) -> bool:
+        """No data for LEND_BUSY: a borrower woken for nothing should give the socket back."""
+        return now - self.data_at >= LEND_BUSY
 
     def lend(self, now: float) -> float:
         """The reader hands the socket out; returns when to check whether it is still used."""
@@ -441,9 +467,11 @@ class ReceiveSocket(DriverSocket):
         subscriptions = self.subscriptions
         fresh = self.endpoint.fresh
         if len(subscriptions) == 1:
-            for channel in subscriptions.values():
-                channel.notify()
-            fresh.clear()
+            # (Only for data: an idle stream's heartbeats are nothing its reader can poll.)
+            if fresh:
+                for channel in subscriptions.values():
+                    channel.notify()
+                fresh.clear()
             return
         waiting = self.waiting_all
         if waiting:

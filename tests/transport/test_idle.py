@@ -15,7 +15,7 @@ import trio.testing
 
 from echo.transport import Publication, open_transport
 from echo.transport.channels import PublicationChannel
-from echo.transport.sockets import LEND_IDLE, Lending
+from echo.transport.sockets import LEND_BUSY, LEND_IDLE, Lending
 from echo.transport.testing import MemoryNetwork
 from tests.transport.test_lending import endpoint_of, lend, pair
 
@@ -63,6 +63,82 @@ async def test_heartbeats_do_not_wake_the_task_reading_its_lent_socket(
         assert got == [b"news"]
         assert len(wakes) == 1
         assert wakes[0] - sent_at < 0.01  # data still wakes it at once
+
+
+async def test_an_idle_stream_keeps_its_socket_with_the_reader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A task waiting on an idle stream is not lent the socket (sockets.LEND_BUSY): heartbeats
+    # would wake it, and re-arm the socket in trio's epoll set, one by one. The driver's reader
+    # takes them with the rest of its ready sockets, and tells nobody. Data wakes the task at
+    # once, and an occasional message (one a second) does not make the stream busy.
+    net = MemoryNetwork()
+    async with (
+        open_transport(socket_factory=net) as sender,
+        open_transport(socket_factory=net) as receiver,
+    ):
+        pub, sub = await pair(sender, receiver, port=PORT)
+        lending = endpoint_of(sub).lending
+        got: list[bytes] = []
+        wakes: list[float] = []
+
+        async def reader() -> None:
+            while True:
+                await sub.wait_activity()
+                wakes.append(trio.current_time())
+                sub.poll(lambda message: got.append(message.data), 10)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            heartbeats = receiver.counters.heartbeats_received
+            await trio.sleep(5.0)
+            assert receiver.counters.heartbeats_received - heartbeats >= 40
+            assert wakes == []
+            assert not lending.lent
+            for i in range(5):
+                sent_at = trio.current_time()
+                assert pub.offer(b"%d" % i) > 0
+                with trio.fail_after(1):
+                    while len(got) <= i:  # noqa: ASYNC110 (bounded; virtual time)
+                        await trio.sleep(0.0001)
+                assert wakes[-1] - sent_at < 0.01
+                assert not lending.lent
+                await trio.sleep(1.0)
+            nursery.cancel_scope.cancel()
+        assert got == [b"%d" % i for i in range(5)]
+        assert len(wakes) == 5
+
+
+async def test_a_borrower_gives_back_the_socket_of_a_stream_gone_quiet(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = MemoryNetwork()
+    async with (
+        open_transport(socket_factory=net) as sender,
+        open_transport(socket_factory=net) as receiver,
+    ):
+        pub, sub = await pair(sender, receiver, port=PORT)
+        await lend(pub, sub)  # a busy stream: lent
+        lending = endpoint_of(sub).lending
+        got: list[bytes] = []
+
+        async def reader() -> None:
+            while True:
+                got.append((await sub.receive()).data)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            assert lending.borrowed
+            # The first idle heartbeat (100 ms) after LEND_BUSY without data: given back.
+            await trio.sleep(0.2 + LEND_BUSY)
+            assert not lending.lent
+            assert pub.offer(b"later") > 0
+            with trio.fail_after(1):
+                while not got:  # noqa: ASYNC110 (bounded; virtual time)
+                    await trio.sleep(0.0001)
+            nursery.cancel_scope.cancel()
+        assert got == [b"later"]
 
 
 async def test_heartbeats_of_one_session_wake_no_task_waiting_on_a_shared_port(

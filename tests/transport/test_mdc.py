@@ -498,3 +498,35 @@ async def test_an_mdc_subscriber_stops_registering_once_it_has_its_image(
         with trio.fail_after(5):
             assert (await sub.receive()).data == b"still here"
         assert pub.destinations
+
+
+async def test_an_mdc_subscriber_with_its_image_has_no_registration_timer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Once every stream has its image, the registration timer does not wake the socket to
+    # find nothing to send (an idle lobby member's socket woke once a second for it); when the
+    # image goes, registrations start again at once.
+    config = TransportConfig(mdc_registration_interval=0.02, image_liveness_timeout=0.5)
+    net = MemoryNetwork()
+    async with (
+        open_transport(config, socket_factory=net) as server,
+        open_transport(config, socket_factory=net) as client,
+    ):
+        pub = await server.add_publication(mdc_pub(PORT), STREAM)
+        sub = await client.add_subscription(mdc_sub(PORT), STREAM)
+        await pub.wait_connected(timeout=5)
+        await wait_for_image(sub)
+        await trio.sleep(0.1)
+        endpoint = sub._channel.socket.endpoint
+        now = trio.current_time()
+        # The image's own timers (its status messages, its liveness) are all that is due.
+        (image,) = endpoint.images.values()
+        assert endpoint.next_deadline(now) == image.next_deadline(now)
+        assert endpoint._next_registration < now
+        registrations = client.counters.setup_elicitations_sent
+        await pub.close()
+        with trio.fail_after(5):
+            while sub.images:
+                await sub.wait_activity()
+        await trio.sleep(0.1)
+        assert client.counters.setup_elicitations_sent >= registrations + 3

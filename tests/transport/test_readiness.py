@@ -163,3 +163,35 @@ async def test_a_socket_outside_the_set_keeps_exactly_one_reader_of_its_own(
     # the lent socket came back.
     assert {name.rsplit(".", 1)[-1] for name in readers} == {"_reader"}
     assert len(readers) == 2
+
+
+async def _two_at_once_after_quiet() -> list[bytes]:
+    """Two datagrams reach a subscription's quiet socket together: a quiet socket is read
+    once per wake-up (driver._drain, _READ_QUIET), so the second must come on the next pass."""
+    port = free_port()
+    with trio.fail_after(20):
+        async with open_transport() as sender, open_transport() as receiver:
+            uri = channel(port)
+            sub = await receiver.add_subscription(uri, STREAM)
+            pubs = [
+                await sender.add_publication(f"{uri}|session-id={session}", STREAM)
+                for session in (11, 12)
+            ]
+            for pub in pubs:
+                await pub.wait_connected(timeout=5)
+            await trio.sleep(0.1)  # both quiet now
+            # One task, no checkpoint between: both datagrams are queued before any read.
+            assert pubs[0].offer(b"first") > 0 and pubs[1].offer(b"second") > 0
+            got = [(await sub.receive()).data, (await sub.receive()).data]
+    return sorted(got)
+
+
+async def test_datagrams_queued_together_on_a_quiet_socket_are_all_read() -> None:
+    assert await _two_at_once_after_quiet() == [b"first", b"second"]
+
+
+async def test_datagrams_queued_together_on_a_quiet_socket_are_all_read_without_epoll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(driver_module, "open_readiness", lambda: None)
+    assert await _two_at_once_after_quiet() == [b"first", b"second"]

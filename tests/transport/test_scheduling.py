@@ -23,7 +23,7 @@ from echo.transport import TransportConfig, open_transport
 from echo.transport.driver import Driver
 from echo.transport.sockets import DriverSocket, Lending, TimerHandle
 from echo.transport.testing import MemoryNetwork
-from echo.transport.timerheap import TimerHeap
+from echo.transport.timerheap import LAZY_AHEAD, SLACK, TimerHeap
 
 STREAM = 1001
 CHANNEL = "aeron:udp?endpoint=127.0.0.1:40123"
@@ -110,9 +110,9 @@ def test_the_loop_never_sleeps_towards_a_deadline_that_moved_later() -> None:
     udp = _FakeSocket()
     now = 100.0
     timers.schedule(udp, now + 1.0, now)  # type: ignore[arg-type]
-    assert timers.next_alarm() == now + 1.0
+    assert timers.next_alarm() == now + 1.0 + SLACK  # (lazy: set a second ahead)
     timers.schedule(udp, now + 3.0, now)  # type: ignore[arg-type]
-    assert timers.next_alarm() == now + 3.0
+    assert timers.next_alarm() == now + 3.0 + SLACK
     assert timers.due(now + 2.0) == []
     assert timers.due(now + 3.0) == [udp]
     assert udp.scheduled == math.inf
@@ -143,15 +143,18 @@ def test_a_sleeping_loops_alarm_moves_with_the_deadline() -> None:
     timers.schedule(udp, now + 10.0, now)  # type: ignore[arg-type]
     alarm = trio.CancelScope(deadline=timers.next_alarm())  # what the loop sleeps in
     timers.sleeping(alarm)
-    # Nearer: the alarm comes forward at once.
+    # Nearer: the alarm comes forward at once (lazy deadlines, set seconds ahead: SLACK late).
     timers.schedule(udp, now + 5.0, now)  # type: ignore[arg-type]
-    assert alarm.deadline == now + 5.0
+    assert alarm.deadline == now + 5.0 + SLACK
     # Later, but the old time is still far off compared to the move: left alone (another
     # offer will most likely move it again first), and moved once it is near.
     timers.schedule(udp, now + 5.5, now)  # type: ignore[arg-type]
-    assert alarm.deadline == now + 5.0
+    assert alarm.deadline == now + 5.0 + SLACK
     timers.schedule(udp, now + 9.0, now + 2.0)  # type: ignore[arg-type]
-    assert alarm.deadline == now + 9.0
+    assert alarm.deadline == now + 9.0 + SLACK
+    # A precise deadline (set closer than LAZY_AHEAD): on time.
+    timers.schedule(udp, now + 8.01, now + 8.0)  # type: ignore[arg-type]
+    assert alarm.deadline == now + 8.01
     timers.awake()
     assert timers.sleep_until == -math.inf
 
@@ -173,6 +176,33 @@ def test_a_closed_sockets_entry_is_skipped_and_the_rest_still_fall_due() -> None
     assert timers.due(now + 4.0) == [superseded]
     timers.schedule(other, now + 7.0, now + 4.0)  # type: ignore[arg-type]
     assert timers.due(now + 8.0) == [other]
+
+
+def test_one_wake_up_serves_lazy_deadlines_within_slack_precise_ones_on_time() -> None:
+    timers = TimerHeap()
+    now = 100.0
+    idle = [_FakeSocket() for _ in range(5)]
+    # Five idle heartbeats set a second ahead, 1 ms apart: one wake-up, SLACK after the
+    # first, serves them all.
+    for index, udp in enumerate(idle):
+        timers.schedule(udp, now + 1.0 + index * 0.001, now)  # type: ignore[arg-type]
+    alarm = timers.next_alarm()
+    assert alarm == now + 1.0 + SLACK
+    assert set(timers.due(alarm)) == set(idle)
+    # A probe 2 ms ahead among lazy deadlines: the loop wakes for it on time, and serves
+    # only what has come by then.
+    probe = _FakeSocket()
+    later = [_FakeSocket() for _ in range(2)]
+    now = 200.0
+    timers.schedule(later[0], now + 0.5, now)  # type: ignore[arg-type]
+    timers.schedule(probe, now + 0.499, now + 0.497)  # type: ignore[arg-type]
+    timers.schedule(later[1], now + 0.501, now)  # type: ignore[arg-type]
+    assert timers.next_alarm() == now + 0.499
+    assert timers.due(now + 0.499) == [probe]
+    assert timers.next_alarm() == now + 0.5 + SLACK
+    assert set(timers.due(now + 0.5 + SLACK)) == set(later)
+    assert LAZY_AHEAD > 0.002 > 0  # (a probe's delay is precise)
+
 
 
 def test_a_deadline_rescheduled_unchanged_adds_no_heap_entry() -> None:
