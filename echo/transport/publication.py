@@ -157,7 +157,7 @@ class NetworkPublication:
         self.ttl = ttl
         self.log = TermBuffers(term_length)
         #: frames out of the log into datagrams (scanner.py)
-        self.scanner = TermScanner(self.log.terms, self.bits, mtu)
+        self.scanner = TermScanner(self.log.terms, self.log.lengths, self.bits, mtu)
 
         self.state = PublicationState.ACTIVE
         self._term_count = 0
