@@ -32,6 +32,7 @@ from typing import Final
 COMPILED_MODULES: Final = (
     "echo.transport.frames",
     "echo.transport.logbuffer",
+    "echo.transport.appender",
     "echo.transport.flow_control",
     "echo.transport.destinations",
     "echo.transport.counters",
