@@ -5,10 +5,11 @@ Pure and single-threaded: a frame is written whole before anyone reads it, so, u
 appender, it need not write its length last. NetworkPublication (publication.py) decides whether
 a message may be appended (flow control, closing); this module only writes.
 
-A DATA header is four little-endian 64-bit words: frame length | version, flags, type; term
-offset | session id; stream id | term id; reserved (0). Of those only the lengths and the offset
-change from frame to frame (the term id once a term), so the others are kept as words and a
-whole unfragmented frame, header and payload, is written by one `pack_into`.
+A DATA header is: frame length, version, flags, type (8 bytes that depend only on the payload's
+length, for an unfragmented frame); term offset; session id, stream id, term id (12 bytes that
+change once a term); a reserved 0. So a whole unfragmented frame, header and payload, is written
+by one `pack_into` whose only integer is the term offset (struct converts an int field with
+arithmetic, a bytes field with a copy).
 """
 
 from __future__ import annotations
@@ -37,31 +38,34 @@ from echo.transport.logbuffer import (
 )
 
 _ALIGN: Final = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
-_U32: Final = 0xFFFFFFFF
-#: the high half of an unfragmented DATA frame's first word: version 0, flags, type
-_UNFRAGMENTED_DATA: Final = (UNFRAGMENTED_FLAGS << 8 | int(FrameType.DATA) << 16) << 32
-#: the four header words alone, for a payload `pack_into` cannot take with them
-_HEADER_WORDS: Final = struct.Struct("<4Q")
-#: an unfragmented frame of one payload length: `pack_into(term, offset, first word, second
-#: word, third word, 0, payload)` of a "<4Q{n}s" struct, and its first word (made once)
-_Packing = tuple[Callable[..., None], object]
+#: frame length, version, flags, type of an unfragmented DATA frame
+_FRAME_START: Final = struct.Struct("<iBBH")
+#: session id, stream id, term id
+_IDS: Final = struct.Struct("<iii")
+#: a header without its payload: frame start, term offset, ids, reserved
+_HEADER: Final = struct.Struct("<8si12s8x")
+#: an unfragmented frame of one payload length: `pack_into(term, offset, frame start, term
+#: offset, ids, payload)` of a "<8si12s8x{n}s" struct, and its frame start (made once)
+_Packing = tuple[Callable[..., None], bytes]
 #: the packings by payload length, shared; bounded: past that, header and payload are written
 #: apart
 _PACKINGS: Final[dict[int, _Packing]] = {}
 _MAX_PACKINGS: Final = 4096
 
 
+def _frame_start(length: int) -> bytes:
+    return _FRAME_START.pack(DATA_HEADER_LENGTH + length, 0, UNFRAGMENTED_FLAGS, FrameType.DATA)
+
+
 def _packing(length: int) -> _Packing:
-    first: object = (DATA_HEADER_LENGTH + length) | _UNFRAGMENTED_DATA
-    return struct.Struct(f"<4Q{length}s").pack_into, first
+    return struct.Struct(f"<8si12s8x{length}s").pack_into, _frame_start(length)
 
 
 class LogAppender:
     """The tail of one publication's log (3 terms of `term_length` bytes)."""
 
     __slots__ = (
-        "_session_word",
-        "_stream_term_word",
+        "_ids",
         "bits",
         "initial_term_id",
         "log",
@@ -94,10 +98,9 @@ class LogAppender:
         #: terms filled so far (the active term is `term_count % PARTITION_COUNT`)
         self.term_count = 0
         self.tail_offset = 0
-        self._session_word = (session_id & _U32) << 32
-        #: the header's third word (stream id, term id), kept as an object: passed, never used
-        self._stream_term_word: object = 0
-        self._set_term_word()
+        #: the header's session id, stream id and term id, as they are written
+        self._ids = b""
+        self._set_term_ids()
 
     @property
     def position(self) -> int:
@@ -131,20 +134,16 @@ class LogAppender:
         index = self.term_count % PARTITION_COUNT
         term = self.log.terms[index]
         if length <= self.max_payload:
-            second = offset | self._session_word
             packing = _PACKINGS.get(length)
             if packing is None and len(_PACKINGS) < _MAX_PACKINGS:
                 packing = _PACKINGS[length] = _packing(length)
             if packing is not None and isinstance(data, (bytes, bytearray)):
-                pack_into, first = packing
-                pack_into(term, offset, first, second, self._stream_term_word, 0, data)
+                pack_into, frame_start = packing
+                pack_into(term, offset, frame_start, offset, self._ids, data)
             else:
-                start = offset + DATA_HEADER_LENGTH
-                term[start : start + length] = data
-                first_word = (DATA_HEADER_LENGTH + length) | _UNFRAGMENTED_DATA
-                _HEADER_WORDS.pack_into(
-                    term, offset, first_word, second, self._stream_term_word, 0
-                )
+                payload = offset + DATA_HEADER_LENGTH
+                term[payload : payload + length] = data
+                _HEADER.pack_into(term, offset, _frame_start(length), offset, self._ids)
             offset += (DATA_HEADER_LENGTH + length + _ALIGN) & ~_ALIGN
         else:
             offset = append_message(
@@ -173,7 +172,7 @@ class LogAppender:
             )
         self.term_count += 1
         self.tail_offset = 0
-        self._set_term_word()
+        self._set_term_ids()
         if self.term_count >= PARTITION_COUNT:
             # The partition we move into last held the term three back: the sender position is
             # within half a term of the tail, so nothing there can still be sent or resent.
@@ -197,12 +196,11 @@ class LogAppender:
         )
         return bytes(frame)
 
-    def _set_term_word(self) -> None:
-        word: object = (self.stream_id & _U32) | (self.active_term_id & _U32) << 32
-        self._stream_term_word = word
+    def _set_term_ids(self) -> None:
+        self._ids = _IDS.pack(self.session_id, self.stream_id, self.active_term_id)
 
     def set_tail(self, term_count: int, tail_offset: int) -> None:
         """Move the tail (tests: a stream near the end of its positions)."""
         self.term_count = term_count
         self.tail_offset = tail_offset
-        self._set_term_word()
+        self._set_term_ids()
