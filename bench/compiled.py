@@ -63,6 +63,7 @@ def _micro() -> dict[str, float]:
             term, tail, payload, 1376, session_id=7, stream_id=1001, term_id=3
         )
     datagram = bytes(term[:96])
+    lengths = logbuffer.int_view(term, "i")
     fresh = memoryview(bytearray(64 * 1024))
 
     def append() -> None:
@@ -79,9 +80,11 @@ def _micro() -> dict[str, float]:
         "data_decode_header": lambda: frames.parse_datagram_untrusted(datagram),
         "log_append_64B": append,
         "log_append_5000B_fragmented": append_fragmented,
-        "log_scan_for_availability": lambda: logbuffer.scan_for_availability(term, 0, 1408),
-        "log_rebuild_offset": lambda: logbuffer.rebuild_offset(term, 0, tail),
-        "log_scan_for_gap": lambda: logbuffer.scan_for_gap(term, 0, tail + 1024),
+        "log_scan_for_availability": lambda: logbuffer.scan_for_availability(
+            lengths, 0, 1408, len(term)
+        ),
+        "log_rebuild_offset": lambda: logbuffer.rebuild_offset(lengths, 0, tail),
+        "log_scan_for_gap": lambda: logbuffer.scan_for_gap(term, lengths, 0, tail + 1024),
     }
     result = {}
     for name, call in cases.items():

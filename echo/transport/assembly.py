@@ -9,7 +9,6 @@ cleaned two terms later.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -21,15 +20,13 @@ from echo.transport.frames import (
     UNFRAGMENTED_FLAGS,
     FrameType,
 )
+from echo.transport.logbuffer import FLAGS_SHIFT, FRAME_LENGTH_MASK, TYPE_SHIFT, TermBuffers
 from echo.transport.message import Message, Origin
 
 Deliver = Callable[[bytes], object]
 
-# The first fields of a data frame header: frame length, version, flags, type (frames.py's
-# DATA_HEADER_STRUCT begins the same way); the rest is not needed to assemble.
-_HEADER_FIELDS: Final = struct.Struct("<iBBH").unpack_from
 _ALIGN: Final = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
-_PAD: Final = FrameType.PAD
+_PAD: Final = int(FrameType.PAD)
 
 
 class FragmentAssembler:
@@ -44,19 +41,27 @@ class FragmentAssembler:
         self._next = 0
 
     def poll(
-        self, term: memoryview, start: int, end: int, fragment_limit: int, deliver: Deliver
+        self,
+        log: TermBuffers,
+        index: int,
+        start: int,
+        end: int,
+        fragment_limit: int,
+        deliver: Deliver,
     ) -> tuple[int, int]:
-        """Deliver the complete messages among the frames in term[start:end], up to
-        `fragment_limit` fragments; returns (the offset reached, the fragments consumed).
+        """Deliver the complete messages among the frames in [start, end) of term `index` of
+        `log`, up to `fragment_limit` fragments; returns (the offset reached, the fragments
+        consumed).
 
         PAD frames are skipped and not counted. A middle or end fragment without its beginning
         (a subscriber that joined mid-message) is consumed and dropped.
         """
-        return self._poll(term, start, end, fragment_limit, deliver, None)
+        return self._poll(log, index, start, end, fragment_limit, deliver, None)
 
     def poll_messages(
         self,
-        term: memoryview,
+        log: TermBuffers,
+        index: int,
         start: int,
         end: int,
         fragment_limit: int,
@@ -69,11 +74,12 @@ class FragmentAssembler:
         function called per message (that call cost more than the rest of the delivery,
         interpreted or compiled).
         """
-        return self._poll(term, start, end, fragment_limit, handler, origin)
+        return self._poll(log, index, start, end, fragment_limit, handler, origin)
 
     def _poll(
         self,
-        term: memoryview,
+        log: TermBuffers,
+        index: int,
         start: int,
         end: int,
         fragment_limit: int,
@@ -89,24 +95,32 @@ class FragmentAssembler:
         source_port: object = None
         if origin is not None:
             session_id, stream_id, source, source_ip, source_port = origin
+        # A whole message is one slice of the mmap (a bytes copy in one step); fragments are
+        # kept as views of the term until the last one arrives. A header's length, flags and
+        # type are read as one int64 word (TermBuffers.words); the rebuilt log holds only frames
+        # the receiver validated, DATA or PAD with a positive length, so no sign to extend.
+        whole = log.maps[index]
+        words = log.words[index]
         offset = start
         fragments = 0
         while offset < end and fragments < fragment_limit:
-            frame_length, _, flags, frame_type = _HEADER_FIELDS(term, offset)
+            word = words[offset >> 3]
+            frame_length = word & FRAME_LENGTH_MASK
             aligned = (frame_length + _ALIGN) & ~_ALIGN
-            if frame_type == _PAD:
+            if word >> TYPE_SHIFT == _PAD:
                 offset += aligned
                 continue
+            flags = (word >> FLAGS_SHIFT) & 0xFF
             payload_start = offset + DATA_HEADER_LENGTH
             payload_end = offset + frame_length
             message: bytes | None = None
             if flags & UNFRAGMENTED_FLAGS == UNFRAGMENTED_FLAGS:
-                message = bytes(term[payload_start:payload_end])
+                message = whole[payload_start:payload_end]
             elif flags & BEGIN_FLAG:
-                self._fragments = [term[payload_start:payload_end]]
+                self._fragments = [log.terms[index][payload_start:payload_end]]
                 self._next = offset + aligned
             elif self._fragments is not None and offset == self._next:
-                self._fragments.append(term[payload_start:payload_end])
+                self._fragments.append(log.terms[index][payload_start:payload_end])
                 self._next = offset + aligned
                 if flags & END_FLAG:
                     message = b"".join(self._fragments)

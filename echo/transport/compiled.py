@@ -33,6 +33,7 @@ COMPILED_MODULES: Final = (
     "echo.transport.wireformat",
     "echo.transport.frames",
     "echo.transport.logbuffer",
+    "echo.transport.appender",
     "echo.transport.flow_control",
     "echo.transport.destinations",
     "echo.transport.counters",

@@ -9,8 +9,6 @@ that has sent no SM for the receiver timeout.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import attrs
 
 from echo.transport.frames import StatusMessage
@@ -19,32 +17,32 @@ from echo.transport.uri import FlowControlSpec
 FLOW_CONTROL_RECEIVER_TIMEOUT = 5.0
 
 
-class FlowControl(Protocol):
+class FlowControl:
+    """What every strategy does (a base class, not a Protocol: compiled, a publication then
+    calls its strategy directly, as it does on every offer)."""
+
     #: how many receiver windows a retransmit may cover (reference §2.5)
-    retransmit_window_multiple: int
-
-    def on_status_message(
-        self, sm: StatusMessage, sm_position: int, sender_limit: int, now: float
-    ) -> int: ...
-
-    def on_idle(self, now: float, sender_limit: int) -> int: ...
-
-    def has_required_receivers(self) -> bool: ...
-
-
-class UnicastFlowControl:
     retransmit_window_multiple = 16
 
     def on_status_message(
         self, sm: StatusMessage, sm_position: int, sender_limit: int, now: float
     ) -> int:
-        return max(sender_limit, sm_position + sm.receiver_window)
+        raise NotImplementedError
 
     def on_idle(self, now: float, sender_limit: int) -> int:
         return sender_limit
 
     def has_required_receivers(self) -> bool:
         return True
+
+
+class UnicastFlowControl(FlowControl):
+    retransmit_window_multiple = 16
+
+    def on_status_message(
+        self, sm: StatusMessage, sm_position: int, sender_limit: int, now: float
+    ) -> int:
+        return max(sender_limit, sm_position + sm.receiver_window)
 
 
 class MaxMulticastFlowControl(UnicastFlowControl):
@@ -58,7 +56,7 @@ class _Receiver:
     last_sm: float
 
 
-class MinMulticastFlowControl:
+class MinMulticastFlowControl(FlowControl):
     """Limit = the slowest live receiver's position + window (AbstractMinMulticastFlowControl).
 
     With `group_tag` set this is the `tagged` strategy: only SMs carrying that tag count.

@@ -183,8 +183,8 @@ class PublicationImage:
         if term_offset + length > self.term_length:
             self.counters.invalid("beyond_term")
             return True
-        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
-        if not insert_packet(term, term_offset, packet):
+        index = (position >> self.bits) % PARTITION_COUNT
+        if not insert_packet(self.terms[index], self.log.lengths[index], term_offset, packet):
             self.counters.duplicate_data += 1
             return True
         if self.repair.naked:
@@ -214,10 +214,10 @@ class PublicationImage:
     def _advance_rebuild(self) -> None:
         while self.rebuild_position < self.hwm:
             position = self.rebuild_position
-            term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+            lengths = self.log.lengths[(position >> self.bits) % PARTITION_COUNT]
             offset = position & self.mask
             limit = min(self.term_length, offset + (self.hwm - position))
-            reached = rebuild_offset(term, offset, limit)
+            reached = rebuild_offset(lengths, offset, limit)
             if reached == offset:
                 break
             self.rebuild_position = position + (reached - offset)
@@ -237,10 +237,12 @@ class PublicationImage:
         available = self.rebuild_position - position
         if available <= 0:
             return 0
-        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+        index = (position >> self.bits) % PARTITION_COUNT
         start = position & self.mask
         end = min(self.term_length, start + available)
-        offset, fragments = self.assembler.poll(term, start, end, fragment_limit, deliver)
+        offset, fragments = self.assembler.poll(
+            self.log, index, start, end, fragment_limit, deliver
+        )
         self.subscriber_position = position + (offset - start)
         self._clean_behind()
         return fragments
@@ -253,11 +255,11 @@ class PublicationImage:
         available = self.rebuild_position - position
         if available <= 0:
             return 0
-        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
+        index = (position >> self.bits) % PARTITION_COUNT
         start = position & self.mask
         end = min(self.term_length, start + available)
         offset, fragments = self.assembler.poll_messages(
-            term, start, end, fragment_limit, handler, origin
+            self.log, index, start, end, fragment_limit, handler, origin
         )
         self.subscriber_position = position + (offset - start)
         self._clean_behind()
@@ -373,7 +375,7 @@ class PublicationImage:
             # gaps are only looked for that far: a forged frame far ahead cannot make us scan
             # (or NAK) megabytes of an empty term.
             end = min(self.hwm, self.rebuild_position + self.window)
-            loss.scan(self.terms, self.bits, self.rebuild_position, end, now)
+            loss.scan(self.log, self.bits, self.rebuild_position, end, now)
         for gap in loss.due(now):
             position, length = gap
             term_id = i32(self.initial_term_id + (position >> self.bits))

@@ -14,7 +14,8 @@ from __future__ import annotations
 import mmap
 import re
 import struct
-from typing import Final
+import sys
+from typing import Final, Literal, Protocol
 
 from echo.transport.frames import (
     BEGIN_FLAG,
@@ -32,9 +33,58 @@ TERM_MIN_LENGTH: Final = 64 * 1024
 TERM_MAX_LENGTH: Final = 1024 * 1024 * 1024
 MAX_MESSAGE_LENGTH_LIMIT: Final = 16 * 1024 * 1024
 
-_I32: Final = struct.Struct("<i")
-_FRAME_LENGTH_AND_TYPE: Final = struct.Struct("<i2xH")
 _NON_ZERO: Final = re.compile(rb"[^\x00]")
+#: the host stores ints as the wire does (little-endian): native int views read headers
+_LITTLE_ENDIAN: Final = sys.byteorder == "little"
+#: a frame header's first 8 bytes as one little-endian int64 (`TermBuffers.words`): the frame
+#: length in the low 32 bits, then version, flags (bits 40-47) and type (bits 48-63)
+FLAGS_SHIFT: Final = 40
+TYPE_SHIFT: Final = 48
+FRAME_LENGTH_MASK: Final = 0xFFFFFFFF
+_ALIGN: Final = FRAME_ALIGNMENT - 1
+_PAD: Final = int(FrameType.PAD)
+#: in `lengths`, a header's second int32 holds version, flags and, from this bit, its type
+_TYPE_SHIFT_IN_INT32: Final = 16
+
+
+class IntView(Protocol):
+    """A term as little-endian ints of one size (`TermBuffers.lengths`, `.words`).
+
+    The readers that run once per frame (scanner, rebuilder, assembler) read a header this way:
+    one item access, where `struct.unpack_from` builds a tuple of every field.
+    """
+
+    def __getitem__(self, index: int, /) -> int: ...
+
+    def release(self) -> None: ...
+
+
+class _LittleEndianView:
+    """`IntView` on a big-endian host, where a native view would read the wrong way round."""
+
+    __slots__ = ("_size", "_unpack", "_view")
+
+    def __init__(self, view: memoryview, code: Literal["i", "q"]) -> None:
+        self._view = view
+        self._unpack = struct.Struct("<" + code).unpack_from
+        self._size = struct.calcsize(code)
+
+    def __getitem__(self, index: int, /) -> int:
+        value: int = self._unpack(self._view, index * self._size)[0]
+        return value
+
+    def release(self) -> None:
+        pass
+
+
+def int_view(
+    term: memoryview, code: Literal["i", "q"], little_endian: bool = _LITTLE_ENDIAN
+) -> IntView:
+    """`term` as little-endian ints of struct format `code` ("i": int32, "q": int64): a native
+    cast where the host is little-endian, as the wire is."""
+    if little_endian:
+        return term.cast(code)
+    return _LittleEndianView(term, code)
 
 
 def i32(value: int) -> int:
@@ -91,30 +141,41 @@ def compute_fragmented_length(length: int, max_payload: int) -> int:
 
 
 class TermBuffers:
-    """Three terms of `term_length` bytes, lazily backed by the OS."""
+    """Three terms of `term_length` bytes, lazily backed by the OS.
 
-    __slots__ = ("_maps", "term_length", "terms")
+    Each term is seen four ways: `maps` (the mmap: a slice of it is a `bytes` copy, made in
+    one step), `terms` (a byte memoryview: in-place slices, writes), `lengths` (int32s:
+    `lengths[offset >> 2]` is the length of the frame at `offset`) and `words` (int64s:
+    `words[offset >> 3]` is its length, flags and type, see FLAGS_SHIFT).
+    """
+
+    __slots__ = ("lengths", "maps", "term_length", "terms", "words")
 
     def __init__(self, term_length: int) -> None:
         check_term_length(term_length)
         self.term_length = term_length
-        self._maps = [
+        self.maps = [
             mmap.mmap(-1, term_length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
             for _ in range(PARTITION_COUNT)
         ]
-        self.terms = [memoryview(m) for m in self._maps]
+        self.terms = [memoryview(m) for m in self.maps]
+        self.lengths = [int_view(view, "i") for view in self.terms]
+        self.words = [int_view(view, "q") for view in self.terms]
 
     def clean(self, index: int) -> None:
         """Zero a whole term: MADV_DONTNEED on a private anonymous map gives fresh zero pages."""
         try:
-            self._maps[index].madvise(mmap.MADV_DONTNEED)
+            self.maps[index].madvise(mmap.MADV_DONTNEED)
         except (AttributeError, OSError):  # pragma: no cover - non-Linux fallback
             self.terms[index][:] = bytes(self.term_length)
 
     def close(self) -> None:
+        for views in (self.lengths, self.words):
+            for view in views:
+                view.release()
         for view in self.terms:
             view.release()
-        for m in self._maps:
+        for m in self.maps:
             m.close()
 
 
@@ -226,24 +287,28 @@ def append_message(
     )
 
 
-def scan_for_availability(term: memoryview, term_offset: int, max_length: int) -> tuple[int, int]:
+def scan_for_availability(
+    lengths: IntView, term_offset: int, max_length: int, term_length: int
+) -> tuple[int, int]:
     """How many bytes of whole aligned frames can go in one datagram (Aeron's TermScanner).
 
     Returns `(available, padding)`: `available` bytes start at `term_offset`; a PAD frame
     contributes only its header and `padding` is the rest of it, which the sender skips.
+    `lengths` is a publication's own log (`TermBuffers.lengths`).
     """
     available = 0
     padding = 0
-    end = len(term)
-    while True:
-        offset = term_offset + available
-        if offset >= end:
-            break
-        frame_length, frame_type = _FRAME_LENGTH_AND_TYPE.unpack_from(term, offset)
+    offset = term_offset
+    while offset < term_length:
+        frame_length = lengths[offset >> 2]
         if frame_length <= 0:
             break
-        aligned = (frame_length + 31) & ~31
-        if frame_type == FrameType.PAD:
+        aligned = (frame_length + _ALIGN) & ~_ALIGN
+        # A PAD always runs to the end of the term: only a frame that does is looked at twice.
+        if (
+            offset + aligned == term_length
+            and lengths[(offset >> 2) + 1] >> _TYPE_SHIFT_IN_INT32 == _PAD
+        ):
             padding = aligned - DATA_HEADER_LENGTH
             aligned = DATA_HEADER_LENGTH
         available += aligned
@@ -253,41 +318,44 @@ def scan_for_availability(term: memoryview, term_offset: int, max_length: int) -
             break
         if padding or available >= max_length:
             break
+        offset += aligned
     return available, padding
 
 
-def insert_packet(term: memoryview, term_offset: int, packet: bytes | memoryview) -> bool:
+def insert_packet(
+    term: memoryview, lengths: IntView, term_offset: int, packet: bytes | memoryview
+) -> bool:
     """Copy a received datagram into the term unless its first slot is already filled.
 
     Aeron's TermRebuilder: a retransmit of frames already held is harmless, because the
     bytes at a given offset of a stream never change.
     """
-    if _I32.unpack_from(term, term_offset)[0] != 0:
+    if lengths[term_offset >> 2]:
         return False
-    length = len(packet)
-    term[term_offset : term_offset + length] = packet
+    term[term_offset : term_offset + len(packet)] = packet
     return True
 
 
-def rebuild_offset(term: memoryview, term_offset: int, limit_offset: int) -> int:
+def rebuild_offset(lengths: IntView, term_offset: int, limit_offset: int) -> int:
     """Walk complete frames from `term_offset`; returns the offset of the first empty slot."""
     offset = term_offset
-    unpack = _I32.unpack_from
     while offset < limit_offset:
-        frame_length = unpack(term, offset)[0]
+        frame_length = lengths[offset >> 2]
         if frame_length <= 0:
             break
-        offset += (frame_length + 31) & ~31
+        offset += (frame_length + _ALIGN) & ~_ALIGN
     return offset
 
 
-def scan_for_gap(term: memoryview, term_offset: int, limit_offset: int) -> tuple[int, int] | None:
+def scan_for_gap(
+    term: memoryview, lengths: IntView, term_offset: int, limit_offset: int
+) -> tuple[int, int] | None:
     """Find the first gap in `[term_offset, limit_offset)` (Aeron's TermGapScanner).
 
     Returns `(gap_offset, gap_length)` or None. A gap runs from the first empty slot to the
     next slot that holds a frame (or to `limit_offset`).
     """
-    begin = rebuild_offset(term, term_offset, limit_offset)
+    begin = rebuild_offset(lengths, term_offset, limit_offset)
     if begin >= limit_offset:
         return None
     # Every received frame starts on a 32-byte slot with a non-zero length, and nothing inside a

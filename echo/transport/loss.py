@@ -12,7 +12,7 @@ import math
 import random
 
 from echo.transport.config import ReceiverTimers
-from echo.transport.logbuffer import PARTITION_COUNT, scan_for_gap
+from echo.transport.logbuffer import PARTITION_COUNT, TermBuffers, scan_for_gap
 
 #: gaps with their own NAK timer per image (Aeron NAKs one at a time; see LossDetector.scan):
 #: a bound on the work a forged frame far ahead can cause, and on the NAKs of one scan
@@ -125,7 +125,7 @@ class LossDetector:
 
     def scan(
         self,
-        terms: list[memoryview],
+        log: TermBuffers,
         bits: int,
         position: int,
         end: int,
@@ -146,10 +146,10 @@ class LossDetector:
         previous = self.gaps
         naked = self.repair.naked
         while position < end and len(gaps) < MAX_GAPS:
-            term = terms[(position >> bits) % PARTITION_COUNT]
+            index = (position >> bits) % PARTITION_COUNT
             offset = position & mask
             limit = min(term_length, offset + (end - position))
-            found = scan_for_gap(term, offset, limit)
+            found = scan_for_gap(log.terms[index], log.lengths[index], offset, limit)
             if found is None:
                 if limit < term_length:
                     break

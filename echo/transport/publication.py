@@ -20,37 +20,24 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Final, TypeVar
 
+from echo.transport.appender import LogAppender
 from echo.transport.config import SenderTimers
 from echo.transport.counters import Counters
 from echo.transport.flow_control import FlowControl
 from echo.transport.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_LENGTH,
-    DATA_HEADER_STRUCT,
-    FRAME_ALIGNMENT,
     RTTM_REPLY_FLAG,
     SETUP_GROUP_FLAG,
     UNFRAGMENTED_FLAGS,
     ErrorFrame,
-    FrameType,
     Nak,
     Rttm,
     Setup,
     StatusMessage,
 )
 from echo.transport.liveness import ReceiverLiveness
-from echo.transport.logbuffer import (
-    PARTITION_COUNT,
-    TermBuffers,
-    append_message,
-    compute_fragmented_length,
-    compute_max_message_length,
-    compute_position,
-    i32,
-    max_possible_position,
-    position_bits_to_shift,
-    write_pad,
-)
+from echo.transport.logbuffer import compute_fragmented_length, compute_position, i32
 from echo.transport.retransmit import RetransmitHandler
 from echo.transport.scanner import Emit, TermScanner
 
@@ -82,8 +69,6 @@ OFFER_RESULT_NAMES = {
     MAX_POSITION_EXCEEDED: "MAX_POSITION_EXCEEDED",
 }
 
-#: rounds a frame length up to the 32-byte frame alignment: (length + _ALIGN) & ~_ALIGN
-_ALIGN: Final = FRAME_ALIGNMENT - 1
 #: retransmits in flight when the caller names none: Aeron's defaults (one for unicast, where
 #: the one receiver retries; sixteen for a group, whose receivers NAK different gaps)
 AERON_MAX_RETRANSMITS_UNICAST: Final = 1
@@ -133,18 +118,27 @@ class NetworkPublication:
         term_window: int | None = None,
         ttl: int = 0,
     ) -> None:
+        #: the log and its tail (appender.py): what `offer` writes
+        self.appender = appender = LogAppender(
+            session_id=session_id,
+            stream_id=stream_id,
+            initial_term_id=initial_term_id,
+            term_length=term_length,
+            mtu=mtu,
+        )
         self.session_id = session_id
         self.stream_id = stream_id
         self.initial_term_id = initial_term_id
         self.term_length = term_length
         self.mtu = mtu
-        self.max_payload = mtu - DATA_HEADER_LENGTH
-        self.max_message_length = compute_max_message_length(term_length)
-        if mtu > self.max_message_length:
-            raise ValueError(f"mtu {mtu} is larger than the maximum message length of the term")
-        self.bits = position_bits_to_shift(term_length)
-        self.mask = term_length - 1
-        self.max_position = max_possible_position(term_length)
+        self.max_payload = appender.max_payload
+        self.max_message_length = appender.max_message_length
+        self.bits = appender.bits
+        self.mask = appender.mask
+        self.max_position = appender.max_position
+        self.log = appender.log
+        #: frames out of the log into datagrams (scanner.py)
+        self.scanner = TermScanner(self.log.terms, self.log.lengths, self.bits, mtu)
         self.flow_control = flow_control
         self.counters = counters
         self.is_group = is_group
@@ -155,13 +149,11 @@ class NetworkPublication:
         most = term_length // TERM_WINDOW_DIVISOR
         self.term_window = min(term_window or most, most)
         self.ttl = ttl
-        self.log = TermBuffers(term_length)
-        #: frames out of the log into datagrams (scanner.py)
-        self.scanner = TermScanner(self.log.terms, self.bits, mtu)
+        self._start_sending(now)
 
+    def _start_sending(self, now: float) -> None:
+        """The sender's state at creation: nothing sent, nobody heard from, a SETUP due."""
         self.state = PublicationState.ACTIVE
-        self._term_count = 0
-        self.tail_offset = 0
         self.sender_position = 0
         self.sender_limit = 0
         self.has_initial_connection = False
@@ -176,17 +168,18 @@ class NetworkPublication:
         self._announcing_end = False
         #: lingering: announce end-of-stream by then even if some receiver never confirmed
         self._announce_end_by = math.inf
+        timers = self.timers
         #: the receivers heard from and their timeouts (liveness.py)
-        self.liveness = ReceiverLiveness(self.timers.connection_timeout, now)
+        self.liveness = ReceiverLiveness(timers.connection_timeout, now)
         self._receiver_window = 0
         self.retransmits = RetransmitHandler(
             self.max_retransmits,
-            self.timers.retransmit_linger if is_group else self.timers.unicast_retransmit_linger,
+            timers.retransmit_linger if self.is_group else timers.unicast_retransmit_linger,
         )
         self._last_nak = -math.inf
         self._acknowledged = 0
         self._probe_at = math.inf
-        self._probe_delay = self.timers.tail_probe_delay
+        self._probe_delay = timers.tail_probe_delay
         self._rttm_replies: list[bytes] = []
         self._created = now
 
@@ -194,12 +187,13 @@ class NetworkPublication:
 
     @property
     def active_term_id(self) -> int:
-        return i32(self.initial_term_id + self._term_count)
+        return self.appender.active_term_id
 
     @property
     def position(self) -> int:
         """The tail: where the next message will be appended."""
-        return (self._term_count << self.bits) + self.tail_offset
+        appender = self.appender
+        return (appender.term_count << self.bits) + appender.tail_offset
 
     def is_connected(self, now: float) -> bool:
         if self.state is PublicationState.CLOSED:
@@ -217,48 +211,19 @@ class NetworkPublication:
         """Append one message; returns the new position or one of Aeron's negative codes."""
         if self.state is not PublicationState.ACTIVE:
             return CLOSED
-        length = len(data)
-        if length > self.max_message_length:
-            raise ValueError(
-                f"message of {length} bytes exceeds the maximum message length "
-                f"{self.max_message_length} (min(term length / 8, 16 MiB))"
-            )
-        term_offset = self.tail_offset
-        position = (self._term_count << self.bits) + term_offset
-        max_payload = self.max_payload
-        if length <= max_payload:
-            required = (length + DATA_HEADER_LENGTH + _ALIGN) & ~_ALIGN
-        else:
-            required = compute_fragmented_length(length, max_payload)
-        if position + required >= self.max_position:
+        appender = self.appender
+        required = appender.required(len(data))
+        position = (appender.term_count << self.bits) + appender.tail_offset
+        if position + required >= appender.max_position:
             return MAX_POSITION_EXCEEDED
-        connected = self.is_connected(now)
+        # (is_connected, inlined: one call fewer per message, interpreted)
+        connected = self.liveness.is_alive(now) and self.flow_control.has_required_receivers()
         if position >= self.sender_position + (self.term_window if connected else 0):
             return BACK_PRESSURED if connected else NOT_CONNECTED
-        index = self._term_count % PARTITION_COUNT
-        term = self.log.terms[index]
-        if term_offset + required > self.term_length:
-            # A message never spans terms: pad out this one, rotate, and let the caller retry.
-            if term_offset < self.term_length:
-                write_pad(
-                    term,
-                    term_offset,
-                    session_id=self.session_id,
-                    stream_id=self.stream_id,
-                    term_id=self.active_term_id,
-                )
-            self._rotate()
+        if not appender.fits(required):
+            appender.pad_and_rotate()  # a message never spans terms: the caller offers again
             return ADMIN_ACTION
-        self.tail_offset = append_message(
-            term,
-            term_offset,
-            data,
-            max_payload,
-            session_id=self.session_id,
-            stream_id=self.stream_id,
-            term_id=self.active_term_id,
-        )
-        return (self._term_count << self.bits) + self.tail_offset
+        return appender.append(data)
 
     def offer_many(self, messages: Iterable[bytes | bytearray | memoryview], now: float) -> int:
         """Append messages in order until one is refused; returns how many were appended.
@@ -277,14 +242,6 @@ class NetworkPublication:
                 break
             count += 1
         return count
-
-    def _rotate(self) -> None:
-        self._term_count += 1
-        self.tail_offset = 0
-        if self._term_count >= PARTITION_COUNT:
-            # The partition we move into last held the term three back: the sender position is
-            # within half a term of the tail, so nothing there can still be sent or resent.
-            self.log.clean(self._term_count % PARTITION_COUNT)
 
     def close(self, now: float) -> None:
         if self.state is PublicationState.ACTIVE:
@@ -436,21 +393,8 @@ class NetworkPublication:
         ).encode()
 
     def _heartbeat(self, eos: bool) -> bytes:
-        frame = bytearray(DATA_HEADER_LENGTH)
-        DATA_HEADER_STRUCT.pack_into(
-            frame,
-            0,
-            0,
-            0,
-            BEGIN_END_AND_EOS_FLAGS if eos else UNFRAGMENTED_FLAGS,
-            FrameType.DATA,
-            self.sender_position & self.mask,
-            self.session_id,
-            self.stream_id,
-            i32(self.initial_term_id + (self.sender_position >> self.bits)),
-            0,
-        )
-        return bytes(frame)
+        flags = BEGIN_END_AND_EOS_FLAGS if eos else UNFRAGMENTED_FLAGS
+        return self.appender.data_header(self.sender_position, flags)
 
     @property
     def run_segments(self) -> int:
@@ -568,7 +512,8 @@ class NetworkPublication:
         The part of `poll` that an offer needs at once (the driver's flush): the timers, the
         SETUP and the retransmits wait for the next full poll.
         """
-        position = (self._term_count << self.bits) + self.tail_offset
+        appender = self.appender
+        position = (appender.term_count << self.bits) + appender.tail_offset
         limit = self.sender_limit if self.sender_limit < position else position
         before = self.sender_position
         if before >= limit or self.state is PublicationState.CLOSED:
@@ -600,11 +545,7 @@ class NetworkPublication:
         if position >= self.position:
             return False
         room = self.sender_limit - position
-        return room <= 0 or not self._next_frame_fits(room)
-
-    def _next_frame_fits(self, room: int) -> bool:
-        """Does the frame at the sender position fit in `room` bytes (flow control)?"""
-        return self.scanner.next_frame_fits(self.sender_position, room)
+        return room <= 0 or not self.scanner.next_frame_fits(position, room)
 
     def next_deadline(self, now: float) -> float:
         """The earliest time `poll` has something to do (may be <= now)."""
@@ -614,7 +555,9 @@ class NetworkPublication:
             return now
         sender_position = self.sender_position
         limit = min(self.sender_limit, self.position)
-        if sender_position < limit and self._next_frame_fits(limit - sender_position):
+        if sender_position < limit and self.scanner.next_frame_fits(
+            sender_position, limit - sender_position
+        ):
             return now
         timers = self.timers
         # Housekeeping (receiver and flow-control timeouts): `poll` checks them at most every

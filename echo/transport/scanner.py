@@ -7,19 +7,16 @@ counts or schedules.
 
 from __future__ import annotations
 
-import struct
 from typing import Final, Protocol
 
-from echo.transport.frames import DATA_HEADER_LENGTH, FRAME_ALIGNMENT, FrameType
-from echo.transport.logbuffer import PARTITION_COUNT, scan_for_availability
+from echo.transport.frames import DATA_HEADER_LENGTH, FRAME_ALIGNMENT
+from echo.transport.logbuffer import PARTITION_COUNT, IntView, scan_for_availability
 
 # Bound the datagrams one call may send so that one busy stream cannot starve the others.
 MAX_DATAGRAMS_PER_SCAN: Final = 512
 # A run of datagrams handed over at once (UDP GSO) stays within one UDP payload.
 MAX_RUN_BYTES: Final = 65000
-_FRAME_LENGTH_AND_TYPE: Final = struct.Struct("<i2xH")
 _ALIGN: Final = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
-_DATA: Final = FrameType.DATA
 
 
 class Emit(Protocol):
@@ -34,12 +31,26 @@ class Emit(Protocol):
 class TermScanner:
     """Sends frames of one log (3 terms of `1 << bits` bytes) in MTU-sized datagrams."""
 
-    __slots__ = ("bits", "blocked", "mask", "mtu", "run_segments", "terms", "wire_datagrams")
+    __slots__ = (
+        "bits",
+        "blocked",
+        "lengths",
+        "mask",
+        "mtu",
+        "run_segments",
+        "term_length",
+        "terms",
+        "wire_datagrams",
+    )
 
-    def __init__(self, terms: list[memoryview], bits: int, mtu: int) -> None:
+    def __init__(
+        self, terms: list[memoryview], lengths: list[IntView], bits: int, mtu: int
+    ) -> None:
         self.terms = terms
+        self.lengths = lengths
         self.bits = bits
-        self.mask = (1 << bits) - 1
+        self.term_length = 1 << bits
+        self.mask = self.term_length - 1
         self.mtu = mtu
         #: datagrams that may go to `emit` as one run (0 or 1: one at a time); set when the
         #: socket can send runs (UDP GSO)
@@ -62,18 +73,22 @@ class TermScanner:
         mtu = self.mtu
         bits = self.bits
         mask = self.mask
-        terms = self.terms
+        term_length = self.term_length
         run_segments = self.run_segments
         while position < end and sent < MAX_DATAGRAMS_PER_SCAN:
-            term = terms[(position >> bits) % PARTITION_COUNT]
+            index = (position >> bits) % PARTITION_COUNT
+            term = self.terms[index]
+            lengths = self.lengths[index]
             offset = position & mask
-            available, padding = scan_for_availability(term, offset, min(mtu, end - position))
+            available, padding = scan_for_availability(
+                lengths, offset, min(mtu, end - position), term_length
+            )
             if available == 0:
                 break
             stop = offset + available
             count = 1
             if run_segments > 1 and not padding:
-                stop, count = self._extend_run(term, offset, stop, available, end - position)
+                stop, count = self._extend_run(lengths, stop, available, end - position)
             copies = emit(term[offset:stop], available) if count > 1 else emit(term[offset:stop])
             if copies < 0:
                 self.blocked = True
@@ -85,25 +100,29 @@ class TermScanner:
         return position
 
     def _extend_run(
-        self, term: memoryview, offset: int, stop: int, segment: int, room: int
+        self, lengths: IntView, stop: int, segment: int, room: int
     ) -> tuple[int, int]:
-        """How far a run of `segment`-byte datagrams starting at `offset` goes (see send)."""
+        """How far a run of `segment`-byte datagrams, the first of which ends at `stop`, goes
+        (see send)."""
         count = 1
-        limit = offset + min(room, MAX_RUN_BYTES)
+        limit = stop - segment + min(room, MAX_RUN_BYTES)
         mtu = self.mtu
-        unpack_from = _FRAME_LENGTH_AND_TYPE.unpack_from
+        term_length = self.term_length
+        run_segments = self.run_segments
         # A frame of `segment` bytes fills a datagram by itself when not even a bare header
         # would fit beside it: then each such frame is one datagram, no scan needed.
         alone = segment + DATA_HEADER_LENGTH > mtu
-        while count < self.run_segments and stop < limit:
-            if alone and stop + segment <= limit:
+        while count < run_segments and stop < limit:
+            if alone and stop + segment <= limit and stop + segment < term_length:
                 # The common case of a big message: a datagram that is one full-size fragment.
-                frame_length, frame_type = unpack_from(term, stop)
-                if frame_type == _DATA and (frame_length + _ALIGN) & ~_ALIGN == segment:
+                # (Short of the term's end it cannot be a PAD, which always runs to the end.)
+                if (lengths[stop >> 2] + _ALIGN) & ~_ALIGN == segment:
                     stop += segment
                     count += 1
                     continue
-            more, padding = scan_for_availability(term, stop, min(mtu, limit - stop))
+            more, padding = scan_for_availability(
+                lengths, stop, min(mtu, limit - stop), term_length
+            )
             if more == 0 or padding or more > segment:
                 break  # the term's end, the flow-control limit, a PAD, or a longer datagram
             stop += more
@@ -118,6 +137,8 @@ class TermScanner:
         Aeron sends only whole frames, so a limit that falls inside the next frame leaves
         the sender with nothing to send until an SM moves it.
         """
-        term = self.terms[(position >> self.bits) % PARTITION_COUNT]
-        available, _ = scan_for_availability(term, position & self.mask, min(self.mtu, room))
+        lengths = self.lengths[(position >> self.bits) % PARTITION_COUNT]
+        available, _ = scan_for_availability(
+            lengths, position & self.mask, min(self.mtu, room), self.term_length
+        )
         return available > 0

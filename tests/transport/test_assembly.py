@@ -10,27 +10,27 @@ MAX_PAYLOAD = 96  # small fragments: a 250-byte message is three of them
 IDS = {"session_id": 1, "stream_id": 2, "term_id": 0}
 
 
-def term_of(messages: list[bytes]) -> tuple[memoryview, list[int]]:
-    """A term holding `messages` back to back, and the offset where each one starts."""
-    term = TermBuffers(TERM).terms[0]
+def term_of(messages: list[bytes]) -> tuple[TermBuffers, list[int]]:
+    """A log whose first term holds `messages` back to back, and where each one starts."""
+    log = TermBuffers(TERM)
     offsets = [0]
     for message in messages:
-        offsets.append(append_message(term, offsets[-1], message, MAX_PAYLOAD, **IDS))
-    return term, offsets
+        offsets.append(append_message(log.terms[0], offsets[-1], message, MAX_PAYLOAD, **IDS))
+    return log, offsets
 
 
 def poll_all(
-    assembler: FragmentAssembler, term: memoryview, start: int, end: int, limit: int = 100
+    assembler: FragmentAssembler, log: TermBuffers, start: int, end: int, limit: int = 100
 ) -> tuple[list[bytes], int, int]:
     got: list[bytes] = []
-    offset, fragments = assembler.poll(term, start, end, limit, got.append)
+    offset, fragments = assembler.poll(log, 0, start, end, limit, got.append)
     return got, offset, fragments
 
 
 def test_whole_and_fragmented_messages_come_out_intact_and_in_order() -> None:
     messages = [b"a" * 10, bytes(range(250)), b"c" * 96, b"d" * 97]
-    term, offsets = term_of(messages)
-    got, offset, fragments = poll_all(FragmentAssembler(), term, 0, offsets[-1])
+    log, offsets = term_of(messages)
+    got, offset, fragments = poll_all(FragmentAssembler(), log, 0, offsets[-1])
     assert got == messages
     assert offset == offsets[-1]
     assert fragments == 1 + 3 + 1 + 2  # every fragment counts, one message or many
@@ -38,35 +38,35 @@ def test_whole_and_fragmented_messages_come_out_intact_and_in_order() -> None:
 
 def test_the_fragment_limit_stops_between_fragments_and_the_message_completes_later() -> None:
     message = bytes(range(250))
-    term, offsets = term_of([message])
+    log, offsets = term_of([message])
     assembler = FragmentAssembler()
-    got, offset, fragments = poll_all(assembler, term, 0, offsets[-1], limit=2)
+    got, offset, fragments = poll_all(assembler, log, 0, offsets[-1], limit=2)
     assert got == [] and fragments == 2 and assembler.in_progress
-    got, offset, fragments = poll_all(assembler, term, offset, offsets[-1])
+    got, offset, fragments = poll_all(assembler, log, offset, offsets[-1])
     assert got == [message] and fragments == 1 and offset == offsets[-1]
     assert not assembler.in_progress
 
 
 def test_a_subscriber_that_joins_mid_message_drops_it_and_takes_the_next() -> None:
-    term, offsets = term_of([bytes(range(250)), b"next"])
+    log, offsets = term_of([bytes(range(250)), b"next"])
     second_fragment = offsets[0] + 128  # 32-byte header + 96 payload: one aligned frame
-    got, offset, fragments = poll_all(FragmentAssembler(), term, second_fragment, offsets[-1])
+    got, offset, fragments = poll_all(FragmentAssembler(), log, second_fragment, offsets[-1])
     assert offset == offsets[-1]
     assert got == [b"next"]
     assert fragments == 3  # two orphan fragments consumed, then the whole message
 
 
 def test_pad_frames_are_skipped_and_not_counted() -> None:
-    term = TermBuffers(TERM).terms[0]
-    tail = append_message(term, 0, b"before", MAX_PAYLOAD, **IDS)
-    write_pad(term, tail, **IDS)  # pads out the rest of the term
-    got, offset, fragments = poll_all(FragmentAssembler(), term, 0, TERM)
+    log = TermBuffers(TERM)
+    tail = append_message(log.terms[0], 0, b"before", MAX_PAYLOAD, **IDS)
+    write_pad(log.terms[0], tail, **IDS)  # pads out the rest of the term
+    got, offset, fragments = poll_all(FragmentAssembler(), log, 0, TERM)
     assert got == [b"before"] and fragments == 1 and offset == TERM
 
 
 def test_the_end_bounds_what_is_read() -> None:
-    term, offsets = term_of([b"one", b"two", b"three"])
-    got, offset, _ = poll_all(FragmentAssembler(), term, 0, offsets[2])
+    log, offsets = term_of([b"one", b"two", b"three"])
+    got, offset, _ = poll_all(FragmentAssembler(), log, 0, offsets[2])
     assert got == [b"one", b"two"] and offset == offsets[2]
 
 
@@ -74,14 +74,16 @@ def test_poll_messages_hands_the_handler_messages_with_their_origin() -> None:
     from echo.transport.message import Message
 
     messages = [b"a" * 10, bytes(range(250)), b"c" * 96]
-    term, offsets = term_of(messages)
+    log, offsets = term_of(messages)
     origin = (7, 1001, "10.0.0.1:4000", "10.0.0.1", 4000)
     got: list[Message] = []
     assembler = FragmentAssembler()
     # The fragment limit stops inside the fragmented message, as `poll` does.
-    offset, fragments = assembler.poll_messages(term, 0, offsets[-1], 2, got.append, origin)
+    offset, fragments = assembler.poll_messages(log, 0, 0, offsets[-1], 2, got.append, origin)
     assert [m.data for m in got] == [messages[0]] and fragments == 2
-    offset, fragments = assembler.poll_messages(term, offset, offsets[-1], 100, got.append, origin)
+    offset, fragments = assembler.poll_messages(
+        log, 0, offset, offsets[-1], 100, got.append, origin
+    )
     assert offset == offsets[-1] and fragments == 3
     assert got == [Message(data, *origin) for data in messages]
     assert all(type(m) is Message for m in got)

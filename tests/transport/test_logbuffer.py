@@ -7,6 +7,7 @@ term bytes written here are compared with the captured datagrams byte for byte.
 from __future__ import annotations
 
 import struct
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -24,6 +25,9 @@ from echo.transport.frames import (
     parse_datagram_untrusted,
 )
 from echo.transport.logbuffer import (
+    FLAGS_SHIFT,
+    FRAME_LENGTH_MASK,
+    TYPE_SHIFT,
     TermBuffers,
     append_message,
     check_term_length,
@@ -34,6 +38,7 @@ from echo.transport.logbuffer import (
     compute_term_id,
     i32,
     insert_packet,
+    int_view,
     max_possible_position,
     partition_index,
     position_bits_to_shift,
@@ -45,9 +50,14 @@ from echo.transport.logbuffer import (
 )
 from tests.transport.pcapng import read_capture
 
+_LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 DROPPED_COMMENT = "DROPPED_BY_NFTABLES_INPUT_HOOK_never_delivered_to_the_socket"
 KIB = 1024
 MIB = 1024 * 1024
+
+
+def _scan(term: memoryview, offset: int, max_length: int) -> tuple[int, int]:
+    return scan_for_availability(int_view(term, "i"), offset, max_length, len(term))
 
 
 def headers(term: memoryview, start: int, end: int) -> list[tuple[int, int, int, int]]:
@@ -288,30 +298,30 @@ def test_scan_batches_frames_up_to_the_mtu() -> None:
     log = TermBuffers(64 * KIB)
     term = log.terms[0]
     _loss_nak_term(term, session_id=1, term_id=2)
-    assert scan_for_availability(term, 0, 1408) == (1088, 0)  # 2 x 544; a third would be 1632
-    assert scan_for_availability(term, 0, 1088) == (1088, 0)
-    assert scan_for_availability(term, 0, 1087) == (544, 0)
-    assert scan_for_availability(term, 0, 543) == (0, 0)  # a frame is never split
-    assert scan_for_availability(term, 0, 65536) == (65280 + 32, 224)
+    assert _scan(term, 0, 1408) == (1088, 0)  # 2 x 544; a third would be 1632
+    assert _scan(term, 0, 1088) == (1088, 0)
+    assert _scan(term, 0, 1087) == (544, 0)
+    assert _scan(term, 0, 543) == (0, 0)  # a frame is never split
+    assert _scan(term, 0, 65536) == (65280 + 32, 224)
     # The end of the term: 544 + 544 + the PAD's 32-byte header, and 224 bytes skipped.
-    assert scan_for_availability(term, 65280 - 1088, 1408) == (1120, 224)
-    assert scan_for_availability(term, 65280 - 544, 1408) == (576, 224)
-    assert scan_for_availability(term, 65280, 1408) == (32, 224)
+    assert _scan(term, 65280 - 1088, 1408) == (1120, 224)
+    assert _scan(term, 65280 - 544, 1408) == (576, 224)
+    assert _scan(term, 65280, 1408) == (32, 224)
     # A PAD that does not fit behind the data is left for the next datagram, padding and all.
-    assert scan_for_availability(term, 65280 - 544, 560) == (544, 0)
+    assert _scan(term, 65280 - 544, 560) == (544, 0)
     log.close()
 
 
 def test_scan_stops_at_the_first_empty_slot_and_at_the_term_end() -> None:
     log = TermBuffers(64 * KIB)
     term = log.terms[0]
-    assert scan_for_availability(term, 0, 1408) == (0, 0)
+    assert _scan(term, 0, 1408) == (0, 0)
     end = append_message(term, 0, b"x" * 10, 1376, session_id=1, stream_id=1, term_id=1)
     append_message(term, end + 32, b"y", 1376, session_id=1, stream_id=1, term_id=1)
-    assert scan_for_availability(term, 0, 1408) == (64, 0)
+    assert _scan(term, 0, 1408) == (64, 0)
     last = 65536 - 64
     append_message(term, last, b"z" * 32, 1376, session_id=1, stream_id=1, term_id=1)
-    assert scan_for_availability(term, last, 1408) == (64, 0)
+    assert _scan(term, last, 1408) == (64, 0)
     log.close()
 
 
@@ -337,7 +347,7 @@ def test_loss_nak_capture_datagrams_are_term_slices() -> None:
         term = built[count]
         offset = frame.term_offset
         assert bytes(term[offset : offset + len(record.payload)]) == record.payload
-        available, padding = scan_for_availability(term, offset, len(record.payload))
+        available, padding = _scan(term, offset, len(record.payload))
         assert available == len(record.payload)
         assert padding == (224 if frame.is_pad or len(record.payload) % 544 == 32 else 0)
         seen.add(len(record.payload))
@@ -353,8 +363,8 @@ def test_insert_packet_never_overwrites() -> None:
     term = log.terms[0]
     first = DataHeader(46, UNFRAGMENTED_FLAGS, 64, 1, 2, 3).encode() + b"A" * 14 + bytes(18)
     other = DataHeader(46, UNFRAGMENTED_FLAGS, 64, 1, 2, 3).encode() + b"B" * 14 + bytes(18)
-    assert insert_packet(term, 64, first) is True
-    assert insert_packet(term, 64, other) is False
+    assert insert_packet(term, int_view(term, "i"), 64, first) is True
+    assert insert_packet(term, int_view(term, "i"), 64, other) is False
     assert bytes(term[64:128]) == first
     assert bytes(term[0:64]) == bytes(64)
     log.close()
@@ -381,17 +391,17 @@ def test_rebuild_and_gap_scan() -> None:
     # gap [128, 384), then a frame whose frame_length is 256: its first byte is zero
     _frame(term, 384, 256 - 32)
     assert term[384] == 0 and DATA_HEADER_STRUCT.unpack_from(term, 384)[0] == 256
-    assert rebuild_offset(term, 0, 65536) == 128
-    assert rebuild_offset(term, 0, 64) == 64
-    assert rebuild_offset(term, 384, 65536) == 640
-    assert scan_for_gap(term, 0, 640) == (128, 256)
-    assert scan_for_gap(term, 0, 200) == (128, 72)  # a gap ends at the limit
-    assert scan_for_gap(term, 0, 128) is None
-    assert scan_for_gap(term, 384, 640) is None
+    assert rebuild_offset(int_view(term, "i"), 0, 65536) == 128
+    assert rebuild_offset(int_view(term, "i"), 0, 64) == 64
+    assert rebuild_offset(int_view(term, "i"), 384, 65536) == 640
+    assert scan_for_gap(term, int_view(term, "i"), 0, 640) == (128, 256)
+    assert scan_for_gap(term, int_view(term, "i"), 0, 200) == (128, 72)  # a gap ends at the limit
+    assert scan_for_gap(term, int_view(term, "i"), 0, 128) is None
+    assert scan_for_gap(term, int_view(term, "i"), 384, 640) is None
     # frame_length 65536 - x: two leading zero bytes
     _frame(term, 1024, 512 - 32)
-    assert scan_for_gap(term, 384, 2048) == (640, 384)
-    assert scan_for_gap(term, 1024, 4096) == (1536, 4096 - 1536)
+    assert scan_for_gap(term, int_view(term, "i"), 384, 2048) == (640, 384)
+    assert scan_for_gap(term, int_view(term, "i"), 1024, 4096) == (1536, 4096 - 1536)
     log.close()
 
 
@@ -428,7 +438,7 @@ def test_gap_scan_matches_a_slot_by_slot_scan(data: st.DataObject) -> None:
         offset += align(payload + 32)
     limit = data.draw(st.integers(start // 32, term_length // 32).map(lambda n: n * 32))
     limit = max(limit, start)
-    assert scan_for_gap(term, start, limit) == _naive_gap(slots, start, limit)
+    assert scan_for_gap(term, int_view(term, "i"), start, limit) == _naive_gap(slots, start, limit)
     log.close()
 
 
@@ -445,5 +455,53 @@ def test_clean_zeroes_one_term_and_leaves_the_others() -> None:
     assert bytes(log.terms[2]) == b"\x03" * (64 * KIB)
     # Still usable after cleaning.
     _frame(log.terms[1], 32, 10)
-    assert rebuild_offset(log.terms[1], 32, 64 * KIB) == 96
+    assert rebuild_offset(log.lengths[1], 32, 64 * KIB) == 96
+    log.close()
+
+
+@pytest.mark.parametrize("little_endian", [True, False], ids=["native", "portable"])
+def test_int_views_read_the_wire_byte_order_on_any_host(little_endian: bool) -> None:
+    # Native int views are used where the host is little-endian, as the wire is; elsewhere
+    # struct-backed views. Both must read a header's length, flags and type as the wire has
+    # them, and every reader built on them must agree.
+    if little_endian and not _LITTLE_ENDIAN_HOST:
+        pytest.skip("a native int view reads the wire's order only on a little-endian host")
+    log = TermBuffers(64 * KIB)
+    term = log.terms[0]
+    write_frame(
+        term, 64, flags=UNFRAGMENTED_FLAGS, frame_type=FrameType.DATA, session_id=-7,
+        stream_id=1001, term_id=0x12345678, payload=b"x" * 40,
+    )
+    write_pad(term, 160, session_id=-7, stream_id=1001, term_id=0x12345678)  # 64 + 96
+    lengths = int_view(term, "i", little_endian)
+    words = int_view(term, "q", little_endian)
+    assert [lengths[i] for i in (16, 18, 19, 20, 40)] == [72, 64, -7, 1001, 64 * KIB - 160]
+    word = words[64 >> 3]
+    assert word & FRAME_LENGTH_MASK == 72
+    assert (word >> FLAGS_SHIFT) & 0xFF == UNFRAGMENTED_FLAGS
+    assert word >> TYPE_SHIFT == FrameType.DATA
+    assert words[160 >> 3] >> TYPE_SHIFT == FrameType.PAD
+    assert words[160 >> 3] & FRAME_LENGTH_MASK == lengths[160 >> 2] == 64 * KIB - 160
+    assert words[0] == lengths[0] == 0
+    assert rebuild_offset(lengths, 64, 64 * KIB) == 64 * KIB  # the PAD stands for the rest
+    assert scan_for_availability(lengths, 64, 1408, 64 * KIB) == (128, 64 * KIB - 192)
+    assert insert_packet(term, lengths, 64, bytes(96)) is False
+    assert insert_packet(term, lengths, 0, b"\x01" + bytes(63)) is True
+    # A negative length (a corrupt header) reads as negative, not as 4 GiB: no frame there.
+    DATA_HEADER_STRUCT.pack_into(term, 0, -32, 0, 0, 1, 0, 0, 0, 0, 0)
+    assert lengths[0] == -32
+    assert rebuild_offset(lengths, 0, 64 * KIB) == 0
+    lengths.release()
+    words.release()
+    log.close()
+
+
+def test_a_data_frame_that_ends_the_term_is_not_taken_for_a_pad() -> None:
+    # The scanner reads a frame's type only when it reaches the end of the term (a PAD always
+    # does): a DATA frame there must still go out whole, with nothing skipped.
+    log = TermBuffers(64 * KIB)
+    term = log.terms[0]
+    last = 64 * KIB - 96
+    append_message(term, last, b"z" * 64, 1376, session_id=1, stream_id=1, term_id=1)
+    assert scan_for_availability(log.lengths[0], last, 1408, 64 * KIB) == (96, 0)
     log.close()

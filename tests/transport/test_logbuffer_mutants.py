@@ -16,6 +16,7 @@ from echo.transport.logbuffer import (
     append_message,
     check_term_length,
     compute_fragmented_length,
+    int_view,
     scan_for_gap,
 )
 
@@ -56,7 +57,7 @@ def test_clean_falls_back_to_writing_zeros() -> None:
     try:
         buffers.terms[1][:4] = b"\x01\x02\x03\x04"
         buffers.terms[1][-1] = 9
-        buffers._maps[1] = _NoMadvise(buffers._maps[1])  # type: ignore[assignment]
+        buffers.maps[1] = _NoMadvise(buffers.maps[1])  # type: ignore[assignment]
         buffers.clean(1)
         assert bytes(buffers.terms[1]) == bytes(TERM_MIN_LENGTH)
     finally:
@@ -80,4 +81,4 @@ def test_a_gap_is_at_least_one_slot_even_next_to_stray_bytes() -> None:
     term = memoryview(bytearray(TERM_MIN_LENGTH))
     DATA_HEADER_STRUCT.pack_into(term, 0, 64, 0, 0xC0, 1, 0, 1, 2, 3, 0)
     term[64 + 5] = 0xC0  # flags of an empty slot
-    assert scan_for_gap(term, 0, 1024) == (64, 32)
+    assert scan_for_gap(term, int_view(term, "i"), 0, 1024) == (64, 32)

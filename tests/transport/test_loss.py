@@ -35,11 +35,11 @@ def frame(index: int) -> bytes:
     return bytes(packet)
 
 
-def terms_with(received: list[int]) -> list[memoryview]:
+def terms_with(received: list[int]) -> TermBuffers:
     log = TermBuffers(TERM)
     for index in received:
-        assert insert_packet(log.terms[0], index * FRAME, frame(index))
-    return log.terms
+        assert insert_packet(log.terms[0], log.lengths[0], index * FRAME, frame(index))
+    return log
 
 
 def detector(group: bool = False, seed: int = 1) -> LossDetector:

@@ -685,8 +685,7 @@ def test_max_position_exceeded() -> None:
     pair.connect()
     publication = pair.publication
     # Jump to the last term a position can name (term count 2^31 - 1), near its end.
-    publication._term_count = 2**31 - 1
-    publication.tail_offset = 65536 - 128
+    publication.appender.set_tail(2**31 - 1, 65536 - 128)
     publication.sender_position = publication.position
     assert publication.offer(b"x" * 200, pair.now) == MAX_POSITION_EXCEEDED
     # Ending exactly at the maximum position is refused too (Aeron: position + length >= max).
