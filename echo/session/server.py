@@ -776,20 +776,35 @@ class SessionServer:
         except SessionClosed:
             pass  # a send or receive after the close: the application's normal way out
         except Exception as error:
-            self.application_errors += 1
-            log.error(
-                "application_failed",
-                duologue_id=duologue.duologue_id,
-                source_ip=duologue.owner_ip,
-                error=repr(error),
-                exc_info=error,
-            )
+            self._application_failed(duologue, error)
+            await session.close(ERROR_APPLICATION)
+        except BaseExceptionGroup as group:
+            # The application failed while it was being cancelled (its grace after the close
+            # ran out): a Cancelled beside its own error. The error is the application's, not
+            # the server's: count and log it, and let only the cancellation go on, which this
+            # duologue's cancel scope ends. (Left whole, the group passed `except Exception`
+            # and the scope, and its error took the server down.)
+            cancelled, failed = group.split(trio.Cancelled)
+            if failed is not None:
+                self._application_failed(duologue, failed)
+            if cancelled is not None:
+                raise cancelled from None
             await session.close(ERROR_APPLICATION)
         else:
             if not session.is_closed:
                 # The application is done with it: end the stream, no ERROR.
                 await session.close()
         return session.close_reason or "closed"
+
+    def _application_failed(self, duologue: Duologue, error: BaseException) -> None:
+        self.application_errors += 1
+        log.error(
+            "application_failed",
+            duologue_id=duologue.duologue_id,
+            source_ip=duologue.owner_ip,
+            error=repr(error),
+            exc_info=error,
+        )
 
     def _on_session_closed(self, duologue: Duologue, session: Session) -> None:
         # An application that goes on regardless (never reads, sleeps) is cancelled after the

@@ -310,6 +310,47 @@ async def test_an_application_that_never_reads_is_throttled_then_cancelled() -> 
         await server.stop()
 
 
+async def test_an_application_failing_while_its_grace_runs_out_does_not_stop_the_server() -> None:
+    # The application ignores the close; when its grace runs out and it is cancelled, one of
+    # its tasks fails in its clean-up: its nursery raises a group of Cancelled and that error.
+    # That is the application's failure (counted, logged), not the server's.
+    config = server_config(free_base(12))
+    sessions = 0
+    running, failing = trio.Event(), trio.Event()
+
+    async def fail_on_cancel() -> None:
+        try:
+            running.set()
+            await trio.sleep_forever()
+        finally:
+            failing.set()
+            raise RuntimeError("clean-up failed")
+
+    async def app(session: es.Session) -> None:
+        nonlocal sessions
+        sessions += 1
+        if sessions > 1:
+            await echo_app(session)
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+            nursery.start_soon(fail_on_cancel)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            server = await started(nursery, config, app, app_grace=0.2)
+            async with connect(config):
+                await running.wait()
+            # The client left: the session closes, the grace runs out, the app fails.
+            await failing.wait()
+            # The server is still serving, and counted the application's failure.
+            assert await round_trip(config, b"still here") == b"still here"
+            await idle(server)
+            assert server.application_errors == 1
+            assert server.ports.in_use == 0 and server.tasks == 0
+            await server.stop()
+
+
 async def test_double_close_and_send_after_close() -> None:
     config = server_config(free_base(12))
     outcomes: list[str] = []
