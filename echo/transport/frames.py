@@ -90,6 +90,7 @@ class FrameError(ValueError):
 
 
 _I64: Final = struct.Struct("<q")
+_DATA_TYPE: Final = 0x01  # FrameType.DATA
 _DATA_TYPES: Final = frozenset((FrameType.DATA.value, FrameType.PAD.value))
 _KNOWN_TYPES: Final = frozenset(
     (
@@ -311,13 +312,24 @@ def parse_data_run_untrusted(data: Buffer, segment: int) -> DataFields | None:
         return None
     unpack_from = DATA_HEADER_STRUCT.unpack_from
     first = unpack_from(data, 0)
+    session_id: int
+    stream_id: int
+    term_id: int
     (_, _, flags, _, term_offset, session_id, stream_id, term_id, reserved) = first
     if term_offset < 0 or term_offset % FRAME_ALIGNMENT:
         return None
     offset = 0
     boundary = segment
-    expected = term_offset
-    data_type = FrameType.DATA.value
+    expected: int = term_offset
+    data_type = _DATA_TYPE
+    # Typed, so that compiled code compares the unpacked fields as ints, not as objects.
+    fl: int
+    version: int
+    ftype: int
+    toff: int
+    sid: int
+    strm: int
+    tid: int
     while offset < length:
         if offset + DATA_HEADER_LENGTH > length:
             return None
@@ -394,6 +406,14 @@ def _check_data_chain(
     _check_chain_frame(frame_length, frame_type, 0, length)
     offset = align(frame_length) if frame_type == FrameType.DATA else length
     expected_term_offset = term_offset + offset
+    # Typed, so that compiled code compares the unpacked fields as ints, not as objects.
+    fl: int
+    version: int
+    ftype: int
+    toff: int
+    sid: int
+    strm: int
+    tid: int
     while offset < length:
         (fl, version, _, ftype, toff, sid, strm, tid, _) = DATA_HEADER_STRUCT.unpack_from(
             data, offset
