@@ -155,6 +155,8 @@ class DriverSocket:
         #: than `scheduled`. A deadline that moves later leaves the entry where it is and the
         #: driver moves it when it comes up (Driver._schedule_at): no heap work per offer.
         self.queued = math.inf
+        #: that entry is in the timer heap's lazy slots (timerheap.LAZY_AHEAD)
+        self.queued_lazy = False
         self.last_flush = -math.inf
         #: when the driver last read the socket (driver._drain: a quiet one is read once)
         self.read_at = -math.inf

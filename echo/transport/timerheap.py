@@ -88,9 +88,9 @@ class TimerHeap:
     def next_alarm(self) -> float:
         """When the loop must next wake: a precise deadline, a lazy one SLACK after it, or a
         lend check."""
-        deadline = self._next_deadline(self._heap)
+        deadline = self._next_deadline(self._heap, False)
         timeout = deadline
-        lazy = self._next_deadline(self._lazy)
+        lazy = self._next_deadline(self._lazy, True)
         if lazy + SLACK < timeout:
             deadline = lazy
             timeout = lazy + SLACK
@@ -106,8 +106,11 @@ class TimerHeap:
         """`deadline` (> now) is when `udp` must next be serviced: its whole deadline."""
         udp.scheduled = deadline
         queued = udp.queued
-        if deadline < queued:
-            self._queue(udp, deadline, deadline - now >= LAZY_AHEAD)
+        lazy = deadline - now >= LAZY_AHEAD
+        if deadline < queued or (udp.queued_lazy and not lazy):
+            # (Moved later, but from a lazy entry to a deadline that must be met on time: a
+            # probe after the data that pushed an idle heartbeat on. A precise entry, now.)
+            self._queue(udp, deadline, lazy)
         elif queued == self.sleep_for and queued - now <= deadline - queued:
             # The loop sleeps until this socket's old deadline and would wake then for
             # nothing: move its alarm on. Only once the old time is nearer than the deadline
@@ -117,6 +120,7 @@ class TimerHeap:
 
     def _queue(self, udp: DriverSocket, deadline: float, lazy: bool) -> None:
         udp.queued = deadline
+        udp.queued_lazy = lazy
         entry = (deadline, next(self._seq), udp.timer_handle)
         if lazy:
             heapq.heappush(self._lazy, entry)
@@ -130,12 +134,12 @@ class TimerHeap:
     def due(self, now: float) -> list[DriverSocket]:
         """The sockets whose deadline has come, precise or lazy (each is then unscheduled)."""
         due: list[DriverSocket] = []
-        for heap in (self._heap, self._lazy):
+        for heap, lazy in ((self._heap, False), (self._lazy, True)):
             while heap and heap[0][0] <= now:
                 queued, _, handle = heapq.heappop(heap)
                 udp = handle.socket
-                if udp is None or queued != udp.queued:
-                    continue  # a closed socket's, or superseded by a nearer entry
+                if udp is None or queued != udp.queued or udp.queued_lazy is not lazy:
+                    continue  # a closed socket's, or superseded by another entry
                 udp.queued = math.inf
                 scheduled = udp.scheduled
                 if scheduled <= now:
@@ -148,14 +152,17 @@ class TimerHeap:
                     heapq.heappush(heap, (scheduled, next(self._seq), handle))
         return due
 
-    def _next_deadline(self, heap: _Heap) -> float:
-        """The earliest socket deadline in `heap`. Entries that no longer count are dropped on
-        the way, and one whose socket's deadline moved later is moved there, so that the loop
-        never goes to sleep towards a time at which nothing is due."""
+    def _next_deadline(self, heap: _Heap, lazy: bool) -> float:
+        """The earliest socket deadline in `heap` (the `lazy` one or not). Entries that no
+        longer count are dropped on the way, and one whose socket's deadline moved later is
+        moved there, so that the loop never goes to sleep towards a time at which nothing is
+        due. (An entry counts while its time is the socket's `queued` and its heap the
+        socket's `queued_lazy`: a deadline moved from a lazy entry to a precise one at the
+        same time leaves two entries of one time.)"""
         while heap:
             queued, _, handle = heap[0]
             udp = handle.socket
-            if udp is None or queued != udp.queued:
+            if udp is None or queued != udp.queued or udp.queued_lazy is not lazy:
                 heapq.heappop(heap)
                 continue
             scheduled = udp.scheduled

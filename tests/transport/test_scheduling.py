@@ -201,6 +201,10 @@ def test_one_wake_up_serves_lazy_deadlines_within_slack_precise_ones_on_time() -
     assert timers.due(now + 0.499) == [probe]
     assert timers.next_alarm() == now + 0.5 + SLACK
     assert set(timers.due(now + 0.5 + SLACK)) == set(later)
+    # A lazy deadline pushed on by data to a precise one (the probe after it): on time.
+    timers.schedule(probe, now + 1.5, now + 0.5)  # type: ignore[arg-type]
+    timers.schedule(probe, now + 1.502, now + 1.5)  # type: ignore[arg-type]
+    assert timers.next_alarm() == now + 1.502
     assert LAZY_AHEAD > 0.002 > 0  # (a probe's delay is precise)
 
 
@@ -313,5 +317,51 @@ class _FakeSocket:
     def __init__(self, lending: Lending | None = None) -> None:
         self.scheduled = math.inf
         self.queued = math.inf
+        self.queued_lazy = False
         self.lending = lending
         self.timer_handle = TimerHandle(self)  # type: ignore[arg-type]
+
+
+def test_every_deadline_is_served_in_time_under_random_rescheduling() -> None:
+    # A model check of the heap and the lazy slots: sockets rescheduled at random (nearer,
+    # later, to no deadline at all, precise and lazy), the loop stepping from alarm to alarm.
+    # Each socket with a deadline is served once it has come: precise ones exactly then, lazy
+    # ones within SLACK; none is lost, none served early, none while it has no deadline.
+    import random
+
+    rng = random.Random(7)
+    timers = TimerHeap()
+    sockets = [_FakeSocket() for _ in range(40)]
+    wanted: dict[int, float] = {}  # id(socket) -> its deadline (what the driver last set)
+    lazy_of: dict[int, bool] = {}
+    now = 1000.0
+    for _ in range(3000):
+        for udp in rng.sample(sockets, 3):
+            ahead = rng.choice([0.0005, 0.002, 0.03, 0.06, 0.2, 0.8, 1.5, math.inf])
+            deadline = now + ahead
+            timers.schedule(udp, deadline, now)  # type: ignore[arg-type]
+            if deadline == math.inf:
+                wanted.pop(id(udp), None)
+            else:
+                wanted[id(udp)] = deadline
+                lazy_of[id(udp)] = ahead >= LAZY_AHEAD
+        alarm = timers.next_alarm()
+        earliest = min(wanted.values(), default=math.inf)
+        assert alarm >= earliest or alarm == math.inf or earliest == math.inf
+        if alarm == math.inf:
+            assert not wanted
+            continue
+        # Step to the alarm, or a little before it now and then (a wake-up for other reasons).
+        exact = rng.random() < 0.8
+        now = alarm if exact else max(now, alarm - rng.random() * 0.01)
+        for udp in timers.due(now):
+            deadline = wanted.pop(id(udp))
+            assert deadline <= now
+            if exact:  # on time: a precise deadline at the alarm, a lazy one within SLACK
+                assert now - deadline <= (SLACK if lazy_of[id(udp)] else 0.0) + 1e-9
+        for udp in sockets:
+            deadline = wanted.get(id(udp))
+            if deadline is not None and not lazy_of[id(udp)]:
+                assert deadline > now  # a precise deadline that came was served
+            if deadline is not None and lazy_of[id(udp)]:
+                assert deadline + SLACK > now  # a lazy one within SLACK of it
