@@ -105,14 +105,28 @@ class PublicationImage:
         self.window = min(rcv_wnd, term_length // _WINDOW_TERM_DIVISOR)
         self.log = TermBuffers(term_length)
         self.terms = self.log.terms
-
         join = compute_position(active_term_id, term_offset, self.bits, initial_term_id)
+        self._start_receiving(join, now)
+        # Anti-amplification: the source of a SETUP is not validated (it may be forged), so
+        # the image never sends it more bytes than it has received from it.
+        self.budgeted = budgeted
+        self.budget = 0
+        self.starved = False
+        #: its SETUP carried SETUP_SEND_RESPONSE_FLAG (a request publication, response.py)
+        self.requested_response = False
+        #: set while a response publication answers this image and has not heard from its
+        #: receiver: RSP_SETUP goes out on every SM interval (PublicationImage.responseSessionId)
+        self.response_session_id: int | None = None
+        self.next_response_setup = math.inf
+
+    def _start_receiving(self, join: int, now: float) -> None:
+        """The receiver's state at the join position: nothing rebuilt beyond it, an SM due."""
         self.join_position = join
         self.subscriber_position = join
         self.rebuild_position = join
         self.hwm = join
         self.status = StatusScheduler(
-            join, self.window, mtu, self.timers.status_message_interval, now
+            join, self.window, self.mtu, self.timers.status_message_interval, now
         )
         self._join_term = join >> self.bits
         self._subscriber_term = self._join_term
@@ -121,20 +135,9 @@ class PublicationImage:
         self._last_packet = now
         # Gaps and when to NAK them; the repair time NAK retries wait for (loss.py).
         self.repair = RepairTimer(self.timers)
-        self.loss = LossDetector(self.timers, self.rng, is_group, self.repair)
-        # Anti-amplification: the source of a SETUP is not validated (it may be forged), so
-        # the image never sends it more bytes than it has received from it.
-        self.budgeted = budgeted
-        self.budget = 0
-        self.starved = False
+        self.loss = LossDetector(self.timers, self.rng, self.is_group, self.repair)
         self.assembler = FragmentAssembler()
         self.created = now
-        #: its SETUP carried SETUP_SEND_RESPONSE_FLAG (a request publication, response.py)
-        self.requested_response = False
-        #: set while a response publication answers this image and has not heard from its
-        #: receiver: RSP_SETUP goes out on every SM interval (PublicationImage.responseSessionId)
-        self.response_session_id: int | None = None
-        self.next_response_setup = math.inf
 
     # ---------------------------------------------------------------- network input
 
@@ -160,24 +163,14 @@ class PublicationImage:
             (((term_id - self.initial_term_id + _I32_SIGN) & _U32) - _I32_SIGN)
             << self.bits
         ) + term_offset
-        status = self.status
-        sm_position = status.last_sm_position
-        window_end = sm_position + self.term_length // _WINDOW_TERM_DIVISOR
         if heartbeat:
-            self.counters.heartbeats_received += 1
-            if self.subscriber_position <= position <= window_end:
-                if position > self.hwm:
-                    self.hwm = position
-                    self.loss.dirty = True
-                if flags == BEGIN_END_AND_EOS_FLAGS:
-                    self.eos_position = position
-            status.on_heartbeat(position, self.subscriber_position, now)
-            return True
+            return self._on_heartbeat(position, flags, now)
         length = len(packet)
+        sm_position = self.status.last_sm_position
         if position < sm_position:
             self.counters.flow_control_underruns += 1
             return True
-        if position + length > window_end:
+        if position + length > sm_position + self.term_length // _WINDOW_TERM_DIVISOR:
             self.counters.flow_control_overruns += 1
             return True
         if term_offset + length > self.term_length:
@@ -187,16 +180,36 @@ class PublicationImage:
         if not insert_packet(self.terms[index], self.log.lengths[index], term_offset, packet):
             self.counters.duplicate_data += 1
             return True
+        return self._on_inserted(position, position + length, now, whole_data)
+
+    def _on_heartbeat(self, position: int, flags: int, now: float) -> bool:
+        """A heartbeat at `position`: where the sender stopped (end-of-stream with its flags)."""
+        self.counters.heartbeats_received += 1
+        status = self.status
+        window_end = status.last_sm_position + self.term_length // _WINDOW_TERM_DIVISOR
+        if self.subscriber_position <= position <= window_end:
+            if position > self.hwm:
+                self.hwm = position
+                self.loss.dirty = True
+            if flags == BEGIN_END_AND_EOS_FLAGS:
+                self.eos_position = position
+        status.on_heartbeat(position, self.subscriber_position, now)
+        return True
+
+    def _on_inserted(self, position: int, end: int, now: float, whole_data: bool) -> bool:
+        """Data for [position, end) went into the term: move the high-water mark and the
+        rebuild position; True if `poll` has something to do (see on_data)."""
         if self.repair.naked:
             self.repair.on_repair(position, now)
-        end = position + length
+        status = self.status
         if end > self.hwm:
             self.hwm = end
             status.on_new_data(end)
-        if position <= self.rebuild_position:
-            if whole_data and end > self.rebuild_position:
-                self.rebuild_position = end
-            if self.rebuild_position < self.hwm or not whole_data:
+        rebuild = self.rebuild_position
+        if position <= rebuild:
+            if whole_data and end > rebuild:
+                self.rebuild_position = rebuild = end
+            if rebuild < self.hwm or not whole_data:
                 self._advance_rebuild()
         self.loss.dirty = True
         return (
