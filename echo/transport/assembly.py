@@ -135,7 +135,7 @@ class FragmentAssembler:
                 else:
                     deliver(
                         _new_tuple(
-                            Message,
+                            _MESSAGE,
                             (message, session_id, stream_id, source, source_ip, source_port),
                         )
                     )
@@ -148,5 +148,7 @@ class FragmentAssembler:
 
 
 # Message(data, *origin) without the named tuple's own __new__, a Python function: tuple's,
-# called from C. One per message delivered.
+# called from C. One per message delivered. (The class as a Final: compiled, a static, where an
+# imported name is a lookup in the module's globals per use.)
 _new_tuple: Final[Callable[..., Any]] = tuple.__new__
+_MESSAGE: Final[type[Message]] = Message
