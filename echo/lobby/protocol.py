@@ -13,11 +13,15 @@ u8/u16/...  unsigned big-endian integers; ``bool`` is a u8 that must be 0 or 1
 str8        u8 byte length + UTF-8 (ids, keys, names, codes)
 str16       u16 byte length + UTF-8 (values, chat text, messages)
 bytes16     u16 byte length + bytes (seats)
+bytes8      u8 byte length + bytes (seat tags)
 value       u8 tag + body: 0 = str16, 1 = i64; in change maps also 2 = delete (no body)
 map         u8 count + count x (str8 key, value); keys unique
 filters     u8 count + count x (u8 kind, ...): 0 = string equals (str8 key, str16 value),
             1 = number range (str8 key, i64 low, i64 high), 2 = free slots (u16 minimum)
 opt u64     u8 flag + u64 if the flag is 1
+[trailing]  a field added later, last in its message and left out when empty: the
+            message without it is the same bytes as before it existed and parses as it
+            did (a parser from before it refuses the message that carries it)
 ==========  ===========================================================================
 
 `_MESSAGES` is the message table: per message type its type byte, channel, class and fields
@@ -144,6 +148,7 @@ class MessageType(enum.IntEnum):
     PRESENCE_CHANGED = 0x48
     MEMBER_BANNED = 0x49
     GAME_STARTING = 0x4A
+    SEAT_TAGS = 0x4B
     # chat (server -> members), Channel.CHAT
     CHAT_LINE = 0x60
 
@@ -198,6 +203,17 @@ class LobbySnapshot:
     metadata: Mapping[str, Value]
     bans: tuple[str, ...]
     members: tuple[MemberState, ...]
+
+
+@attrs.frozen
+class SeatTag:
+    """A seat's tag: the keyed hash of the hello secret of the client that holds the seat
+    (`echo.lobby.tickets.TicketSeats.tag`), never the secret. Members keep them in their copies
+    so that the next server gives each seat back to its own client, which may never have
+    learned its seat (a lost LobbyJoined)."""
+
+    member_id: str
+    tag: bytes
 
 
 @attrs.frozen
@@ -321,6 +337,9 @@ class RecreateLobby:
     request_id: int
     snapshot: LobbySnapshot
     seat: bytes = b""  # the seat from this member's LobbyJoined
+    # The seat tags of this member's copy (a trailing field: a copy without them is the same
+    # bytes as before tags existed). A member may hold several (copies disagreed).
+    seat_tags: tuple[SeatTag, ...] = ()
 
 
 @attrs.frozen
@@ -489,6 +508,17 @@ class GameStarting:
     ticket: bytes
 
 
+@attrs.frozen
+class SeatTags:
+    """To members: these seats' tags are now these (after every snapshot, all of them; after a
+    MemberJoined, the newcomer's). Not a state change (no version), and a message of its own,
+    not a field of the snapshot: a member from before tags skips a message type it does not
+    know (it logs it) but could not read a snapshot with a field it does not know."""
+
+    lobby_id: int
+    tags: tuple[SeatTag, ...]
+
+
 # --- chat -------------------------------------------------------------------------------------
 
 
@@ -499,7 +529,7 @@ class ChatLine:
     text: str
 
 
-Message: TypeAlias = Request | Reply | Update | GameStarting | ChatLine
+Message: TypeAlias = Request | Reply | Update | GameStarting | SeatTags | ChatLine
 
 
 # --- the codec: one table entry per message type ----------------------------------------------
@@ -535,6 +565,9 @@ class _Reader:
         chunk = self.data[self.pos : end]
         self.pos = end
         return chunk
+
+    def at_end(self) -> bool:
+        return self.pos == len(self.data)
 
     def end(self) -> None:
         if self.pos != len(self.data):
@@ -629,10 +662,21 @@ class _Bytes16(_Codec):
         return r.take(_U16.read(r))
 
 
+class _Bytes8(_Codec):
+    def write(self, w: _Writer, b: bytes) -> None:
+        if not isinstance(b, bytes) or len(b) > 0xFF:
+            raise LobbyProtocolError("expected at most 255 bytes")
+        w.parts.append(bytes((len(b),)) + b)
+
+    def read(self, r: _Reader) -> bytes:
+        return r.take(_U8.read(r))
+
+
 _BOOL: Final = _Bool()
 _STR8: Final = _Text(_U8, "str8")
 _STR16: Final = _Text(_U16, "str16")
 _BYTES16: Final = _Bytes16()
+_BYTES8: Final = _Bytes8()
 
 
 class _Enum(_Codec):
@@ -758,6 +802,28 @@ class _List(_Codec):
         return tuple(self.item.read(r) for _ in range(self.size.read(r)))
 
 
+class _Trailing(_Codec):
+    """A field added to a message after it shipped: the message's last field, left out when
+    empty, so the message without it keeps its bytes and old bytes parse as before. Present,
+    it is never empty (one message, one form)."""
+
+    def __init__(self, codec: _Codec, empty: Any) -> None:
+        self.codec = codec
+        self.empty = empty
+
+    def write(self, w: _Writer, v: Any) -> None:
+        if v != self.empty:
+            self.codec.write(w, v)
+
+    def read(self, r: _Reader) -> Any:
+        if r.at_end():
+            return self.empty
+        v = self.codec.read(r)
+        if v == self.empty:
+            raise LobbyProtocolError("an empty trailing field is left out, not sent")
+        return v
+
+
 class _Record(_Codec):
     """An attrs class and its fields in order, name -> codec (every field, in the class's
     order: checked here, so an entry cannot leave one out or swap two)."""
@@ -766,6 +832,8 @@ class _Record(_Codec):
         names = [f.name for f in attrs.fields(cls)]
         if names != list(fields):
             raise TypeError(f"{cls.__name__}: the table names {list(fields)}, not {names}")
+        if any(isinstance(c, _Trailing) for c in list(fields.values())[:-1]):
+            raise TypeError(f"{cls.__name__}: only the last field may be trailing")
         self.cls = cls
         self.fields = tuple(fields.items())
 
@@ -814,6 +882,8 @@ _SNAPSHOT: Final = _Record(
     join_code=_STR8, locked=_BOOL, owner=_STR8, metadata=_VALUES,
     bans=_List(_U8, _STR8, "at most 255 bans"), members=_List(_U16, _MEMBER, "too many members"),
 )
+_SEAT_TAG_LIST: Final = _List(_U16, _Record(SeatTag, member_id=_STR8, tag=_BYTES8),
+                              "too many seat tags")
 _LISTING: Final = _Record(LobbyListing, lobby_id=_U64, name=_STR8, member_count=_U16,
                           max_members=_U16, metadata=_VALUES, home=_STR8)
 # fmt: on
@@ -824,9 +894,26 @@ class _Message(_Record):
 
     def __init__(self, kind: MessageType, channel: Channel, cls: type, **fields: _Codec) -> None:
         super().__init__(cls, **fields)
+        if any(isinstance(c, _Trailing) for c in _nested(fields.values())):
+            raise TypeError(f"{cls.__name__}: a trailing field inside a record")
         self.kind = kind
         self.type_byte = bytes((kind,))
         self.channel = channel
+
+
+def _nested(codecs: Any) -> list[_Codec]:
+    """The codecs inside `codecs`' records and lists (not `codecs` themselves)."""
+    out: list[_Codec] = []
+    for c in codecs:
+        inner: list[_Codec] = []
+        if isinstance(c, _Record):
+            inner = [codec for _, codec in c.fields]
+        elif isinstance(c, _List):
+            inner = [c.item]
+        elif isinstance(c, _Union):
+            inner = list(c.kinds.values())
+        out += inner + _nested(inner)
+    return out
 
 
 def _request(kind: MessageType, cls: type, **fields: _Codec) -> _Message:
@@ -865,7 +952,8 @@ _MESSAGES: Final = (
     _lobby_op(MessageType.SET_READY, SetReady, member_id=_STR8, ready=_BOOL),
     _Message(MessageType.SEND_CHAT, Channel.CHAT, SendChat,
              request_id=_U32, lobby_id=_U64, text=_STR16),
-    _request(MessageType.RECREATE_LOBBY, RecreateLobby, snapshot=_SNAPSHOT, seat=_BYTES16),
+    _request(MessageType.RECREATE_LOBBY, RecreateLobby, snapshot=_SNAPSHOT, seat=_BYTES16,
+             seat_tags=_Trailing(_SEAT_TAG_LIST, ())),
     _lobby_op(MessageType.START_GAME, StartGame),
     # replies (server -> client)
     _request(MessageType.REFUSAL, Refusal,
@@ -890,6 +978,8 @@ _MESSAGES: Final = (
     # Not a state change (no version), but ordered with the start's changes.
     _Message(MessageType.GAME_STARTING, Channel.UPDATES, GameStarting,
              lobby_id=_U64, server_id=_STR8, address=_STR8, ticket=_BYTES16),
+    _Message(MessageType.SEAT_TAGS, Channel.UPDATES, SeatTags,
+             lobby_id=_U64, tags=_SEAT_TAG_LIST),
     # chat (server -> members)
     _Message(MessageType.CHAT_LINE, Channel.CHAT, ChatLine,
              lobby_id=_U64, member_id=_STR8, text=_STR16),
@@ -967,7 +1057,7 @@ def parse_request_untrusted(data: bytes | bytearray | memoryview) -> Request:
 
 def parse_server_message_untrusted(
     data: bytes | bytearray | memoryview,
-) -> Reply | Update | GameStarting | ChatLine:
+) -> Reply | Update | GameStarting | SeatTags | ChatLine:
     """Decode what the lobby server sent to a member. Raises only LobbyProtocolError."""
     msg = parse_message_untrusted(data)
     if isinstance(msg, _REQUEST_TYPES):

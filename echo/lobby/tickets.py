@@ -226,6 +226,51 @@ class TicketSeats:
             and claims.member_id == member_id
         )
 
+    def tag(self, lobby_id: int, member_id: str, secret: bytes) -> bytes:
+        """The seat tag of `secret` (a client's hello secret) for (lobby, member): what the
+        members' copies carry so that the next server gives the seat back to that client.
+
+        Keyed (HMAC-SHA256 under the lobby servers' seat key), not a plain hash: a member who
+        re-creates the lobby can put any bytes in its copy, and with a plain SHA-256 it would
+        write sha256(a secret of its own) as another member's tag and then claim that seat with
+        it. Without the key it cannot make a tag that any secret it knows matches. Bound to the
+        lobby and the member, so a tag is worth nothing for another seat. The secret itself
+        never leaves the client's hello; a tag reveals nothing of it (128 random bits behind a
+        MAC). Truncated to 16 bytes (128 bits, as the secret): guessing is the only attack,
+        bounded by the hello rate; snapshots carry one per member. The key id comes first so
+        tags made before a key rotation still verify with the retired key."""
+        mac = _seat_tag_mac(self.key.secret, lobby_id, member_id, secret)
+        return bytes((self.key.key_id,)) + mac
+
+    def tag_matches(self, tag: bytes, lobby_id: int, member_id: str, secret: bytes) -> bool:
+        """Is `tag` the tag of `secret` for (lobby, member)? Never raises (tags come from
+        members' copies: untrusted)."""
+        if not secret or len(tag) != 1 + SEAT_TAG_MAC_BYTES:
+            return False
+        key = self.keys.get(tag[0])
+        if key is None:
+            return False
+        return hmac.compare_digest(tag[1:], _seat_tag_mac(key, lobby_id, member_id, secret))
+
+
+SEAT_TAG_MAC_BYTES: Final = 16
+SEAT_TAG_BYTES: Final = 1 + SEAT_TAG_MAC_BYTES
+_SEAT_TAG_DOMAIN: Final = b"echo-lobby seat tag 1\x00"
+
+
+def _seat_tag_mac(key: bytes, lobby_id: int, member_id: str, secret: bytes) -> bytes:
+    member = member_id.encode("utf-8", "surrogatepass")
+    # Every part length-prefixed: no two (lobby, member, secret) give the same input.
+    body = (
+        _SEAT_TAG_DOMAIN
+        + lobby_id.to_bytes(8, "big")
+        + len(member).to_bytes(2, "big")
+        + member
+        + len(secret).to_bytes(2, "big")
+        + secret
+    )
+    return hmac.new(key, body, hashlib.sha256).digest()[:SEAT_TAG_MAC_BYTES]
+
 
 class TicketIssuer:
     """Game tickets for `LobbyRegistry(tickets=...)`, signed with the key the game servers hold;

@@ -49,6 +49,8 @@ from echo.lobby.protocol import (
     Refusal,
     SearchLobbies,
     SearchResults,
+    SeatTag,
+    SeatTags,
     SendChat,
     SetAttributes,
     SetLocked,
@@ -117,6 +119,7 @@ SAMPLES: list[Message] = [
     ChatLine(77, "bob", "hello"),
     StartGame(20, 77),
     GameStarting(77, "game-1", "203.0.113.5:40123", b"\x01ticket"),
+    SeatTags(77, (SeatTag("bob", bytes([1]) + b"\xaa" * 16),)),
 ]
 
 
@@ -165,6 +168,7 @@ EDGES: list[Message] = [
     PresenceChanged(77, 9, "bob", Presence.CONNECTED),
     GameStarting(0, "", "", b""),
     ChatLine(77, "bob", "x" * 300),
+    SeatTags(2**64 - 1, ()),
 ]
 
 SAMPLES_HEX = [
@@ -236,6 +240,7 @@ SAMPLES_HEX = [
     "60000000000000004d03626f62000568656c6c6f",
     "1000000014000000000000004d",
     "4a000000000000004d0667616d652d31113230332e302e3131332e353a34303132330007017469636b6574",
+    "4b000000000000004d000103626f621101aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
 ]
 EDGES_HEX = [
     (
@@ -301,13 +306,39 @@ EDGES_HEX = [
         "7878787878787878787878787878787878787878787878787878787878787878787878787878787878787878"
         "78787878787878"
     ),
+    "4bffffffffffffffff0000",
+]
+
+
+# Messages with a trailing field (added after the message shipped, left out when empty): the
+# bytes before it are the message without it, which old parsers read and new ones still do.
+TRAILING: list[tuple[Message, str]] = [
+    (
+        RecreateLobby(16, EMPTY_SNAPSHOT, b"", (SeatTag("a", bytes([1]) + b"\x02" * 16),)),
+        # type, request id, the empty snapshot (27 bytes), an empty seat, then the tags: u16
+        # count 1, str8 "a", u8 length 17, key id 1 and 16 bytes.
+        "0f00000010" + "00" * 27 + "0000" + "000101611101" + "02" * 16,
+    ),
+    (
+        RecreateLobby(
+            16, SNAPSHOT, b"\x01seat\xff", (SeatTag("bob", b"\x01t"), SeatTag("bob", b""))
+        ),
+        SAMPLES_HEX[SAMPLES.index(RecreateLobby(16, SNAPSHOT, b"\x01seat\xff"))]
+        + "0002"
+        + "03626f6202"
+        + "0174"
+        + "03626f6200",
+    ),
 ]
 
 
 PINNED = [
     pytest.param(msg, golden, id=f"{i}-{type(msg).__name__}")
     for i, (msg, golden) in enumerate(
-        zip([*SAMPLES, *EDGES], [*SAMPLES_HEX, *EDGES_HEX], strict=True)
+        [
+            *zip([*SAMPLES, *EDGES], [*SAMPLES_HEX, *EDGES_HEX], strict=True),
+            *TRAILING,
+        ]
     )
 ]
 
@@ -430,9 +461,40 @@ def test_every_truncation_and_extension_is_refused(msg: Message) -> None:
         parse_message_untrusted(data + b"\x00")
 
 
+@pytest.mark.parametrize(("msg", "golden"), TRAILING)
+def test_a_trailing_field_is_optional_and_never_empty(msg: Message, golden: str) -> None:
+    data = bytes.fromhex(golden)
+    without = attrs.evolve(msg, seat_tags=())
+    base = encode(without)
+    # Without the field, the bytes are those of the message before the field existed.
+    assert data.startswith(base) and len(data) > len(base)
+    for cut in range(len(data)):
+        if cut == len(base):
+            assert parse_message_untrusted(data[:cut]) == without
+        else:
+            with pytest.raises(LobbyProtocolError):
+                parse_message_untrusted(data[:cut])
+    with pytest.raises(LobbyProtocolError):
+        parse_message_untrusted(data + b"\x00")
+    # Present, it holds something: an empty one sent anyway is not a second form.
+    with pytest.raises(LobbyProtocolError, match="empty trailing field"):
+        parse_message_untrusted(base + b"\x00\x00")
+
+
+def test_a_trailing_field_is_the_last_of_a_message_only() -> None:
+    from echo.lobby.protocol import _U32, _U64, _Message, _Record, _Trailing
+
+    with pytest.raises(TypeError, match="only the last"):
+        _Record(JoinLobby, request_id=_Trailing(_U32, 0), lobby_id=_U64)
+    inner = _Record(JoinLobby, request_id=_U32, lobby_id=_Trailing(_U64, 0))
+    with pytest.raises(TypeError, match="inside a record"):
+        _Message(MessageType.JOIN_LOBBY, Channel.REQUESTS, RecreateLobby,
+                 request_id=_U32, snapshot=inner, seat=_U32, seat_tags=_U32)  # fmt: skip
+
+
 def test_mutated_messages_parse_or_raise_only_the_protocol_error() -> None:
     rng = random.Random(18)
-    for msg in SAMPLES:
+    for msg in [*SAMPLES, *(m for m, _ in TRAILING)]:
         data = bytearray(encode(msg))
         for _ in range(300):
             mutated = bytearray(data)
@@ -482,6 +544,7 @@ snapshots = st.builds(
     u64, u64, text, st.integers(0, 0xFFFF), st.booleans(), text, st.booleans(), ids, value_maps,
     st.lists(ids, max_size=4).map(tuple), st.lists(members, max_size=4).map(tuple),
 )  # fmt: skip
+seat_tag_lists = st.lists(st.builds(SeatTag, ids, st.binary(max_size=20)), max_size=3).map(tuple)
 messages = st.one_of(
     st.builds(CreateLobby, u32, text, st.integers(0, 0xFFFF), st.booleans(), value_maps),
     st.builds(QuickJoin, u32, filters),
@@ -490,6 +553,8 @@ messages = st.one_of(
     st.builds(SetAttributes, u32, u64, ids, change_maps),
     st.builds(SendChat, u32, u64, text),
     st.builds(RecreateLobby, u32, snapshots, st.binary(max_size=100)),
+    st.builds(RecreateLobby, u32, snapshots, st.binary(max_size=100), seat_tag_lists),
+    st.builds(SeatTags, u64, seat_tag_lists),
     st.builds(LobbyJoined, u32, u64, st.binary(max_size=100)),
     st.builds(Refusal, u32, st.sampled_from(ErrorCode), text),
     st.builds(
