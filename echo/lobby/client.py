@@ -72,6 +72,7 @@ from echo.lobby.protocol import (
     Request,
     SearchLobbies,
     SearchResults,
+    SeatTags,
     SendChat,
     SetAttributes,
     SetLocked,
@@ -414,6 +415,11 @@ class LobbyClient:
             return
         if isinstance(message, ChatLine | GameStarting):
             self._event(message)
+            return
+        if isinstance(message, SeatTags):
+            # The seats' tags, for our copy (not an event: nothing a game acts on).
+            if self.replica is not None:
+                self.replica.apply(message)
             return
         replica = self.replica
         if replica is None:

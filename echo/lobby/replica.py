@@ -8,7 +8,9 @@ for a snapshot again (a `JoinLobby` for a lobby one is in answers with one).
 
 When the lobby's home dies, the member sends `recreate_request()` to the next server of the
 ring (`echo.lobby.home`); the server's merge rule is `LobbyRegistry._recreate` (state.py) and
-the README.
+the README. The copy carries the seats' tags (`SeatTags`, keyed hashes of the secrets of the
+clients that hold them), so that the next server gives each seat back to its own client even if
+that client never learned its seat.
 
 Pure module: no trio, no clock.
 """
@@ -31,6 +33,8 @@ from echo.lobby.protocol import (
     PresenceChanged,
     ReadyChanged,
     RecreateLobby,
+    SeatTag,
+    SeatTags,
     Update,
     Value,
 )
@@ -52,6 +56,8 @@ class LobbyReplica:
         self.me = me
         self.seat = seat  # from this member's LobbyJoined; needed to recreate the lobby
         self.closed = False
+        # member id -> its seat's tags, from the server's SeatTags (they travel in our copy).
+        self.seat_tags: dict[str, tuple[bytes, ...]] = {}
         self._load(snapshot)
 
     def _load(self, s: LobbySnapshot) -> None:
@@ -68,6 +74,8 @@ class LobbyReplica:
         self.members: dict[str, MemberState] = {
             m.member_id: m for m in sorted(s.members, key=lambda m: m.join_seq)
         }
+        # (Of a member who is gone, the tags are too; the server follows a snapshot with all.)
+        self.seat_tags = {m: t for m, t in self.seat_tags.items() if m in self.members}
 
     def snapshot(self) -> LobbySnapshot:
         return LobbySnapshot(
@@ -86,13 +94,27 @@ class LobbyReplica:
 
     def recreate_request(self, request_id: int) -> RecreateLobby:
         """What this member sends to the lobby's next home when the home died."""
-        return RecreateLobby(request_id, self.snapshot(), self.seat)
+        tags = tuple(
+            SeatTag(member_id, tag)
+            for member_id in self.members
+            for tag in self.seat_tags.get(member_id, ())
+        )
+        return RecreateLobby(request_id, self.snapshot(), self.seat, tags)
 
-    def apply(self, update: Update) -> ApplyResult:
+    def apply(self, update: Update | SeatTags) -> ApplyResult:
         if self.closed:
             return ApplyResult.CLOSED
         if update.lobby_id != self.lobby_id:
             return ApplyResult.OTHER_LOBBY
+        if isinstance(update, SeatTags):
+            # Not versioned: it follows the snapshot or MemberJoined it belongs to, on the
+            # same channel. For each member named, these are now its seat's tags.
+            fresh: dict[str, tuple[bytes, ...]] = {}
+            for t in update.tags:
+                if t.member_id in self.members:
+                    fresh[t.member_id] = (*fresh.get(t.member_id, ()), t.tag)
+            self.seat_tags.update(fresh)
+            return ApplyResult.APPLIED
         if isinstance(update, LobbySnapshot):
             if update.version < self.version:
                 return ApplyResult.STALE
@@ -108,6 +130,7 @@ class LobbyReplica:
                 self.members[update.member.member_id] = update.member
             case MemberLeft():
                 self.members.pop(update.member_id, None)
+                self.seat_tags.pop(update.member_id, None)
                 if update.member_id == self.me:
                     self.closed = True
                     return ApplyResult.LEFT

@@ -318,8 +318,11 @@ class LobbyServer:
                     await old.session.close("replaced by a new session")
                     lobby_id = self.registry.lobby_of(member_id)
                     snapshot = None if lobby_id is None else self.registry.snapshot(lobby_id)
+                    tags = None if lobby_id is None else self.registry.seat_tags(lobby_id)
                     if snapshot is not None:
                         self._deliver((Send((member_id,), snapshot),))
+                    if tags is not None and tags.tags:
+                        self._deliver((Send((member_id,), tags),))
                 else:
                     self._deliver(self.registry.reconnected(member_id, trio.current_time()))
                     self._wake_expiry.set()
@@ -368,8 +371,11 @@ class LobbyServer:
             lobby_id = self.registry.lobby_of(member_id)
             if lobby_id is not None and not self.seats.check(hello.seat, lobby_id, member_id):
                 # Seated here (connected or reconnecting): only its own seat takes it back, or
-                # the client that was seated, which may never have received its seat.
-                if not self.bindings.holds(member_id, lobby_id, hello.secret):
+                # the client that was seated, which may never have received its seat: bound
+                # to it here, or, in a lobby re-created here, tagged with it in the copies.
+                if not self.bindings.holds(
+                    member_id, lobby_id, hello.secret
+                ) and not self.registry.holds_secret(member_id, hello.secret):
                     self.counters["hellos_refused"] += 1
                     await session.close("member seated in a lobby here: its seat is needed")
                     return None
@@ -425,7 +431,9 @@ class LobbyServer:
             )
             return
         before = self.registry.lobby_of(member_id)
-        handled = self.registry.handle(member_id, request, now)
+        conn = self.conns.get(member_id)
+        secret = b"" if conn is None else conn.secret
+        handled = self.registry.handle(member_id, request, now, secret=secret)
         reply = handled.reply
         if isinstance(reply, Refusal):
             self._refused(member_id, type(request).__name__, reply.code)
@@ -434,8 +442,7 @@ class LobbyServer:
         if isinstance(reply, LobbyJoined):
             # Seated on this session: its client may take the seat back by its secret alone,
             # should this reply never reach it.
-            conn = self.conns.get(member_id)
-            self.bindings.bind(member_id, reply.lobby_id, b"" if conn is None else conn.secret)
+            self.bindings.bind(member_id, reply.lobby_id, secret)
         self._reply(member_id, reply)
         self._deliver(handled.sends)
         self._wake_expiry.set()

@@ -86,6 +86,8 @@ from echo.lobby.protocol import (
     Request,
     SearchLobbies,
     SearchResults,
+    SeatTag,
+    SeatTags,
     SendChat,
     SetAttributes,
     SetLocked,
@@ -103,6 +105,11 @@ log = structlog.get_logger("echo.lobby")
 CODE_ALPHABET: Final = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
 MAX_COPY_VERSION: Final = 2**62
 CODE_LENGTH: Final = 8  # 40 bits; guessing is further slowed by the join rate limit
+# Seat tags kept per seat: copies may disagree (one is stale, or a hostile re-creator's), and
+# keeping each copy's (one per seat and sender) lets the seat's own client in whichever is
+# true; bounded so that copies cannot grow a snapshot's tags without end.
+MAX_SEAT_TAGS: Final = 4
+MAX_SEAT_TAG_BYTES: Final = 64
 
 
 def random_lobby_id() -> int:
@@ -127,13 +134,17 @@ class Seats(Protocol):
 
     def check(self, seat: bytes, lobby_id: int, member_id: str) -> bool: ...
 
+    def tag(self, lobby_id: int, member_id: str, secret: bytes) -> bytes: ...
+
+    def tag_matches(self, tag: bytes, lobby_id: int, member_id: str, secret: bytes) -> bool: ...
+
 
 @attrs.frozen
 class Send:
     """One message to some members; the channel follows from the message (`channel_of`)."""
 
     to: tuple[str, ...]
-    message: Update | GameStarting | ChatLine
+    message: Update | GameStarting | SeatTags | ChatLine
 
 
 @attrs.frozen
@@ -166,6 +177,11 @@ class _Member:
     # Has this member shown up on this server? False only for the seats a recreated lobby keeps
     # for members of the copy who have not come back yet.
     arrived: bool = True
+    # The seat's tags (`Seats.tag` of the hello secret of the client seated by a request, or
+    # those of the copies for a seat not yet claimed), by who brought each (the member itself,
+    # or the sender of a copy: one each): that client takes the seat back with its secret
+    # alone, here or on the next server (the tags travel in the members' copies).
+    tags: dict[str, bytes] = attrs.Factory(dict)
 
     def state(self) -> MemberState:
         return MemberState(
@@ -273,6 +289,7 @@ class LobbyRegistry:
         self.counters: Counter[str] = Counter()
         # Filled while one operation runs; handed out in its result.
         self._out: list[Send] = []
+        self._secret = b""  # the hello secret of the session of the request being handled
 
     # --- queries (for the driver, tests and the topics listing) --------------------------------
 
@@ -298,15 +315,33 @@ class LobbyRegistry:
         lobby = self._lobbies.get(lobby_id)
         return None if lobby is None else self._listing(lobby)
 
+    def holds_secret(self, member_id: str, secret: bytes) -> bool:
+        """Does `secret` (a hello's) match a tag of the seat `member_id` holds here? Then it is
+        the client that was seated (here, or on the server the lobby was re-created from),
+        which may never have learned its seat."""
+        lobby = self._lobby_of_member(member_id)
+        return lobby is not None and self._tag_holds(lobby, lobby.members[member_id], secret)
+
+    def seat_tags(self, lobby_id: int) -> SeatTags | None:
+        lobby = self._lobbies.get(lobby_id)
+        return None if lobby is None else self._seat_tags(lobby)
+
     def next_deadline(self) -> float | None:
         """When `expire` next has work: the earliest end of a reconnection grace period."""
         return min(self._reconnecting.values(), default=None)
 
     # --- entry points --------------------------------------------------------------------------
 
-    def handle(self, member_id: str, request: Request, now: float) -> Handled:
-        """Apply one request from `member_id`. Never raises for a bad request."""
+    def handle(
+        self, member_id: str, request: Request, now: float, *, secret: bytes = b""
+    ) -> Handled:
+        """Apply one request from `member_id`. Never raises for a bad request.
+
+        `secret` is the hello secret of the session the request came on (empty: none): a seat
+        taken by this request is tagged with it, and it claims a seat that a re-created lobby
+        keeps for this member if the copies tagged that seat with it."""
         self._out = []
+        self._secret = secret
         try:
             reply = self._dispatch(member_id, request, now)
         except _Refuse as refused:
@@ -482,24 +517,40 @@ class LobbyRegistry:
             owner=member_id,
             metadata=dict(req.metadata),
             bans=[],
-            members={member_id: _Member(member_id, 0)},
+            members={member_id: _Member(member_id, 0, tags=self._own_tags(lobby_id, member_id))},
             version=1,
             next_join_seq=1,
         )
         self._add_lobby(lobby)
         self._where[member_id] = lobby_id
         self.counters["lobbies_created"] += 1
-        self._out.append(Send((member_id,), lobby.snapshot()))
+        self._send_state((member_id,), lobby)
         return LobbyJoined(req.request_id, lobby_id)
 
-    def _join(self, member_id: str, lobby: _Lobby, request_id: int, now: float) -> Reply:
+    def _join(
+        self, member_id: str, lobby: _Lobby, request_id: int, now: float, *, proven: bool = False
+    ) -> Reply:
+        """`proven`: the request showed the member's valid seat (a copy's)."""
         seat = lobby.members.get(member_id)
         if seat is not None:
+            if (
+                not seat.arrived
+                and not proven
+                and self._seats is not None
+                and not self._tag_holds(lobby, seat, self._secret)
+            ):
+                # A seat a re-created lobby keeps from a copy is its member's, and the copy
+                # is another member's word: a session that came here before the seat existed
+                # (so no hello checked it) shows the seat or its client's secret to take it.
+                _refuse(
+                    ErrorCode.NOT_MEMBER,
+                    "this seat is kept for a member who has not come back: its seat is needed",
+                )
             # A retried join (its reply was lost), or a member claiming its kept seat: the
             # same LobbyJoined (with its seat) and the state again.
             self.counters["joins_repeated"] += 1
             if seat.presence is Presence.CONNECTED:
-                self._out.append(Send((member_id,), lobby.snapshot()))
+                self._send_state((member_id,), lobby)
             else:
                 self._come_back(lobby, seat, now)
             return LobbyJoined(request_id, lobby.lobby_id)
@@ -510,7 +561,9 @@ class LobbyRegistry:
             _refuse(ErrorCode.LOBBY_LOCKED, "the owner locked this lobby")
         if len(lobby.members) >= lobby.max_members:
             _refuse(ErrorCode.LOBBY_FULL, "the lobby is full")
-        member = _Member(member_id, lobby.next_join_seq)
+        member = _Member(
+            member_id, lobby.next_join_seq, tags=self._own_tags(lobby.lobby_id, member_id)
+        )
         lobby.next_join_seq += 1
         lobby.members[member_id] = member
         self._where[member_id] = lobby.lobby_id
@@ -518,7 +571,10 @@ class LobbyRegistry:
         others = tuple(m for m in lobby.audience() if m != member_id)
         lobby.version += 1
         self._out.append(Send(others, MemberJoined(lobby.lobby_id, lobby.version, member.state())))
-        self._out.append(Send((member_id,), lobby.snapshot()))
+        if member.tags and others:
+            tags = tuple(SeatTag(member_id, tag) for tag in member.tags.values())
+            self._out.append(Send(others, SeatTags(lobby.lobby_id, tags)))
+        self._send_state((member_id,), lobby)
         # A first member to connect to a recreated lobby whose owner is still away takes it.
         self._ensure_owner(lobby, now)
         return LobbyJoined(request_id, lobby.lobby_id)
@@ -704,20 +760,29 @@ class LobbyRegistry:
         6. The version becomes max(current, copy) + 1 and every connected member receives a
            full snapshot.
         """
-        self._rate(member_id, "join", self.config.join_limit, now)
         snap = req.snapshot
+        existing = self._lobbies.get(snap.lobby_id)
+        held = None if existing is None else existing.members.get(member_id)
+        self._rate(member_id, "join", self.config.join_limit, now)
         if self._seats is not None and not self._seats.check(req.seat, snap.lobby_id, member_id):
             _refuse(ErrorCode.RECREATE_REFUSED, "no valid seat of this member in this lobby")
-        entry = self._check_copy(member_id, snap)
-        existing = self._lobbies.get(snap.lobby_id)
+        entry = self._check_copy(member_id, snap, req.seat_tags)
+        copy_tags = self._copy_tags(req.seat_tags)
         if existing is not None:
-            if member_id in existing.members and existing.members[member_id].arrived:
-                # Already here (a retried copy, or the lobby never left): just resync.
+            if held is not None and held.arrived:
+                # Already here (a retried copy, the lobby never left, or its hello took its
+                # seat back first): just resync. Its tags still count for the seats not yet
+                # claimed (once per sender: a copy sent again adds nothing).
+                self._add_copy_tags(existing, member_id, copy_tags)
                 return self._join(member_id, existing, req.request_id, now)
             if existing.recreated_until is None or now > existing.recreated_until:
+                if held is not None:
+                    # Its kept seat, claimed with its seat after the window: the copy's fields
+                    # no longer merge, but the seat is its own.
+                    return self._join(member_id, existing, req.request_id, now, proven=True)
                 _refuse(ErrorCode.RECREATE_REFUSED, "this lobby lives here and is not recovering")
             self._not_elsewhere(member_id, snap.lobby_id)
-            self._merge_copy(existing, member_id, entry, snap, now)
+            self._merge_copy(existing, member_id, entry, snap, copy_tags, now)
             return LobbyJoined(req.request_id, existing.lobby_id)
         self._not_elsewhere(member_id, None)
         if len(self._lobbies) >= self.config.max_lobbies:
@@ -747,7 +812,11 @@ class LobbyRegistry:
             if m.member_id != member_id and m.member_id in self._where:
                 continue  # that member has moved on to another lobby here
             lobby.members[m.member_id] = self._seat_from_copy(
-                m, now, arrived=m.member_id == member_id
+                snap.lobby_id,
+                m,
+                now,
+                arrived=m.member_id == member_id,
+                tags=_with_tag({}, member_id, copy_tags.get(m.member_id)),
             )
         self._renumber(lobby)
         for m_id, seat in lobby.members.items():
@@ -760,10 +829,12 @@ class LobbyRegistry:
         self.counters["lobbies_recreated"] += 1
         self._ensure_owner(lobby, now, notify=False)
         lobby.version += 1
-        self._out.append(Send(lobby.audience(), lobby.snapshot()))
+        self._send_state(lobby.audience(), lobby)
         return LobbyJoined(req.request_id, lobby.lobby_id)
 
-    def _check_copy(self, member_id: str, snap: LobbySnapshot) -> MemberState:
+    def _check_copy(
+        self, member_id: str, snap: LobbySnapshot, tags: tuple[SeatTag, ...]
+    ) -> MemberState:
         if snap.lobby_id == 0:
             _refuse(ErrorCode.BAD_REQUEST, "lobby id 0 is not a lobby")
         if snap.version > MAX_COPY_VERSION:
@@ -790,18 +861,62 @@ class LobbyRegistry:
                 entry = m
         if entry is None:
             _refuse(ErrorCode.NOT_MEMBER, "a copy is recreated only by one of its members")
+        if len(tags) > MAX_SEAT_TAGS * len(ids) or any(
+            len(t.tag) > MAX_SEAT_TAG_BYTES for t in tags
+        ):
+            _refuse(ErrorCode.BAD_REQUEST, "the copy's seat tags are not a valid lobby's")
         return entry
 
-    def _seat_from_copy(self, m: MemberState, now: float, *, arrived: bool) -> _Member:
+    @staticmethod
+    def _copy_tags(tags: tuple[SeatTag, ...]) -> dict[str, bytes]:
+        """A copy's tags by member: the first of each member only. A copy is its sender's
+        word; one tag per seat and sender keeps a hostile member from crowding out the tags
+        of honest copies (a seat keeps `MAX_SEAT_TAGS`, from different senders)."""
+        by_member: dict[str, bytes] = {}
+        for t in tags:
+            if t.tag and t.member_id not in by_member:
+                by_member[t.member_id] = t.tag
+        return by_member
+
+    def _add_copy_tags(self, lobby: _Lobby, sender: str, copy_tags: dict[str, bytes]) -> None:
+        """A copy's tags for the seats still unclaimed (the others have their own client's)."""
+        changed = False
+        for seat in lobby.members.values():
+            if not seat.arrived and seat.member_id in copy_tags:
+                more = _with_tag(seat.tags, sender, copy_tags[seat.member_id])
+                changed = changed or more != seat.tags
+                seat.tags = more
+        if changed:
+            self._out.append(Send(lobby.audience(), self._seat_tags(lobby)))
+
+    def _seat_from_copy(
+        self,
+        lobby_id: int,
+        m: MemberState,
+        now: float,
+        *,
+        arrived: bool,
+        tags: dict[str, bytes] | None = None,
+    ) -> _Member:
         seat = _Member(m.member_id, m.join_seq, m.ready, Presence.CONNECTED, dict(m.attributes))
         seat.arrived = arrived
+        # The sender's own seat is tagged with its own session's secret (if it has one).
+        seat.tags = dict(tags or {})
+        if arrived:
+            seat.tags = self._own_tags(lobby_id, m.member_id) or seat.tags
         if not arrived:
             seat.presence = Presence.RECONNECTING
             seat.grace_until = now + self.config.reconnect_grace
         return seat
 
     def _merge_copy(
-        self, lobby: _Lobby, member_id: str, entry: MemberState, snap: LobbySnapshot, now: float
+        self,
+        lobby: _Lobby,
+        member_id: str,
+        entry: MemberState,
+        snap: LobbySnapshot,
+        copy_tags: dict[str, bytes],
+        now: float,
     ) -> None:
         bans = list(lobby.bans) + [b for b in snap.bans if b not in lobby.bans]
         if len(bans) > 255:
@@ -812,29 +927,50 @@ class LobbyRegistry:
         current = lobby.members
         # Seats in join order of the copy that wins; arrived members it lacks come after.
         order: list[_Member] = []
+        lobby_id = lobby.lobby_id
         if newer:
             for copied in sorted(snap.members, key=lambda s: s.join_seq):
                 held = current.get(copied.member_id)
                 if held is not None and held.arrived:
                     order.append(held)
                 elif copied.member_id == member_id:
-                    order.append(self._seat_from_copy(copied, now, arrived=True))
+                    order.append(self._seat_from_copy(lobby_id, copied, now, arrived=True))
                 elif held is None and copied.member_id in self._where:
                     continue  # moved on to another lobby here
                 else:
-                    order.append(self._seat_from_copy(copied, now, arrived=False))
+                    # (A seat still unclaimed keeps the tags of the copies before: the new
+                    # copy's word does not erase theirs.)
+                    before = {} if held is None else held.tags
+                    tags = _with_tag(before, member_id, copy_tags.get(copied.member_id))
+                    order.append(
+                        self._seat_from_copy(lobby_id, copied, now, arrived=False, tags=tags)
+                    )
             in_order = {seat.member_id for seat in order}
             order += [
                 seat for seat in current.values() if seat.arrived and seat.member_id not in in_order
             ]
         else:
-            order = list(current.values())
+            order = [
+                attrs.evolve(
+                    seat, tags=_with_tag(seat.tags, member_id, copy_tags.get(seat.member_id))
+                )
+                if not seat.arrived
+                else seat
+                for seat in current.values()
+            ]
             if member_id not in current:
-                order.append(self._seat_from_copy(entry, now, arrived=True))
+                order.append(self._seat_from_copy(lobby_id, entry, now, arrived=True))
         # The sender's seat as a new record: the checks below may still refuse, and a refusal
         # must leave the lobby as it was.
+        own = self._own_tags(lobby_id, member_id)
         order = [
-            attrs.evolve(m, arrived=True, presence=Presence.CONNECTED, grace_until=None)
+            attrs.evolve(
+                m,
+                arrived=True,
+                presence=Presence.CONNECTED,
+                grace_until=None,
+                tags=own or m.tags,
+            )
             if m.member_id == member_id
             else m
             for m in order
@@ -889,7 +1025,7 @@ class LobbyRegistry:
             self._out.append(
                 Send((gone,), MemberLeft(lobby.lobby_id, lobby.version, gone, LeaveReason.BANNED))
             )
-        self._out.append(Send(lobby.audience(), lobby.snapshot()))
+        self._send_state(lobby.audience(), lobby)
 
     @staticmethod
     def _renumber(lobby: _Lobby) -> None:
@@ -921,7 +1057,7 @@ class LobbyRegistry:
                 for send in self._out[first:]
             ]
         # It missed the updates sent while it was away: the whole state, after them.
-        self._out.append(Send((member.member_id,), lobby.snapshot()))
+        self._send_state((member.member_id,), lobby)
 
     def _remove(self, lobby: _Lobby, member_id: str, reason: LeaveReason, now: float) -> None:
         audience = lobby.audience()
@@ -984,6 +1120,39 @@ class LobbyRegistry:
             return None
         lobby.dropped_owner = None
         return returning
+
+    def _send_state(self, to: tuple[str, ...], lobby: _Lobby) -> None:
+        """The whole lobby to `to`: its snapshot, then its seat tags (if any)."""
+        self._out.append(Send(to, lobby.snapshot()))
+        tags = self._seat_tags(lobby)
+        if tags.tags and to:
+            self._out.append(Send(to, tags))
+
+    @staticmethod
+    def _seat_tags(lobby: _Lobby) -> SeatTags:
+        return SeatTags(
+            lobby.lobby_id,
+            tuple(
+                SeatTag(m.member_id, tag) for m in lobby.members.values() for tag in m.tags.values()
+            ),
+        )
+
+    def _own_tags(self, lobby_id: int, member_id: str) -> dict[str, bytes]:
+        """The tag of the current request's session for this seat (none without a secret)."""
+        if self._seats is None or not self._secret:
+            return {}
+        return {member_id: self._seats.tag(lobby_id, member_id, self._secret)}
+
+    def _tag_holds(self, lobby: _Lobby, seat: _Member, secret: bytes) -> bool:
+        seats = self._seats
+        return (
+            seats is not None
+            and bool(secret)
+            and any(
+                seats.tag_matches(tag, lobby.lobby_id, seat.member_id, secret)
+                for tag in seat.tags.values()
+            )
+        )
 
     def _set_owner(self, lobby: _Lobby, owner: str) -> None:
         if lobby.owner != owner:
@@ -1148,6 +1317,11 @@ class LobbyRegistry:
         member = lobby.members.get(member_id)
         if member is None:
             _refuse(ErrorCode.NOT_MEMBER, "not a member of this lobby")
+        if not member.arrived:
+            # A seat a re-created lobby keeps for a member who has not come back: until it is
+            # claimed (a join with its client's secret, its copy, or a hello with its seat),
+            # a session naming that member is not it.
+            _refuse(ErrorCode.NOT_MEMBER, "this seat is kept for a member who has not come back")
         return lobby, member
 
     def _owned(self, member_id: str, lobby_id: int) -> _Lobby:
@@ -1247,6 +1421,13 @@ def _is_its_create(lobby: _Lobby, member_id: str, req: CreateLobby) -> bool:
             for key, v in req.metadata.items()
         )
     )
+
+
+def _with_tag(kept: dict[str, bytes], sender: str, tag: bytes | None) -> dict[str, bytes]:
+    """`kept` and `sender`'s `tag`: one per sender, at most MAX_SEAT_TAGS (the first kept)."""
+    if tag is None or sender in kept or tag in kept.values() or len(kept) >= MAX_SEAT_TAGS:
+        return kept
+    return {**kept, sender: tag}
 
 
 def _listing_matches(listing: LobbyListing, filters: Iterable[Filter]) -> bool:

@@ -75,9 +75,10 @@ class Lab:
     def rid(self) -> int:
         return next(self._rid)
 
-    def do(self, member: str, request: Request) -> Handled:
+    def do(self, member: str, request: Request, secret: bytes = b"") -> Handled:
+        """`secret`: the hello secret of the member's session (none by default)."""
         before = self.state()
-        handled = self.reg.handle(member, request, self.now)
+        handled = self.reg.handle(member, request, self.now, secret=secret)
         assert handled.reply.request_id == request.request_id
         if isinstance(handled.reply, Refusal):
             assert self.state() == before, "a refusal changed the lobbies"
@@ -87,14 +88,16 @@ class Lab:
             self.replicas[member].seat = handled.reply.seat
         return handled
 
-    def ok(self, member: str, request: Request) -> Reply:
-        reply = self.do(member, request).reply
+    def ok(self, member: str, request: Request, secret: bytes = b"") -> Reply:
+        reply = self.do(member, request, secret).reply
         assert not isinstance(reply, Refusal), reply
         return reply
 
-    def refused(self, member: str, request: Request, code: ErrorCode) -> Refusal:
+    def refused(
+        self, member: str, request: Request, code: ErrorCode, secret: bytes = b""
+    ) -> Refusal:
         before = self.reg.refusals[code]
-        handled = self.do(member, request)
+        handled = self.do(member, request, secret)
         assert isinstance(handled.reply, Refusal), handled.reply
         assert handled.reply.code == code, handled.reply
         assert handled.reply.message

@@ -10,32 +10,41 @@ out, and the lobby held a ghost.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 import echo.lobby
 import echo.session as es
 from echo.channels import open_channels
-from echo.lobby.client import LobbyClient, LobbyError, filters_from
+from echo.lobby.client import LobbyClient, LobbyError, Rehomed, filters_from
 from echo.lobby.hello import parse_welcome_untrusted
+from echo.lobby.home import failover_home, home_of
 from echo.lobby.protocol import (
     CreateLobby,
     ErrorCode,
     JoinByCode,
     JoinLobby,
+    LeaveLobby,
     LobbyJoined,
     LobbySnapshot,
     Presence,
     QuickJoin,
+    RecreateLobby,
+    Refusal,
+    SeatTag,
+    SetReady,
+    encode,
     parse_server_message_untrusted,
 )
 from echo.lobby.server import LobbyServer, lobby_channel_specs
-from tests.lobby.servers import cluster, until
+from tests.lobby.servers import Cluster, cluster, until
 
 
 @asynccontextmanager
@@ -237,3 +246,133 @@ async def test_a_reply_that_came_too_late_is_not_a_refusal_when_asked_again() ->
         assert await bob.quick_join(duel) == lobby_id
         assert seat_valid(server, bob)
         assert presence(server, lobby_id, "bob") is Presence.CONNECTED
+
+
+# --- across servers: the home dies before the member learned its seat --------------------------
+
+
+async def lose_seat_then_kill_home(
+    c: Cluster, bob: LobbyClient, lobby_id: int, copies: list[LobbyClient]
+) -> tuple[LobbyServer, LobbyServer]:
+    """bob is seated at the lobby's home, but its reply and session are lost, and the home
+    dies before bob gets back to it. Returns (the dead home, the next server)."""
+    home = c.by_name(home_of(c.lobby[0].ring, lobby_id).home)
+    nxt = c.by_name(failover_home(home.ring, lobby_id, {home.server_id}) or "")
+    lose_joined_reply(home, "bob", drop_session=True)
+    with pytest.raises(echo.lobby.LobbyUnavailable):
+        await bob._request(JoinLobby(0, lobby_id), server=home.server_id)
+    assert bob.replica is None
+    # The others' copies hold bob's seat and its tag (never its secret).
+    for m in copies:
+        await m.wait_until(lambda m: "bob" in m.replica.seat_tags)
+        assert all(bob.secret not in tag for tag in m.replica.seat_tags["bob"])
+    return home, nxt
+
+
+async def test_a_member_whose_reply_was_lost_gets_its_seat_on_the_next_server() -> None:
+    async with (
+        cluster(3) as c,
+        echo.lobby.connect(c.names, member="alice") as alice,
+        echo.lobby.connect(c.names, member="carol") as carol,
+        # (reconnect=False: its client does not get back to the home before the home dies)
+        echo.lobby.connect(c.names, member="bob", reconnect=False) as bob,
+    ):
+        lobby_id = await alice.create("room", 4)
+        await carol.join(lobby_id)
+        home, nxt = await lose_seat_then_kill_home(c, bob, lobby_id, [alice, carol])
+        c.kill(home)
+        for m in (alice, carol):
+            assert await m.next_event(Rehomed) == Rehomed(lobby_id, nxt.server_id)
+        await until(lambda: presence(nxt, lobby_id, "bob") is Presence.RECONNECTING)
+        # bob asks again: past the dead home, the next server lets its client in by its
+        # secret (the copies' tag of its seat), and it learns its seat there.
+        assert await bob.join(lobby_id) == lobby_id
+        assert bob.server == nxt.server_id
+        assert nxt.counters["hellos_refused"] == 0
+        assert nxt.counters["seats_reclaimed"] == 1
+        assert seat_valid(nxt, bob)
+        assert presence(nxt, lobby_id, "bob") is Presence.CONNECTED
+        await alice.wait_until(lambda m: m.replica.members["bob"].presence is Presence.CONNECTED)
+        await bob.chat("made it")
+
+
+@asynccontextmanager
+async def raw_member(
+    server: LobbyServer, member: str, secret: bytes
+) -> AsyncIterator[tuple[str, Any]]:
+    """A session naming `member` with `secret` and no seat, as anyone could open: ("welcome",
+    its channels) or (the reason the server closed it, None)."""
+    host, port = server.session_config.address, server.session_config.port
+    async with es.connect(host, port, port + 1, timeout=5) as session:
+        await session.send(hello_bytes(member, secret))
+        try:
+            with trio.fail_after(5):
+                welcome = await session.receive()
+        except es.SessionClosed as closed:
+            yield closed.reason, None
+            return
+        assert parse_welcome_untrusted(welcome) == server.server_id
+        async with open_channels(session, lobby_channel_specs(server=False)) as channels:
+            yield "welcome", channels
+
+
+async def reply_to(channels: Any, request: object) -> object:
+    await channels[0].send(encode(request))
+    with trio.fail_after(5):
+        while True:
+            message = parse_server_message_untrusted((await channels[0].receive()).data)
+            if getattr(message, "request_id", None) == getattr(request, "request_id", None):
+                return message
+
+
+async def test_a_hostile_recreator_cannot_take_the_seat_of_a_member_who_lost_its_reply() -> None:
+    async with (
+        cluster(3) as c,
+        echo.lobby.connect(c.names, member="alice") as alice,
+        echo.lobby.connect(c.names, member="mallory", reconnect=False) as mallory,
+        echo.lobby.connect(c.names, member="bob", reconnect=False) as bob,
+    ):
+        lobby_id = await alice.create("room", 4)
+        await mallory.join(lobby_id)
+        home, nxt = await lose_seat_then_kill_home(c, bob, lobby_id, [alice, mallory])
+        # mallory opens a session as "bob" on the next server while bob sits nowhere there
+        # (so no hello can ask for bob's seat), with a secret of its own.
+        mine = secrets.token_bytes(16)
+        async with raw_member(nxt, "bob", mine) as (said, impostor):
+            assert said == "welcome"
+            c.kill(home)
+            # ... and re-creates the lobby there first, from a copy of its making: newer, its
+            # own owner, and bob's seat tagged with tags it made (a plain hash of its secret,
+            # its own seat's tag).
+            assert mallory.replica is not None
+            copy = mallory.replica.recreate_request(0)
+            forged = (
+                SeatTag("bob", b"\x01" + hashlib.sha256(mine).digest()[:16]),
+                *(SeatTag("bob", t.tag) for t in copy.seat_tags if t.member_id == "mallory"),
+                *(t for t in copy.seat_tags if t.member_id != "bob"),
+            )
+            newer = attrs.evolve(copy.snapshot, version=copy.snapshot.version + 99)
+            made = await mallory._request(
+                RecreateLobby(0, newer, copy.seat, forged), server=nxt.server_id
+            )
+            assert isinstance(made, LobbyJoined)
+            assert presence(nxt, lobby_id, "bob") is Presence.RECONNECTING
+            # Its "bob" cannot take bob's seat, nor give it up, nor act for bob.
+            for request in (
+                JoinLobby(7, lobby_id),
+                LeaveLobby(8, lobby_id),
+                SetReady(9, lobby_id, "bob", True),
+            ):
+                refusal = await reply_to(impostor, request)
+                assert isinstance(refusal, Refusal) and refusal.code is ErrorCode.NOT_MEMBER
+            # Nor does a new session naming bob with mallory's secret get in.
+            async with raw_member(nxt, "bob", mine) as (said, _):
+                assert said == "member seated in a lobby here: its seat is needed"
+            assert presence(nxt, lobby_id, "bob") is Presence.RECONNECTING
+            # alice's honest copy comes (older: mallory's fields stay) and brings bob's true
+            # tag; bob's own client gets in by its secret, and its seat is its own again.
+            assert await alice.next_event(Rehomed) == Rehomed(lobby_id, nxt.server_id)
+            assert await bob.join(lobby_id) == lobby_id
+            assert seat_valid(nxt, bob)
+            assert presence(nxt, lobby_id, "bob") is Presence.CONNECTED
+            assert nxt.registry.refusals[ErrorCode.NOT_MEMBER] == 3
