@@ -90,6 +90,10 @@ class LobbyConfig:
     start_requires_ready: bool = True
     # Joins are limited too: it bounds how fast a client can guess private join codes.
     join_limit: RateLimit = RateLimit(rate=1.0, burst=5)
+    # The very create, join or quick-join that seated the member, asked again (its reply was
+    # lost): not counted against the limits above, so a member retrying under load cannot
+    # rate-limit itself, but bounded too, as each is answered with a whole snapshot.
+    repeat_limit: RateLimit = RateLimit(rate=2.0, burst=10)
 
     def __attrs_post_init__(self) -> None:
         for name in (

@@ -412,14 +412,16 @@ class LobbyRegistry:
             case CreateLobby():
                 return self._create(member_id, req, now)
             case JoinLobby():
-                self._rate(member_id, "join", self.config.join_limit, now)
+                repeat = member_id in getattr(self._lobbies.get(req.lobby_id), "members", ())
+                self._rate(member_id, "join", self.config.join_limit, now, repeat=repeat)
                 lobby = self._lobby(req.lobby_id)
                 if lobby.private and member_id not in lobby.members:
                     _refuse(ErrorCode.PRIVATE_LOBBY, "a private lobby is joined with its code")
                 return self._join(member_id, lobby, req.request_id, now)
             case JoinByCode():
-                self._rate(member_id, "join", self.config.join_limit, now)
                 found = self._by_code.get(req.code)
+                repeat = found is not None and self._where.get(member_id) == found
+                self._rate(member_id, "join", self.config.join_limit, now, repeat=repeat)
                 if found is None:
                     _refuse(ErrorCode.NO_SUCH_CODE, "no lobby has this code")
                 return self._join(member_id, self._lobbies[found], req.request_id, now)
@@ -493,9 +495,10 @@ class LobbyRegistry:
     # --- operations ----------------------------------------------------------------------------
 
     def _create(self, member_id: str, req: CreateLobby, now: float) -> Reply:
-        self._rate(member_id, "create", self.config.create_limit, now)
         made = self._lobby_of_member(member_id)
-        if made is not None and _is_its_create(made, member_id, req):
+        repeat = made is not None and _is_its_create(made, member_id, req)
+        self._rate(member_id, "create", self.config.create_limit, now, repeat=repeat)
+        if made is not None and repeat:
             # The same create again: its reply was lost (or came after the member gave up),
             # so it asks again. The lobby it made is its answer, not ALREADY_IN_LOBBY.
             return self._join(member_id, made, req.request_id, now)
@@ -580,14 +583,16 @@ class LobbyRegistry:
         return LobbyJoined(request_id, lobby.lobby_id)
 
     def _quick_join(self, member_id: str, req: QuickJoin, now: float) -> Reply:
-        self._rate(member_id, "search", self.config.search_limit, now)
-        self._check_filters(req.filters)
         seated = self._lobby_of_member(member_id)
-        if (
+        repeat = (
             seated is not None
             and not seated.private
+            and len(req.filters) <= self.config.max_filters
             and self._matches(seated, req.filters, own_seat=True)
-        ):
+        )
+        self._rate(member_id, "search", self.config.search_limit, now, repeat=repeat)
+        self._check_filters(req.filters)
+        if seated is not None and repeat:
             # A retried quick-join (its reply was lost): the lobby it was put in still
             # matches, counting its own seat as free, so that lobby is the answer.
             return self._join(member_id, seated, req.request_id, now)
@@ -763,7 +768,8 @@ class LobbyRegistry:
         snap = req.snapshot
         existing = self._lobbies.get(snap.lobby_id)
         held = None if existing is None else existing.members.get(member_id)
-        self._rate(member_id, "join", self.config.join_limit, now)
+        repeat = held is not None and held.arrived
+        self._rate(member_id, "join", self.config.join_limit, now, repeat=repeat)
         if self._seats is not None and not self._seats.check(req.seat, snap.lobby_id, member_id):
             _refuse(ErrorCode.RECREATE_REFUSED, "no valid seat of this member in this lobby")
         entry = self._check_copy(member_id, snap, req.seat_tags)
@@ -1294,7 +1300,16 @@ class LobbyRegistry:
 
     # --- checks --------------------------------------------------------------------------------
 
-    def _rate(self, member_id: str, kind: str, limit: RateLimit, now: float) -> None:
+    def _rate(
+        self, member_id: str, kind: str, limit: RateLimit, now: float, *, repeat: bool = False
+    ) -> None:
+        """Spend a token of `kind`, or refuse RATE_LIMITED. A `repeat` (the very create or
+        join that seated the member, asked again because its reply was lost) spends from the
+        member's repeat budget instead: a member retrying under load must not use up the
+        budget of its real requests, and a flood of repeats (each answered with a snapshot)
+        is still bounded."""
+        if repeat:
+            kind, limit = "repeat", self.config.repeat_limit
         key = (member_id, kind)
         bucket = self._buckets.get(key)
         if bucket is None:

@@ -26,6 +26,7 @@ from echo.channels import open_channels
 from echo.lobby.client import LobbyClient, LobbyError, Rehomed, filters_from
 from echo.lobby.hello import parse_welcome_untrusted
 from echo.lobby.home import failover_home, home_of
+from echo.lobby.limits import RateLimit
 from echo.lobby.protocol import (
     CreateLobby,
     ErrorCode,
@@ -44,7 +45,7 @@ from echo.lobby.protocol import (
     parse_server_message_untrusted,
 )
 from echo.lobby.server import LobbyServer, lobby_channel_specs
-from tests.lobby.servers import Cluster, cluster, until
+from tests.lobby.servers import LOBBY, Cluster, cluster, until
 
 
 @asynccontextmanager
@@ -376,3 +377,36 @@ async def test_a_hostile_recreator_cannot_take_the_seat_of_a_member_who_lost_its
             assert seat_valid(nxt, bob)
             assert presence(nxt, lobby_id, "bob") is Presence.CONNECTED
             assert nxt.registry.refusals[ErrorCode.NOT_MEMBER] == 3
+
+
+# --- a repeat spends no rate budget -------------------------------------------------------------
+
+
+async def test_a_member_asking_again_and_again_is_not_rate_limited() -> None:
+    slow = RateLimit(rate=1 / 600, burst=2)
+    config = attrs.evolve(LOBBY, create_limit=slow, join_limit=slow)
+    async with (
+        cluster(1, lobby=config) as c,
+        echo.lobby.connect(c.names, member="alice") as alice,
+        echo.lobby.connect(c.names, member="bob") as bob,
+    ):
+        create = CreateLobby(0, "room", 4, False, {"mode": "duel"})
+        lobby_id = await alice.create("room", 4, metadata={"mode": "duel"})
+        # Replies lost under load, asked again and again: each answered with the lobby, and
+        # none spends the budget (2 creates and 2 joins per 10 minutes here).
+        for _ in range(5):
+            again = await alice.request(create)
+            assert isinstance(again, LobbyJoined) and again.lobby_id == lobby_id
+        for _ in range(6):
+            joined = await bob.request(JoinLobby(0, lobby_id))
+            assert isinstance(joined, LobbyJoined) and joined.lobby_id == lobby_id
+        registry = c.lobby[0].registry
+        assert registry.refusals[ErrorCode.RATE_LIMITED] == 0
+        # Distinct requests still spend it: bob's one join left, then refused.
+        await bob.leave()
+        with pytest.raises(LobbyError) as first:
+            await bob.request(JoinLobby(0, lobby_id + 1))
+        assert first.value.code is ErrorCode.NO_SUCH_LOBBY
+        with pytest.raises(LobbyError) as second:
+            await bob.request(JoinLobby(0, lobby_id))
+        assert second.value.code is ErrorCode.RATE_LIMITED

@@ -3,7 +3,7 @@
 A seat's tag is a keyed hash of the secret of the client that took it; members keep the tags in
 their copies, so the server that re-creates a lobby gives each seat back to its own client even
 if that client never learned its seat. A member's copy is its word, so a re-creator's tags must
-let nobody else in.
+let nobody else in. And a repeat of the request that seated a member spends no rate budget.
 """
 
 from __future__ import annotations
@@ -11,23 +11,27 @@ from __future__ import annotations
 import hashlib
 
 import attrs
+import pytest
 
+from echo.lobby.limits import LobbyConfig, RateLimit
 from echo.lobby.protocol import (
     CreateLobby,
     ErrorCode,
+    JoinByCode,
     JoinLobby,
     LeaveLobby,
     LobbyJoined,
     Presence,
     QuickJoin,
     RecreateLobby,
+    Request,
     SeatTag,
     SeatTags,
     SetReady,
     StringEquals,
 )
 from echo.lobby.tickets import TicketKey, TicketSeats
-from tests.lobby.lab import CONFIG, Lab
+from tests.lobby.lab import CONFIG, FAST, Lab
 
 NOW = 1_800_000_000.0
 KEY = TicketKey(1, b"k" * 32)
@@ -211,3 +215,70 @@ def test_a_kept_seat_is_claimed_with_its_seat_after_the_window() -> None:
     joined = b.ok("b", a.replicas["b"].recreate_request(b.rid()))
     assert isinstance(joined, LobbyJoined)
     assert presence(b, lobby_id, "b") is Presence.CONNECTED
+
+
+# --- a repeat spends no rate budget -----------------------------------------------------------
+
+SLOW = RateLimit(rate=1 / 600, burst=2)
+LIMITED = attrs.evolve(
+    CONFIG, create_limit=SLOW, join_limit=SLOW, search_limit=SLOW, repeat_limit=FAST
+)
+
+
+@pytest.mark.parametrize("kind", ["create", "join", "code", "quick", "recreate"])
+def test_the_request_that_seated_the_member_asked_again_spends_no_budget(kind: str) -> None:
+    lab = Lab(LIMITED, seats=SEATS)
+    private = lab.ok("a", CreateLobby(lab.rid(), "room", 4, True, {"mode": "duel"}))
+    public = lab.ok("p", CreateLobby(lab.rid(), "open", 4, False, {"mode": "duel"}))
+    assert isinstance(private, LobbyJoined) and isinstance(public, LobbyJoined)
+    snapshot = lab.reg.snapshot(private.lobby_id)
+    assert snapshot is not None
+    member, request, where = {
+        "create": ("a", CreateLobby(0, "room", 4, True, {"mode": "duel"}), private.lobby_id),
+        "join": ("b", JoinLobby(0, public.lobby_id), public.lobby_id),
+        "code": ("b", JoinByCode(0, snapshot.join_code), private.lobby_id),
+        "quick": ("b", QuickJoin(0, (StringEquals("mode", "duel"),)), public.lobby_id),
+        "recreate": ("b", JoinByCode(0, snapshot.join_code), private.lobby_id),
+    }[kind]
+    if kind != "create":  # (a's create was its first)
+        lab.ok(member, attrs.evolve(request, request_id=lab.rid()))
+    # One of the two tokens of the burst is spent; the same request asked again, many times
+    # (a reply lost again and again under load), spends none, refilled or not.
+    for _ in range(20):
+        if kind == "recreate":
+            repeat: Request = lab.replicas[member].recreate_request(lab.rid())
+        else:
+            repeat = attrs.evolve(request, request_id=lab.rid())
+        reply = lab.ok(member, repeat)
+        assert isinstance(reply, LobbyJoined) and reply.lobby_id == where
+    assert lab.reg.refusals[ErrorCode.RATE_LIMITED] == 0
+    # Distinct requests still spend it: the one token left, then refused.
+    lab.ok(member, LeaveLobby(lab.rid(), where))
+    distinct = {
+        "create": lambda i: CreateLobby(lab.rid(), f"room {i}", 4, False, {}),
+        "join": lambda i: JoinLobby(lab.rid(), 999_000 + i),
+        "code": lambda i: JoinByCode(lab.rid(), f"NONE{i}"),
+        "quick": lambda i: QuickJoin(lab.rid(), (StringEquals("mode", f"none {i}"),)),
+        "recreate": lambda i: JoinLobby(lab.rid(), 999_000 + i),
+    }[kind]
+    first = lab.do(member, distinct(0)).reply
+    assert getattr(first, "code", None) is not ErrorCode.RATE_LIMITED, first
+    lab.refused(member, distinct(1), ErrorCode.RATE_LIMITED)
+
+
+def test_a_flood_of_repeats_is_bounded_by_its_own_budget() -> None:
+    config = attrs.evolve(CONFIG, repeat_limit=RateLimit(rate=1.0, burst=3))
+    lab = Lab(config)
+    made = lab.ok("a", CreateLobby(lab.rid(), "room", 4, False, {}))
+    assert isinstance(made, LobbyJoined)
+    for _ in range(3):
+        lab.ok("a", JoinLobby(lab.rid(), made.lobby_id))
+    refusal = lab.refused("a", JoinLobby(lab.rid(), made.lobby_id), ErrorCode.RATE_LIMITED)
+    assert "repeat" in refusal.message
+    # Its other budgets are untouched meanwhile (FAST), and the repeat budget refills.
+    lab.now += 1.0
+    lab.ok("a", JoinLobby(lab.rid(), made.lobby_id))
+
+
+def test_lobby_config_declares_the_repeat_limit() -> None:
+    assert isinstance(LobbyConfig().repeat_limit, RateLimit)
