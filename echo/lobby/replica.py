@@ -74,8 +74,8 @@ class LobbyReplica:
         self.members: dict[str, MemberState] = {
             m.member_id: m for m in sorted(s.members, key=lambda m: m.join_seq)
         }
-        # (Of a member who is gone, the tags are too; the server follows a snapshot with all.)
-        self.seat_tags = {m: t for m, t in self.seat_tags.items() if m in self.members}
+        # A snapshot is the whole state: the server follows it with every seat's tags.
+        self.seat_tags = {}
 
     def snapshot(self) -> LobbySnapshot:
         return LobbySnapshot(

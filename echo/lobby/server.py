@@ -348,6 +348,7 @@ class LobbyServer:
         if lobby_id is None:
             return
         self.bindings.bind(member_id, lobby_id, conn.secret)
+        self._deliver(self.registry.bind_secret(member_id, conn.secret))
         # Request id 0 (no client uses it): not the answer to a request, the seat again.
         self._reply(member_id, LobbyJoined(0, lobby_id, self.seats.issue(lobby_id, member_id)))
 

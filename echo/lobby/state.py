@@ -322,6 +322,21 @@ class LobbyRegistry:
         lobby = self._lobby_of_member(member_id)
         return lobby is not None and self._tag_holds(lobby, lobby.members[member_id], secret)
 
+    def bind_secret(self, member_id: str, secret: bytes) -> tuple[Send, ...]:
+        """A session with `secret` took `member_id`'s seat (a hello with its seat or secret):
+        the seat is now that client's, here and, through the members' copies, on the next
+        server; its previous client's secret no longer takes it. A client without a secret
+        (from before secrets) leaves the tags as they were."""
+        lobby = self._lobby_of_member(member_id)
+        if lobby is None or self._seats is None or not secret:
+            return ()
+        seat = lobby.members[member_id]
+        tags = {member_id: self._seats.tag(lobby.lobby_id, member_id, secret)}
+        if seat.tags == tags:
+            return ()
+        seat.tags = tags
+        return (Send(lobby.audience(), self._seat_tags(lobby, member_id)),)
+
     def seat_tags(self, lobby_id: int) -> SeatTags | None:
         lobby = self._lobbies.get(lobby_id)
         return None if lobby is None else self._seat_tags(lobby)
@@ -345,6 +360,7 @@ class LobbyRegistry:
         try:
             reply = self._dispatch(member_id, request, now)
         except _Refuse as refused:
+            self._secret = b""
             self.refusals[refused.code] += 1
             log.debug(
                 "lobby_request_refused",
@@ -357,6 +373,7 @@ class LobbyRegistry:
             assert not self._out, "a refusal after a state change"
             return Handled(Refusal(request.request_id, refused.code, refused.message), ())
         sends, self._out = tuple(self._out), []
+        self._secret = b""
         if isinstance(reply, LobbyJoined) and self._seats is not None:
             reply = attrs.evolve(reply, seat=self._seats.issue(reply.lobby_id, member_id))
         return Handled(reply, sends)
@@ -1135,11 +1152,15 @@ class LobbyRegistry:
             self._out.append(Send(to, tags))
 
     @staticmethod
-    def _seat_tags(lobby: _Lobby) -> SeatTags:
+    def _seat_tags(lobby: _Lobby, only: str | None = None) -> SeatTags:
+        """The tags of every seat (or of `only`'s)."""
         return SeatTags(
             lobby.lobby_id,
             tuple(
-                SeatTag(m.member_id, tag) for m in lobby.members.values() for tag in m.tags.values()
+                SeatTag(m.member_id, tag)
+                for m in lobby.members.values()
+                if only is None or m.member_id == only
+                for tag in m.tags.values()
             ),
         )
 

@@ -179,6 +179,22 @@ def test_the_copy_of_a_member_whose_hello_came_first_still_brings_its_tags() -> 
     assert b.reg.seat_tags(lobby_id) == before
 
 
+def test_a_seat_taken_by_another_client_is_that_clients_on_the_next_server_too() -> None:
+    a, lobby_id = home("b")
+    # b's seat taken by another client of b's (its hello showed the seat; the driver then
+    # binds the seat to that session): its previous client's secret no longer takes it, and
+    # the members' copies learn the new tag.
+    new = SECRET["x"]
+    a.deliver(a.reg.bind_secret("b", new))
+    assert a.reg.holds_secret("b", new) and not a.reg.holds_secret("b", SECRET["b"])
+    assert a.replicas["a"].seat_tags["b"] == (SEATS.tag(lobby_id, "b", new),)
+    assert a.reg.bind_secret("b", new) == ()  # (the same client again: nothing to tell)
+    assert a.reg.bind_secret("b", b"") == ()  # (a client without a secret changes nothing)
+    b = Lab(TAGGED, seats=SEATS)
+    b.ok("a", a.replicas["a"].recreate_request(b.rid()), SECRET["a"])
+    assert b.reg.holds_secret("b", new) and not b.reg.holds_secret("b", SECRET["b"])
+
+
 def test_a_copy_holds_a_bounded_number_of_tags() -> None:
     a, lobby_id = home("b")
     copy = a.replicas["a"].recreate_request(1)
