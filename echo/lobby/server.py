@@ -101,11 +101,21 @@ LISTINGS_TOPIC = "echo-lobby/listings"
 GAMES_TOPIC = "echo-lobby/games"
 
 
+#: The largest message on the chat channel, either way: the server's whole chat buffer (a
+#: larger SendChat could never be guaranteed there). Declared, it lets a member hand back
+#: chat credit once a quarter of its 16 KiB is read instead of after every line: one datagram
+#: to the server per chat line delivered was as many as the deliveries themselves.
+CHAT_MAX_MESSAGE = 2048
+#: A ChatLine's bytes besides its member id and text: type, lobby id, str8 and str16 lengths.
+CHAT_LINE_OVERHEAD = 1 + 8 + 1 + 2
+
+
 def lobby_channel_specs(*, server: bool) -> list[ChannelSpec]:
     """The lobby's logical channels. Capacities are each side's receive buffers: the server
     takes requests up to the largest message (a recreate carries a whole lobby) and hardly
     anything on the updates channel (members send nothing there); chat holds a few lines, so a
-    flood runs out of credit at once. Chat has the lowest priority on the wire."""
+    flood runs out of credit at once. Chat has the lowest priority on the wire, and a bound on
+    its messages (`CHAT_MAX_MESSAGE`)."""
     if server:
         caps = {Channel.REQUESTS: MAX_MESSAGE_BYTES, Channel.UPDATES: 1024, Channel.CHAT: 2048}
     else:
@@ -117,7 +127,9 @@ def lobby_channel_specs(*, server: bool) -> list[ChannelSpec]:
     return [
         ChannelSpec(Channel.REQUESTS, capacity=caps[Channel.REQUESTS], priority=0),
         ChannelSpec(Channel.UPDATES, capacity=caps[Channel.UPDATES], priority=0),
-        ChannelSpec(Channel.CHAT, capacity=caps[Channel.CHAT], priority=1),
+        ChannelSpec(
+            Channel.CHAT, capacity=caps[Channel.CHAT], priority=1, max_message=CHAT_MAX_MESSAGE
+        ),
     ]
 
 
@@ -185,6 +197,12 @@ class LobbyServer:
         new_join_code: Callable[[], str] = random_join_code,
     ) -> None:
         config = config or LobbyServerConfig()
+        chat_line = CHAT_LINE_OVERHEAD + config.lobby.max_member_id_bytes
+        if chat_line + config.lobby.max_chat_bytes > CHAT_MAX_MESSAGE:
+            raise ValueError(
+                f"a chat line of max_chat_bytes ({config.lobby.max_chat_bytes}) does not fit "
+                f"the chat channel's {CHAT_MAX_MESSAGE} bytes"
+            )
         server_id = config.server_id or f"{session_config.address}:{session_config.port}"
         lobby_servers = config.lobby_servers or (server_id,)
         if server_id not in lobby_servers:
