@@ -49,6 +49,10 @@ class Channel:
         self._owner = owner
         self.channel_id = channel_id
         self._current: Delivery | None = None
+        # Set when input may have made this channel readable (or the channels closed): a
+        # reader waits for its own channel only. (Woken by every change, a server's two idle
+        # readers per member woke, and waited again, for every message sent to that member.)
+        self._readable: trio.Event | None = None
         peer = owner.peer
         self._out_state = peer.outgoing[channel_id]
         # Our incoming buffer, read directly on the per-message path (None: a handle channel,
@@ -115,7 +119,10 @@ class Channel:
             if owner.peer.finished_receiving(self.channel_id):
                 raise trio.EndOfChannel
             owner._check_open()
-            await owner._wait_change()
+            readable = self._readable
+            if readable is None:
+                readable = self._readable = trio.Event()
+            await readable.wait()
 
     def done(self) -> None:
         """Mark the message last received here as processed (frees its buffer space)."""
@@ -186,9 +193,10 @@ class Channels:
         self.closed_reason: str | None = None
         self._changed = trio.Event()
         self._waiting = 0
-        # With own streams, idle writers by stream, each with its own wake-up: a change wakes
-        # only the writers that now have something to send (woken by every change, the other
-        # stream's writer doubled control's round trip on its own stream).
+        # Idle writers by stream, each with its own wake-up: a change wakes only the writers
+        # that now have something to send (woken by every change, the other stream's writer
+        # doubled control's round trip on its own stream, and a server's writer woke for
+        # every message a member sent it).
         self._writers: dict[int, trio.Event] = {}
         self._channels = {cid: Channel(self, cid) for cid in self.peer.specs}
 
@@ -263,6 +271,21 @@ class Channels:
         if self.closed_reason is None:
             self.closed_reason = reason
             self._notify()
+            self._wake_readers()
+
+    def _wake_readers(self) -> None:
+        """Wake the readers whose channel has something for them (or every reader, closed)."""
+        peer = self.peer
+        closed = self.closed_reason is not None
+        for channel in self._channels.values():
+            readable = channel._readable
+            if readable is not None and (
+                closed
+                or peer.incoming[channel.channel_id].buffer
+                or peer.finished_receiving(channel.channel_id)
+            ):
+                channel._readable = None
+                readable.set()
 
     def _after_input(self) -> None:
         peer = self.peer
@@ -275,6 +298,7 @@ class Channels:
             for event in events:
                 self._report(event)
         self._notify()
+        self._wake_readers()
 
     def _report(self, event: Discarded) -> None:
         frame = event.message.frame
@@ -302,14 +326,8 @@ class Channels:
             while not peer.has_output(stream):
                 if self.closed_reason is not None:
                     return
-                if peer.streams == 1:
-                    # One writer: woken by any change (cheaper per message, measured, than
-                    # asking the peer at every change whether there is output).
-                    self._waiting += 1
-                    await self._changed.wait()
-                else:
-                    wake = self._writers[stream] = trio.Event()
-                    await wake.wait()
+                wake = self._writers[stream] = trio.Event()
+                await wake.wait()
             batch = peer.data_to_send(self.max_batch, stream)
             if peer.events:
                 self._after_input()
