@@ -87,18 +87,23 @@ class Channel:
                 peer.withdraw(out)
                 raise
 
-    def send_nowait(self, data: bytes, *, max_queued: int) -> bool:
+    def send_nowait(self, data: bytes, *, max_queued: int, defer: bool = False) -> bool:
         """Queue `data` without waiting: it goes out under guarantees, in order after what is
         queued here, as `send`'s would. False (nothing queued) when `max_queued` bytes or more
         already wait on this channel: for a server that must never block on one slow peer and
-        decides itself what a backlog means. Raises ChannelsClosed when they are closed."""
+        decides itself what a backlog means. Raises ChannelsClosed when they are closed.
+
+        defer=True wakes nobody: the caller calls `Channels.flush_nowait()` before it next
+        waits, which sends what it queued (several messages in one session message) from the
+        caller's own task.
+        """
         owner = self._owner
         if owner.closed_reason is not None:
             raise ChannelsClosed(owner.closed_reason)
         if self._out_state.queued_bytes >= max_queued:
             return False
         owner.peer.send(self.channel_id, data)
-        if owner._waiting or owner._writers:
+        if not defer and (owner._waiting or owner._writers):
             owner._notify()
         return True
 
@@ -199,6 +204,10 @@ class Channels:
         # every message a member sent it).
         self._writers: dict[int, trio.Event] = {}
         self._channels = {cid: Channel(self, cid) for cid in self.peer.specs}
+        # The session's `send_nowait` (echo.session.Session has one), for `flush_nowait`; and
+        # a session message it did not take, which the writer sends before anything else.
+        self._send_nowait: Callable[[bytes], bool] | None = getattr(session, "send_nowait", None)
+        self._held: bytes | None = None
 
     def __getitem__(self, channel_id: int) -> Channel:
         try:
@@ -240,6 +249,37 @@ class Channels:
         """
         while not predicate():
             await self._wait_change()
+
+    def flush_nowait(self) -> None:
+        """Send what is queued on the session's own stream now, from the caller's task, when
+        the writer is idle and the session takes it without waiting; otherwise (a send under
+        way, back pressure) the writer sends it, in order. Never raises: a session that is
+        gone closes the channels, as in the writer.
+
+        A server's fan-out: one session message per member and request, with no writer task
+        woken per member and message.
+        """
+        if self.closed_reason is not None:
+            return
+        peer = self.peer
+        send_nowait = self._send_nowait
+        writers = self._writers
+        if send_nowait is None or 0 not in writers or not peer.has_output(0):
+            # (No direct way, or the writer is busy or already woken: it sends in turn.)
+            self._notify()
+            return
+        batch = peer.data_to_send(self.max_batch, 0)
+        if peer.events:
+            self._after_input()
+        try:
+            sent = send_nowait(batch)
+        except Exception as exc:
+            self._closed(f"session closed: {exc}" if str(exc) else "session closed")
+            return
+        if not sent:
+            self._held = batch
+            writers.pop(0).set()
+        self._notify()
 
     # ------------------------------------------------------------------ internals
 
@@ -323,15 +363,20 @@ class Channels:
     async def _writer(self, stream: int, session: SessionLike) -> None:
         peer = self.peer
         while True:
-            while not peer.has_output(stream):
-                if self.closed_reason is not None:
-                    return
-                wake = self._writers[stream] = trio.Event()
-                await wake.wait()
-            batch = peer.data_to_send(self.max_batch, stream)
-            if peer.events:
-                self._after_input()
-            self._notify()
+            if stream == 0 and self._held is not None:
+                # flush_nowait's batch, which the session did not take at once: first.
+                batch, self._held = self._held, None
+            else:
+                if not peer.has_output(stream):
+                    if self.closed_reason is not None:
+                        return
+                    wake = self._writers[stream] = trio.Event()
+                    await wake.wait()
+                    continue
+                batch = peer.data_to_send(self.max_batch, stream)
+                if peer.events:
+                    self._after_input()
+                self._notify()
             try:
                 await session.send(batch)
             except Exception as exc:

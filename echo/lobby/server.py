@@ -171,7 +171,7 @@ class _Conn:
     """One member's live session and its channels (None until they are open: what is sent
     to it meanwhile waits in `pending`)."""
 
-    __slots__ = ("channels", "closing", "member_id", "pending", "secret", "session")
+    __slots__ = ("channels", "closing", "member_id", "pending", "queued", "secret", "session")
 
     def __init__(self, member_id: str, session: Session, secret: bytes = b"") -> None:
         self.member_id = member_id
@@ -180,6 +180,7 @@ class _Conn:
         self.channels: Channels | None = None
         self.pending: list[tuple[Channel, bytes]] = []
         self.closing: str | None = None
+        self.queued = False  # in LobbyServer._touched: messages queued, not yet flushed
 
 
 class LobbyServer:
@@ -250,6 +251,8 @@ class LobbyServer:
         self.counters: Counter[str] = Counter()
         self.topic_client: Any = None
         self._wake_expiry = trio.Event()
+        #: channels with messages queued by `_send_to` that `_flush` has not sent yet
+        self._touched: list[_Conn] = []
         self._listings_dirty = False
         self._nursery: trio.Nursery | None = None
 
@@ -328,6 +331,7 @@ class LobbyServer:
                 pending, conn.pending = conn.pending, []
                 for ch, data in pending:
                     self._send_to(member_id, ch, data)
+                self._flush()
                 if old is not None:
                     # The member came back on a new session while the old one still looked
                     # alive (its network changed): the new one wins and gets the state.
@@ -454,8 +458,10 @@ class LobbyServer:
             # should this reply never reach it.
             conn = self.conns.get(member_id)
             self.bindings.bind(member_id, reply.lobby_id, b"" if conn is None else conn.secret)
-        self._reply(member_id, reply)
-        self._deliver(handled.sends)
+        # The reply and the updates in one delivery: a member that gets both (the requester
+        # is in its own lobby) gets them in one session message.
+        answer: Any = reply  # (a Send's message is typed for updates; replies travel too)
+        self._deliver((Send((member_id,), answer), *handled.sends))
         self._wake_expiry.set()
 
     def _refused(self, member_id: str, request: str, code: ErrorCode) -> None:
@@ -531,11 +537,23 @@ class LobbyServer:
                 self._listings_dirty = True
             if not out.to:
                 continue
-            data = encode(message)
+            data = encode(message)  # once, for every member it goes to
             for member in out.to:
                 self._send_to(member, ch, data)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Hand each member what was just queued for it, from this task (see _send_to)."""
+        touched, self._touched = self._touched, []
+        for conn in touched:
+            conn.queued = False
+            if conn.channels is not None:
+                conn.channels.flush_nowait()
 
     def _send_to(self, member_id: str, ch: Channel, data: bytes) -> None:
+        """Queue `data` for the member; `_flush` sends it. (Queued without waking anyone, and
+        then sent from this task: a writer task woken per member and message cost more than
+        the sending.)"""
         conn = self.conns.get(member_id)
         if conn is None or conn.closing is not None:
             return
@@ -545,7 +563,10 @@ class LobbyServer:
             return
         backlog = self.config.chat_backlog if ch is Channel.CHAT else self.config.updates_backlog
         try:
-            if channels[ch].send_nowait(data, max_queued=backlog):
+            if channels[ch].send_nowait(data, max_queued=backlog, defer=True):
+                if not conn.queued:
+                    conn.queued = True
+                    self._touched.append(conn)
                 return
         except ChannelsClosed:
             return
