@@ -253,6 +253,7 @@ class LobbyServer:
         self._wake_expiry = trio.Event()
         #: channels with messages queued by `_send_to` that `_flush` has not sent yet
         self._touched: list[_Conn] = []
+        self._holding = False  # deliveries are queued, and flushed together at its end
         self._listings_dirty = False
         self._nursery: trio.Nursery | None = None
 
@@ -458,10 +459,15 @@ class LobbyServer:
             # should this reply never reach it.
             conn = self.conns.get(member_id)
             self.bindings.bind(member_id, reply.lobby_id, b"" if conn is None else conn.secret)
-        # The reply and the updates in one delivery: a member that gets both (the requester
+        # The reply and the updates flushed together: a member that gets both (the requester
         # is in its own lobby) gets them in one session message.
-        answer: Any = reply  # (a Send's message is typed for updates; replies travel too)
-        self._deliver((Send((member_id,), answer), *handled.sends))
+        self._holding = True
+        try:
+            self._reply(member_id, reply)
+            self._deliver(handled.sends)
+        finally:
+            self._holding = False
+            self._flush()
         self._wake_expiry.set()
 
     def _refused(self, member_id: str, request: str, code: ErrorCode) -> None:
@@ -540,7 +546,8 @@ class LobbyServer:
             data = encode(message)  # once, for every member it goes to
             for member in out.to:
                 self._send_to(member, ch, data)
-        self._flush()
+        if not self._holding:
+            self._flush()
 
     def _flush(self) -> None:
         """Hand each member what was just queued for it, from this task (see _send_to)."""
