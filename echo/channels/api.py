@@ -129,14 +129,18 @@ class Channel:
                 readable = self._readable = trio.Event()
             await readable.wait()
 
-    def done(self) -> None:
-        """Mark the message last received here as processed (frees its buffer space)."""
+    def done(self, *, defer: bool = False) -> None:
+        """Mark the message last received here as processed (frees its buffer space).
+
+        defer=True wakes nobody, as `send_nowait`'s: the guarantees it may free go out with
+        the caller's `Channels.flush_nowait()` (with its reply, say), which must follow.
+        """
         current = self._current
         if current is not None:
             self._current = None
             owner = self._owner
             owner.peer.release(current)
-            if owner._waiting or owner._writers:
+            if not defer and (owner._waiting or owner._writers):
                 owner._notify()
 
     def __aiter__(self) -> Channel:

@@ -411,8 +411,9 @@ class LobbyServer:
 
     async def _read_requests(self, conn: _Conn) -> None:
         assert conn.channels is not None
-        async for delivery in conn.channels[Channel.REQUESTS]:
-            self._on_request(conn.member_id, delivery.data, Channel.REQUESTS)
+        channel = conn.channels[Channel.REQUESTS]
+        async for delivery in channel:
+            self._on_request(conn, delivery.data, channel)
 
     async def _read_chat(self, conn: _Conn) -> None:
         """Chat is read at the member's chat rate: a flood waits in its own channel's buffer,
@@ -420,14 +421,31 @@ class LobbyServer:
         assert conn.channels is not None
         limit = self.config.lobby.chat_limit
         bucket = TokenBucket(limit, trio.current_time())
-        async for delivery in conn.channels[Channel.CHAT]:
+        channel = conn.channels[Channel.CHAT]
+        async for delivery in channel:
             while not bucket.take(trio.current_time()):  # noqa: ASYNC110 (a rate, not an event)
                 await trio.sleep(max(0.001, (1.0 - bucket.tokens) / limit.rate))
-            self._on_request(conn.member_id, delivery.data, Channel.CHAT)
+            self._on_request(conn, delivery.data, channel)
 
     # ------------------------------------------------------------------ requests
 
-    def _on_request(self, member_id: str, data: bytes, arrived_on: Channel) -> None:
+    def _on_request(self, conn: _Conn, data: bytes, channel: Any) -> None:
+        """One request of `conn`'s member from its logical `channel`: the reply, the updates,
+        and the channel's credit for the request (released here, once processed) go out
+        together, in one session message to the member."""
+        self._holding = True
+        try:
+            self._handle_request(conn.member_id, data, Channel(channel.channel_id))
+        finally:
+            channel.done(defer=True)
+            if not conn.queued and conn.channels is not None:
+                conn.queued = True
+                self._touched.append(conn)
+            self._holding = False
+            self._flush()
+        self._wake_expiry.set()
+
+    def _handle_request(self, member_id: str, data: bytes, arrived_on: Channel) -> None:
         now = trio.current_time()
         try:
             request = parse_request_untrusted(data)
@@ -459,16 +477,8 @@ class LobbyServer:
             # should this reply never reach it.
             conn = self.conns.get(member_id)
             self.bindings.bind(member_id, reply.lobby_id, b"" if conn is None else conn.secret)
-        # The reply and the updates flushed together: a member that gets both (the requester
-        # is in its own lobby) gets them in one session message.
-        self._holding = True
-        try:
-            self._reply(member_id, reply)
-            self._deliver(handled.sends)
-        finally:
-            self._holding = False
-            self._flush()
-        self._wake_expiry.set()
+        self._reply(member_id, reply)
+        self._deliver(handled.sends)
 
     def _refused(self, member_id: str, request: str, code: ErrorCode) -> None:
         self.counters["refusals"] += 1
