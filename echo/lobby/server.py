@@ -10,9 +10,12 @@ Why the pieces are shaped as they are:
 - **Chat never delays state.** A member's outgoing messages are queued on their own logical
   channel (`Channel.send_nowait`, which waits for nothing), and each channel goes out under its
   own credit: a chat channel waiting for a slow member's credit never holds up its updates.
-  No task per member and channel: a delivery is one enqueue, and the session's one channel
-  writer batches what is queued into datagrams (at L1's 8,000 members a writer task per
-  channel was 24,000 tasks, and three task switches per message delivered). A member's
+  No task per member and channel: a delivery is one enqueue (`send_nowait(defer=True)`), and
+  once a request is handled each member it touched gets what was queued for it in one session
+  message, sent from the request's own task (`Channels.flush_nowait`); the session's channel
+  writer takes over only under back pressure (at L1's 8,000 members a writer task per channel
+  was 24,000 tasks, and three task switches per message delivered; waking the one writer per
+  member and message was still more than the send). A member's
   incoming chat is read at its chat rate (the registry's `chat_limit`): while the reader
   waits, that channel's guarantees run out and the flooding member's `send` is held back by
   credit (seed 003), on its own channel only.
