@@ -1030,8 +1030,14 @@ class ChannelPeer:
             return False
         if stream is None:
             return any(self.controls) or any(self._eligible(ch) for ch in self._out_list)
-        return bool(self.controls[stream]) or any(
-            self._eligible(ch) for ch in self._out_list if ch.stream == stream)
+        if self.controls[stream]:
+            return True
+        # A plain loop, empty queues skipped without a call: the trio layer asks this at every
+        # change (a server's fan-out: once per message queued).
+        for ch in self._out_list:
+            if ch.queue and ch.stream == stream and self._eligible(ch):
+                return True
+        return False
 
     def _eligible(self, ch: _Outgoing) -> bool:
         if not ch.queue:
