@@ -271,7 +271,7 @@ def tune_collector() -> None:
     (measured with the collector's callbacks in L1 at 300 x 8) without cyclic garbage while
     they live: 15 full passes during the joins, idle, chat and searches found 0 objects to
     free, and took 5.4 s, one of them 0.9 s during the chat (all traffic stalls meanwhile;
-    at 8,000 members a pass is longer than the members' 2.5 s liveness). With Python's
+    a pass visits every object, and 8,000 members have three times as many). With Python's
     thresholds a full pass comes whenever the objects that survived two passes grew by a
     quarter, so every few seconds while members join, and the young passes promote whatever
     lives a few thousand allocations (a message waiting for its member). Higher thresholds
