@@ -269,9 +269,9 @@ def tune_collector() -> None:
 
     A lobby server's heap is its members' sessions, channels and tasks: long-lived, and
     (measured with the collector's callbacks in L1 at 300 x 8) without cyclic garbage while
-    they live: 15 full passes during the joins, idle, chat and searches found 0 objects to
-    free, and took 5.4 s, one of them 0.9 s during the chat (all traffic stalls meanwhile;
-    a pass visits every object, and 8,000 members have three times as many). With Python's
+    they live: the 14 full passes between start and stop found 0 objects to free and took
+    4.1 s, up to 0.9 s each (all traffic stalls meanwhile; a pass visits every object, and
+    8,000 members have three times as many). With Python's
     thresholds a full pass comes whenever the objects that survived two passes grew by a
     quarter, so every few seconds while members join, and the young passes promote whatever
     lives a few thousand allocations (a message waiting for its member). Higher thresholds
