@@ -49,6 +49,10 @@ class Channel:
         self._owner = owner
         self.channel_id = channel_id
         self._current: Delivery | None = None
+        # Set when input may have made this channel readable (or the channels closed): a
+        # reader waits for its own channel only. (Woken by every change, a server's two idle
+        # readers per member woke, and waited again, for every message sent to that member.)
+        self._readable: trio.Event | None = None
         peer = owner.peer
         self._out_state = peer.outgoing[channel_id]
         # Our incoming buffer, read directly on the per-message path (None: a handle channel,
@@ -83,18 +87,23 @@ class Channel:
                 peer.withdraw(out)
                 raise
 
-    def send_nowait(self, data: bytes, *, max_queued: int) -> bool:
+    def send_nowait(self, data: bytes, *, max_queued: int, defer: bool = False) -> bool:
         """Queue `data` without waiting: it goes out under guarantees, in order after what is
         queued here, as `send`'s would. False (nothing queued) when `max_queued` bytes or more
         already wait on this channel: for a server that must never block on one slow peer and
-        decides itself what a backlog means. Raises ChannelsClosed when they are closed."""
+        decides itself what a backlog means. Raises ChannelsClosed when they are closed.
+
+        defer=True wakes nobody: the caller calls `Channels.flush_nowait()` before it next
+        waits, which sends what it queued (several messages in one session message) from the
+        caller's own task.
+        """
         owner = self._owner
         if owner.closed_reason is not None:
             raise ChannelsClosed(owner.closed_reason)
         if self._out_state.queued_bytes >= max_queued:
             return False
         owner.peer.send(self.channel_id, data)
-        if owner._waiting or owner._writers:
+        if not defer and (owner._waiting or owner._writers):
             owner._notify()
         return True
 
@@ -115,16 +124,23 @@ class Channel:
             if owner.peer.finished_receiving(self.channel_id):
                 raise trio.EndOfChannel
             owner._check_open()
-            await owner._wait_change()
+            readable = self._readable
+            if readable is None:
+                readable = self._readable = trio.Event()
+            await readable.wait()
 
-    def done(self) -> None:
-        """Mark the message last received here as processed (frees its buffer space)."""
+    def done(self, *, defer: bool = False) -> None:
+        """Mark the message last received here as processed (frees its buffer space).
+
+        defer=True wakes nobody, as `send_nowait`'s: the guarantees it may free go out with
+        the caller's `Channels.flush_nowait()` (with its reply, say), which must follow.
+        """
         current = self._current
         if current is not None:
             self._current = None
             owner = self._owner
             owner.peer.release(current)
-            if owner._waiting or owner._writers:
+            if not defer and (owner._waiting or owner._writers):
                 owner._notify()
 
     def __aiter__(self) -> Channel:
@@ -186,11 +202,16 @@ class Channels:
         self.closed_reason: str | None = None
         self._changed = trio.Event()
         self._waiting = 0
-        # With own streams, idle writers by stream, each with its own wake-up: a change wakes
-        # only the writers that now have something to send (woken by every change, the other
-        # stream's writer doubled control's round trip on its own stream).
+        # Idle writers by stream, each with its own wake-up: a change wakes only the writers
+        # that now have something to send (woken by every change, the other stream's writer
+        # doubled control's round trip on its own stream, and a server's writer woke for
+        # every message a member sent it).
         self._writers: dict[int, trio.Event] = {}
         self._channels = {cid: Channel(self, cid) for cid in self.peer.specs}
+        # The session's `send_nowait` (echo.session.Session has one), for `flush_nowait`; and
+        # a session message it did not take, which the writer sends before anything else.
+        self._send_nowait: Callable[[bytes], bool] | None = getattr(session, "send_nowait", None)
+        self._held: bytes | None = None
 
     def __getitem__(self, channel_id: int) -> Channel:
         try:
@@ -233,6 +254,37 @@ class Channels:
         while not predicate():
             await self._wait_change()
 
+    def flush_nowait(self) -> None:
+        """Send what is queued on the session's own stream now, from the caller's task, when
+        the writer is idle and the session takes it without waiting; otherwise (a send under
+        way, back pressure) the writer sends it, in order. Never raises: a session that is
+        gone closes the channels, as in the writer.
+
+        A server's fan-out: one session message per member and request, with no writer task
+        woken per member and message.
+        """
+        if self.closed_reason is not None:
+            return
+        peer = self.peer
+        send_nowait = self._send_nowait
+        writers = self._writers
+        if send_nowait is None or 0 not in writers or not peer.has_output(0):
+            # (No direct way, or the writer is busy or already woken: it sends in turn.)
+            self._notify()
+            return
+        batch = peer.data_to_send(self.max_batch, 0)
+        if peer.events:
+            self._after_input()
+        try:
+            sent = send_nowait(batch)
+        except Exception as exc:
+            self._closed(f"session closed: {exc}" if str(exc) else "session closed")
+            return
+        if not sent:
+            self._held = batch
+            writers.pop(0).set()
+        self._notify()
+
     # ------------------------------------------------------------------ internals
 
     def _notify(self) -> None:
@@ -263,6 +315,21 @@ class Channels:
         if self.closed_reason is None:
             self.closed_reason = reason
             self._notify()
+            self._wake_readers()
+
+    def _wake_readers(self) -> None:
+        """Wake the readers whose channel has something for them (or every reader, closed)."""
+        peer = self.peer
+        closed = self.closed_reason is not None
+        for channel in self._channels.values():
+            readable = channel._readable
+            if readable is not None and (
+                closed
+                or peer.incoming[channel.channel_id].buffer
+                or peer.finished_receiving(channel.channel_id)
+            ):
+                channel._readable = None
+                readable.set()
 
     def _after_input(self) -> None:
         peer = self.peer
@@ -275,6 +342,7 @@ class Channels:
             for event in events:
                 self._report(event)
         self._notify()
+        self._wake_readers()
 
     def _report(self, event: Discarded) -> None:
         frame = event.message.frame
@@ -299,21 +367,20 @@ class Channels:
     async def _writer(self, stream: int, session: SessionLike) -> None:
         peer = self.peer
         while True:
-            while not peer.has_output(stream):
-                if self.closed_reason is not None:
-                    return
-                if peer.streams == 1:
-                    # One writer: woken by any change (cheaper per message, measured, than
-                    # asking the peer at every change whether there is output).
-                    self._waiting += 1
-                    await self._changed.wait()
-                else:
+            if stream == 0 and self._held is not None:
+                # flush_nowait's batch, which the session did not take at once: first.
+                batch, self._held = self._held, None
+            else:
+                if not peer.has_output(stream):
+                    if self.closed_reason is not None:
+                        return
                     wake = self._writers[stream] = trio.Event()
                     await wake.wait()
-            batch = peer.data_to_send(self.max_batch, stream)
-            if peer.events:
-                self._after_input()
-            self._notify()
+                    continue
+                batch = peer.data_to_send(self.max_batch, stream)
+                if peer.events:
+                    self._after_input()
+                self._notify()
             try:
                 await session.send(batch)
             except Exception as exc:

@@ -80,6 +80,9 @@ from echo.channels.wire import (
     Plead,
 )
 
+#: `_Incoming.low_water` of a channel without `max_message`: above any possible guarantee
+_NO_LOW_WATER = 1 << 62
+
 
 class ChannelUsageError(Exception):
     """A local misuse of the channel API (not a peer's fault)."""
@@ -102,6 +105,13 @@ class ChannelSpec:
               concerns it (its messages, guarantees, pleas, bounds, drop notices, apologies)
               goes on that stream, so its ordering rules hold; it cannot be a handle channel
               nor carry handle references (a reference must never overtake its bind).
+    max_message: the largest message (`wire.message_size`) either peer sends on it, when the
+              application knows one (None: up to the capacity). Sending a larger one is a
+              usage error. It lets a receiver whose buffer just emptied hold back guarantees
+              while the sender still has at least this many: a sender can never be waiting
+              for more, so they wait for a quarter of the buffer instead of going back one
+              small control message per message processed (a lobby member answered each chat
+              line it read with its own datagram to the server).
     """
 
     channel_id: int
@@ -110,6 +120,7 @@ class ChannelSpec:
     weight: int = 1
     handles: bool = False
     own_stream: bool = False
+    max_message: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.channel_id <= wire.MAX_VARINT:
@@ -118,6 +129,8 @@ class ChannelSpec:
             raise ChannelUsageError("capacity must be >= 0 and weight >= 1")
         if self.own_stream and self.handles:
             raise ChannelUsageError("a handle channel travels on the session's own stream")
+        if self.max_message is not None and self.max_message < 1:
+            raise ChannelUsageError("max_message must be >= 1")
 
 
 class OutState(enum.Enum):
@@ -232,6 +245,9 @@ class _Incoming:
     absolved: int = 0
     sending_bound: int | None = None  # the client's LIMIT_SENDING total
     receiving_bound: int | None = None  # our LIMIT_RECEIVING total
+    # With an empty buffer, guarantees are topped up while the client holds fewer than this
+    # (spec.max_message; without one, always: the client may wait for a message of any size).
+    low_water: int = _NO_LOW_WATER
 
     @property
     def outstanding(self) -> int:
@@ -277,6 +293,9 @@ class ChannelPeer:
             raise ChannelUsageError("duplicate channel id")
         self.specs = {s.channel_id: s for s in specs}
         self.incoming = {s.channel_id: _Incoming(s, 0, s.capacity) for s in specs}
+        for ch in self.incoming.values():
+            if ch.spec.max_message is not None:
+                ch.low_water = ch.spec.max_message
         self.outgoing = {s.channel_id: _Outgoing(s) for s in specs}
         # Stream 0 is the session's own; each own_stream channel gets the next, in id order
         # (both peers declare the same specs, so they agree on the numbering).
@@ -357,8 +376,10 @@ class ChannelPeer:
             amount = min(amount, ch.receiving_bound - ch.accepted - ch.outstanding)
         if amount <= 0:
             return
-        if not force and amount * 4 < ch.capacity and ch.buffer:
-            return  # more releases will follow; wait to aggregate
+        if not force and amount * 4 < ch.capacity and (
+            ch.buffer or ch.outstanding >= ch.low_water
+        ):
+            return  # more releases will follow, or the client cannot be short: aggregate
         ch.issuable -= amount
         self._ctl(Guarantee(ch.spec.channel_id, amount))
         self.counters["guarantees_issued"] += amount
@@ -447,7 +468,10 @@ class ChannelPeer:
             # The common case of _release_bytes + _issue, inline: this runs once per message.
             ch.used -= size
             ch.issuable += size
-            if (ch.issuable * 4 >= ch.capacity or not ch.buffer) and ch.receiving_bound is None:
+            if ch.receiving_bound is None and (
+                ch.issuable * 4 >= ch.capacity
+                or (not ch.buffer and ch.capacity - ch.used - ch.issuable < ch.low_water)
+            ):
                 amount = ch.issuable
                 ch.issuable = 0
                 self._ctl(Guarantee(ch.spec.channel_id, amount))
@@ -624,6 +648,8 @@ class ChannelPeer:
         if not refs:
             # The per-message path: no record, no copy of the payload.
             n = len(payload)
+            if ch.spec.max_message is not None and n > ch.spec.max_message:
+                _too_large(ch.spec, n)
             out = Outgoing(channel, wire.plain_header(channel, n), payload, n or 1, optimistic)
             if ch.sending_bound is not None or ch.receiving_bound is not None:
                 self._check_sendable(ch, out.size)
@@ -640,6 +666,8 @@ class ChannelPeer:
         frame = Data(channel, payload, tuple(refs))
         out = Outgoing(channel, wire.encode(frame), b"", wire.message_size(frame), optimistic,
                        frame=frame)
+        if ch.spec.max_message is not None and out.size > ch.spec.max_message:
+            _too_large(ch.spec, out.size)
         if ch.sending_bound is not None or ch.receiving_bound is not None:
             self._check_sendable(ch, out.size)
         for ref in refs:
@@ -669,6 +697,8 @@ class ChannelPeer:
         handle = self.next_own[handle_type]
         out = Outgoing(handle_type, wire.encode(frame), b"", wire.message_size(frame), optimistic,
                        frame=frame, handle=handle)
+        if ch.spec.max_message is not None and out.size > ch.spec.max_message:
+            _too_large(ch.spec, out.size)
         self._check_sendable(ch, out.size)
         self.next_own[handle_type] = handle + 1
         # The bind counts as a reference of its own handle until settled: no FREE before it.
@@ -1000,8 +1030,14 @@ class ChannelPeer:
             return False
         if stream is None:
             return any(self.controls) or any(self._eligible(ch) for ch in self._out_list)
-        return bool(self.controls[stream]) or any(
-            self._eligible(ch) for ch in self._out_list if ch.stream == stream)
+        if self.controls[stream]:
+            return True
+        # A plain loop, empty queues skipped without a call: the trio layer asks this at every
+        # change (a server's fan-out: once per message queued).
+        for ch in self._out_list:
+            if ch.queue and ch.stream == stream and self._eligible(ch):
+                return True
+        return False
 
     def _eligible(self, ch: _Outgoing) -> bool:
         if not ch.queue:
@@ -1150,3 +1186,7 @@ class ChannelPeer:
             self._settle(msg)
 
 
+def _too_large(spec: ChannelSpec, size: int) -> None:
+    raise ChannelUsageError(
+        f"a message of {size} bytes on channel {spec.channel_id}, whose max_message is "
+        f"{spec.max_message}")

@@ -10,9 +10,12 @@ Why the pieces are shaped as they are:
 - **Chat never delays state.** A member's outgoing messages are queued on their own logical
   channel (`Channel.send_nowait`, which waits for nothing), and each channel goes out under its
   own credit: a chat channel waiting for a slow member's credit never holds up its updates.
-  No task per member and channel: a delivery is one enqueue, and the session's one channel
-  writer batches what is queued into datagrams (at L1's 8,000 members a writer task per
-  channel was 24,000 tasks, and three task switches per message delivered). A member's
+  No task per member and channel: a delivery is one enqueue (`send_nowait(defer=True)`), and
+  once a request is handled each member it touched gets what was queued for it in one session
+  message, sent from the request's own task (`Channels.flush_nowait`); the session's channel
+  writer takes over only under back pressure (at L1's 8,000 members a writer task per channel
+  was 24,000 tasks, and three task switches per message delivered; waking the one writer per
+  member and message was still more than the send). A member's
   incoming chat is read at its chat rate (the registry's `chat_limit`): while the reader
   waits, that channel's guarantees run out and the flooding member's `send` is held back by
   credit (seed 003), on its own channel only.
@@ -101,11 +104,21 @@ LISTINGS_TOPIC = "echo-lobby/listings"
 GAMES_TOPIC = "echo-lobby/games"
 
 
+#: The largest message on the chat channel, either way: the server's whole chat buffer (a
+#: larger SendChat could never be guaranteed there). Declared, it lets a member hand back
+#: chat credit once a quarter of its 16 KiB is read instead of after every line: one datagram
+#: to the server per chat line delivered was as many as the deliveries themselves.
+CHAT_MAX_MESSAGE = 2048
+#: A ChatLine's bytes besides its member id and text: type, lobby id, str8 and str16 lengths.
+CHAT_LINE_OVERHEAD = 1 + 8 + 1 + 2
+
+
 def lobby_channel_specs(*, server: bool) -> list[ChannelSpec]:
     """The lobby's logical channels. Capacities are each side's receive buffers: the server
     takes requests up to the largest message (a recreate carries a whole lobby) and hardly
     anything on the updates channel (members send nothing there); chat holds a few lines, so a
-    flood runs out of credit at once. Chat has the lowest priority on the wire."""
+    flood runs out of credit at once. Chat has the lowest priority on the wire, and a bound on
+    its messages (`CHAT_MAX_MESSAGE`)."""
     if server:
         caps = {Channel.REQUESTS: MAX_MESSAGE_BYTES, Channel.UPDATES: 1024, Channel.CHAT: 2048}
     else:
@@ -117,7 +130,9 @@ def lobby_channel_specs(*, server: bool) -> list[ChannelSpec]:
     return [
         ChannelSpec(Channel.REQUESTS, capacity=caps[Channel.REQUESTS], priority=0),
         ChannelSpec(Channel.UPDATES, capacity=caps[Channel.UPDATES], priority=0),
-        ChannelSpec(Channel.CHAT, capacity=caps[Channel.CHAT], priority=1),
+        ChannelSpec(
+            Channel.CHAT, capacity=caps[Channel.CHAT], priority=1, max_message=CHAT_MAX_MESSAGE
+        ),
     ]
 
 
@@ -159,7 +174,7 @@ class _Conn:
     """One member's live session and its channels (None until they are open: what is sent
     to it meanwhile waits in `pending`)."""
 
-    __slots__ = ("channels", "closing", "member_id", "pending", "secret", "session")
+    __slots__ = ("channels", "closing", "member_id", "pending", "queued", "secret", "session")
 
     def __init__(self, member_id: str, session: Session, secret: bytes = b"") -> None:
         self.member_id = member_id
@@ -168,6 +183,7 @@ class _Conn:
         self.channels: Channels | None = None
         self.pending: list[tuple[Channel, bytes]] = []
         self.closing: str | None = None
+        self.queued = False  # in LobbyServer._touched: messages queued, not yet flushed
 
 
 class LobbyServer:
@@ -185,6 +201,12 @@ class LobbyServer:
         new_join_code: Callable[[], str] = random_join_code,
     ) -> None:
         config = config or LobbyServerConfig()
+        chat_line = CHAT_LINE_OVERHEAD + config.lobby.max_member_id_bytes
+        if chat_line + config.lobby.max_chat_bytes > CHAT_MAX_MESSAGE:
+            raise ValueError(
+                f"a chat line of max_chat_bytes ({config.lobby.max_chat_bytes}) does not fit "
+                f"the chat channel's {CHAT_MAX_MESSAGE} bytes"
+            )
         server_id = config.server_id or f"{session_config.address}:{session_config.port}"
         lobby_servers = config.lobby_servers or (server_id,)
         if server_id not in lobby_servers:
@@ -232,6 +254,9 @@ class LobbyServer:
         self.counters: Counter[str] = Counter()
         self.topic_client: Any = None
         self._wake_expiry = trio.Event()
+        #: channels with messages queued by `_send_to` that `_flush` has not sent yet
+        self._touched: list[_Conn] = []
+        self._holding = False  # deliveries are queued, and flushed together at its end
         self._listings_dirty = False
         self._nursery: trio.Nursery | None = None
 
@@ -310,6 +335,7 @@ class LobbyServer:
                 pending, conn.pending = conn.pending, []
                 for ch, data in pending:
                     self._send_to(member_id, ch, data)
+                self._flush()
                 if old is not None:
                     # The member came back on a new session while the old one still looked
                     # alive (its network changed): the new one wins and gets the state.
@@ -395,8 +421,9 @@ class LobbyServer:
 
     async def _read_requests(self, conn: _Conn) -> None:
         assert conn.channels is not None
-        async for delivery in conn.channels[Channel.REQUESTS]:
-            self._on_request(conn.member_id, delivery.data, Channel.REQUESTS)
+        channel = conn.channels[Channel.REQUESTS]
+        async for delivery in channel:
+            self._on_request(conn, delivery.data, channel)
 
     async def _read_chat(self, conn: _Conn) -> None:
         """Chat is read at the member's chat rate: a flood waits in its own channel's buffer,
@@ -404,14 +431,31 @@ class LobbyServer:
         assert conn.channels is not None
         limit = self.config.lobby.chat_limit
         bucket = TokenBucket(limit, trio.current_time())
-        async for delivery in conn.channels[Channel.CHAT]:
+        channel = conn.channels[Channel.CHAT]
+        async for delivery in channel:
             while not bucket.take(trio.current_time()):  # noqa: ASYNC110 (a rate, not an event)
                 await trio.sleep(max(0.001, (1.0 - bucket.tokens) / limit.rate))
-            self._on_request(conn.member_id, delivery.data, Channel.CHAT)
+            self._on_request(conn, delivery.data, channel)
 
     # ------------------------------------------------------------------ requests
 
-    def _on_request(self, member_id: str, data: bytes, arrived_on: Channel) -> None:
+    def _on_request(self, conn: _Conn, data: bytes, channel: Any) -> None:
+        """One request of `conn`'s member from its logical `channel`: the reply, the updates,
+        and the channel's credit for the request (released here, once processed) go out
+        together, in one session message to the member."""
+        self._holding = True
+        try:
+            self._handle_request(conn.member_id, data, Channel(channel.channel_id))
+        finally:
+            channel.done(defer=True)
+            if not conn.queued and conn.channels is not None:
+                conn.queued = True
+                self._touched.append(conn)
+            self._holding = False
+            self._flush()
+        self._wake_expiry.set()
+
+    def _handle_request(self, member_id: str, data: bytes, arrived_on: Channel) -> None:
         now = trio.current_time()
         try:
             request = parse_request_untrusted(data)
@@ -446,7 +490,6 @@ class LobbyServer:
             self.bindings.bind(member_id, reply.lobby_id, secret)
         self._reply(member_id, reply)
         self._deliver(handled.sends)
-        self._wake_expiry.set()
 
     def _refused(self, member_id: str, request: str, code: ErrorCode) -> None:
         self.counters["refusals"] += 1
@@ -521,11 +564,24 @@ class LobbyServer:
                 self._listings_dirty = True
             if not out.to:
                 continue
-            data = encode(message)
+            data = encode(message)  # once, for every member it goes to
             for member in out.to:
                 self._send_to(member, ch, data)
+        if not self._holding:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Hand each member what was just queued for it, from this task (see _send_to)."""
+        touched, self._touched = self._touched, []
+        for conn in touched:
+            conn.queued = False
+            if conn.channels is not None:
+                conn.channels.flush_nowait()
 
     def _send_to(self, member_id: str, ch: Channel, data: bytes) -> None:
+        """Queue `data` for the member; `_flush` sends it. (Queued without waking anyone, and
+        then sent from this task: a writer task woken per member and message cost more than
+        the sending.)"""
         conn = self.conns.get(member_id)
         if conn is None or conn.closing is not None:
             return
@@ -535,7 +591,10 @@ class LobbyServer:
             return
         backlog = self.config.chat_backlog if ch is Channel.CHAT else self.config.updates_backlog
         try:
-            if channels[ch].send_nowait(data, max_queued=backlog):
+            if channels[ch].send_nowait(data, max_queued=backlog, defer=True):
+                if not conn.queued:
+                    conn.queued = True
+                    self._touched.append(conn)
                 return
         except ChannelsClosed:
             return

@@ -287,6 +287,27 @@ class Session:
         if self._retain:
             self._log_sent(data)
 
+    def send_nowait(self, data: bytes) -> bool:
+        """`send` without waiting: True once the message is on its way; False (nothing sent)
+        when it would have to wait (back pressure, no receiver yet, a path being resumed):
+        `send` it then. Raises as `send` does for a closed session or a reserved message.
+
+        For a server's fan-out, which hands each member its messages from the task that made
+        them instead of waking a writer task per member and message.
+        """
+        if self.close_reason is not None:
+            raise self._closed_error()
+        if data.startswith(_ERROR_PREFIX):
+            raise ValueError("messages starting with b'ERROR ' are reserved for close(reason)")
+        if not self._path_ready.is_set() or self.publication.offer(data) <= 0:
+            return False
+        counters = self.counters
+        counters.messages_sent += 1
+        counters.bytes_sent += len(data)
+        if self._retain:
+            self._log_sent(data)
+        return True
+
     def _log_sent(self, data: bytes) -> None:
         log = self._sent_log
         log.append(data)

@@ -238,3 +238,52 @@ async def test_over_a_real_transport_pair(loss):
                             assert (await ca[CONTROL].receive()).data == b"%d" % i
                     nursery.cancel_scope.cancel()
                 assert received == list(range(300))
+
+
+class _NowaitPipe:
+    """A pipe end with the `send_nowait` of echo.session.Session: takes a message at once
+    while `accepting`, else refuses it (back pressure), as the session's does."""
+
+    def __init__(self, end) -> None:
+        self.end = end
+        self.accepting = True
+        self.direct = 0
+
+    def send_nowait(self, data: bytes) -> bool:
+        if not self.accepting:
+            return False
+        assert self.end.peer is not None
+        self.direct += 1
+        self.end.sent_messages += 1
+        self.end.peer._send.send_nowait((trio.current_time() + self.end.delay, bytes(data), ""))
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self.end, name)
+
+
+async def test_flush_nowait_sends_from_the_callers_task_in_order(autojump_clock):
+    a, b = pipe_pair(delay=0.005)
+    session = _NowaitPipe(a)
+    async with open_channels(session, SPECS) as ca, open_channels(b, SPECS) as cb:
+        await ca.wait_for(lambda: ca[CONTROL].guarantees > 0)
+        await trio.sleep(0.1)  # the writer is idle
+        before = a.sent_messages
+        for i in range(3):
+            assert ca[CONTROL].send_nowait(bytes([i]), max_queued=1 << 20, defer=True)
+        assert a.sent_messages == before  # deferred: nobody woken, nothing sent yet
+        ca.flush_nowait()
+        assert a.sent_messages == before + 1 and session.direct == 1  # one session message
+        # Back pressure: the batch is held for the writer, which sends it before what follows.
+        session.accepting = False
+        for i in range(3, 5):
+            ca[CONTROL].send_nowait(bytes([i]), max_queued=1 << 20, defer=True)
+        ca.flush_nowait()
+        for i in range(5, 7):
+            ca[CONTROL].send_nowait(bytes([i]), max_queued=1 << 20, defer=True)
+        ca.flush_nowait()  # the writer is awake: it is left to the writer
+        assert session.direct == 1
+        got = []
+        for _ in range(7):
+            got.append((await cb[CONTROL].receive()).data[0])
+        assert got == list(range(7))

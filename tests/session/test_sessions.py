@@ -421,6 +421,22 @@ async def test_error_prefix_is_reserved() -> None:
         await server.stop()
 
 
+async def test_send_nowait_sends_at_once_and_raises_as_send_does() -> None:
+    config = server_config(free_base(12))
+    async with trio.open_nursery() as nursery:
+        server = await started(nursery, config, echo_app)
+        async with connect(config) as session:
+            assert session.send_nowait(b"at once")
+            assert session.counters.messages_sent == 1
+            assert await session.receive() == b"at once"
+            with pytest.raises(ValueError):
+                session.send_nowait(b"ERROR not mine to send")
+            await session.close("done")
+            with pytest.raises(es.SessionClosed):
+                session.send_nowait(b"after")
+        await server.stop()
+
+
 async def test_server_stop_tells_applications_and_clients() -> None:
     config = server_config(free_base(12))
     seen: list[str] = []
