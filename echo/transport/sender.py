@@ -140,7 +140,10 @@ class SendEndpoint:
 
     def flush(self, publication: NetworkPublication, now: float, send: Send) -> None:
         """Send what `publication` has just been offered (see `NetworkPublication.send_pending`)."""
-        publication.send_pending(now, self.emitter(send))
+        # (The cached emitter without the call to `emitter`: this runs for every offer sent
+        # at once.)
+        emit = self._emit if send is self._emit_send else self.emitter(send)
+        publication.send_pending(now, emit)
 
     @property
     def destinations(self) -> list[Address]:

@@ -176,11 +176,25 @@ class DriverSocket:
         # cycle among them, so they go with the socket when it closes (see Driver.unregister).
         send_one = self._make_send_one(counters)
         send_run = self._make_send_run(counters, send_one)
+        sendto = self.sock.sendto
 
         def send(datagram: bytes | memoryview, address: Address, segment: int = 0) -> int:
             if segment:
                 return send_run(datagram, address, segment)
-            return send_one(datagram, address)
+            # send_one's body again, not a call to it: one interpreted call fewer for every
+            # datagram sent (an echo sends one per message).
+            try:
+                sent = sendto(datagram, address)
+            except BlockingIOError:
+                counters.send_would_block += 1
+                self.blocked = True
+                return WOULD_BLOCK
+            except OSError:
+                counters.send_errors += 1
+                return 0
+            counters.datagrams_sent += 1
+            counters.bytes_sent += sent
+            return 1
 
         return send
 
