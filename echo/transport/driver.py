@@ -314,10 +314,17 @@ class Driver:
 
     # ---------------------------------------------------------------- reading
 
-    def _drain(self, udp: DriverSocket, timers_due: bool = False, now: float | None = None) -> int:
+    def _drain(
+        self,
+        udp: DriverSocket,
+        timers_due: bool = False,
+        now: float | None = None,
+        lazy: bool = False,
+    ) -> int:
         """Handle every datagram waiting on the socket (up to a budget), then service the
         socket; returns how many were handled. Never blocks. (`now`: the clock just read by
-        the caller, so that one read serves both.)"""
+        the caller, so that one read serves both. `lazy`: the borrower of a lent socket reads,
+        see Lending.unasked.)"""
         self.tick += 1
         if now is None:
             now = self.now()
@@ -341,8 +348,16 @@ class Driver:
         alone = now - udp.read_at >= _READ_QUIET
         udp.read_at = now
         for attempt in range(_READ_BUDGET):
-            if attempt == 1 and (alone or not more_waiting(sock)):
-                break
+            if attempt == 1:
+                if alone:
+                    break
+                if lazy and udp.lending is not None:
+                    # Hand the first datagram to the application now; its next wait asks
+                    # whether more came (read_as_application).
+                    udp.lending.unasked = True
+                    break
+                if not more_waiting(sock):
+                    break
             try:
                 if gro:
                     size, ancillary, _, source = recvmsg_into(buffers, GRO_CMSG_SPACE)
@@ -505,6 +520,19 @@ class Driver:
         lending = udp.lending
         if not lending.lent or lending.borrowed or udp.closed:
             return False
+        if lending.unasked:
+            lending.unasked = False
+            if more_waiting(udp.sock):
+                # More came than the last read took (a burst): read it now, without a wait.
+                # (This read asks after each datagram, so the next call waits: no loop here
+                # that never yields.)
+                now = self.now()
+                endpoint = udp.endpoint
+                data_before = endpoint.data_received
+                self._drain(udp, now=now)
+                if endpoint.data_received != data_before:
+                    lending.data_at = now
+                return True
         lending.borrowed = True
         try:
             await trio.lowlevel.wait_readable(udp.sock)
@@ -519,7 +547,7 @@ class Driver:
         if not udp.closed:
             endpoint = udp.endpoint
             data_before = endpoint.data_received
-            self._drain(udp, now=now)
+            self._drain(udp, now=now, lazy=True)
             if endpoint.data_received != data_before:
                 lending.data_at = now
         return True

@@ -370,6 +370,7 @@ class Lending:
         "lent",
         "reader_lot",
         "returned_at",
+        "unasked",
         "waiters",
     )
 
@@ -388,6 +389,10 @@ class Lending:
         self.waiters = 0
         #: when a read of the socket last brought data (see LEND_BUSY)
         self.data_at = -math.inf
+        #: the borrower's last read stopped after its first datagram without asking the
+        #: kernel whether more were queued (FIONREAD): its next wait asks first. The question
+        #: then comes after the application's answer, not between a datagram and the answer.
+        self.unasked = False
 
     def on_read(self, data: bool, now: float) -> bool:
         """A read of the socket brought `data` (or only heartbeats and the like): is the
