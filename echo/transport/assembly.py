@@ -113,20 +113,13 @@ class FragmentAssembler:
             flags = (word >> FLAGS_SHIFT) & 0xFF
             payload_start = offset + DATA_HEADER_LENGTH
             payload_end = offset + frame_length
-            message: bytes | None = None
+            message: bytes | None
             if flags & UNFRAGMENTED_FLAGS == UNFRAGMENTED_FLAGS:
                 message = whole[payload_start:payload_end]
-            elif flags & BEGIN_FLAG:
-                self._fragments = [log.terms[index][payload_start:payload_end]]
-                self._next = offset + aligned
-            elif self._fragments is not None and offset == self._next:
-                self._fragments.append(log.terms[index][payload_start:payload_end])
-                self._next = offset + aligned
-                if flags & END_FLAG:
-                    message = b"".join(self._fragments)
-                    self._fragments = None
             else:
-                self._fragments = None
+                message = self._on_fragment(
+                    log.terms[index][payload_start:payload_end], flags, offset, offset + aligned
+                )
             fragments += 1
             offset += aligned
             if message is not None:
@@ -140,6 +133,28 @@ class FragmentAssembler:
                         )
                     )
         return offset, fragments
+
+    def _on_fragment(
+        self, payload: memoryview, flags: int, offset: int, after: int
+    ) -> bytes | None:
+        """One fragment of a fragmented message, at `offset`, the next frame at `after`: kept
+        (a view of the term) until its END fragment, which returns the whole message. A
+        fragment that does not follow the one kept (its BEGIN was missed: the subscriber
+        joined mid-message) drops what was kept."""
+        if flags & BEGIN_FLAG:
+            self._fragments = [payload]
+            self._next = after
+            return None
+        kept = self._fragments
+        if kept is None or offset != self._next:
+            self._fragments = None
+            return None
+        kept.append(payload)
+        self._next = after
+        if flags & END_FLAG:
+            self._fragments = None
+            return b"".join(kept)
+        return None
 
     @property
     def in_progress(self) -> bool:

@@ -45,6 +45,8 @@ COMPILED_MODULES: Final = (
     "echo.transport.liveness",
     "echo.transport.image",
     "echo.transport.publication",
+    "echo.transport.receiver",
+    "echo.transport.sender",
 )
 
 #: written by the build beside this file: {"echo.transport.frames": "<sha256 of frames.py>", ...}

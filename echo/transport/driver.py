@@ -28,6 +28,7 @@ from echo.transport.receiver import ReceiveEndpoint
 from echo.transport.sender import NetworkPublication, SendEndpoint
 from echo.transport.sockets import (
     GRO_CMSG_SPACE,
+    LEND_IDLE,
     DriverSocket,
     ReceiveSocket,
     SendSocket,
@@ -313,11 +314,20 @@ class Driver:
 
     # ---------------------------------------------------------------- reading
 
-    def _drain(self, udp: DriverSocket, timers_due: bool = False) -> int:
+    def _drain(
+        self,
+        udp: DriverSocket,
+        timers_due: bool = False,
+        now: float | None = None,
+        lazy: bool = False,
+    ) -> int:
         """Handle every datagram waiting on the socket (up to a budget), then service the
-        socket; returns how many were handled. Never blocks."""
+        socket; returns how many were handled. Never blocks. (`now`: the clock just read by
+        the caller, so that one read serves both. `lazy`: the borrower of a lent socket reads,
+        see Lending.unasked.)"""
         self.tick += 1
-        now = self.now()
+        if now is None:
+            now = self.now()
         endpoint = udp.endpoint
         counters = self.counters
         buffer = self._buffer
@@ -338,8 +348,16 @@ class Driver:
         alone = now - udp.read_at >= _READ_QUIET
         udp.read_at = now
         for attempt in range(_READ_BUDGET):
-            if attempt == 1 and (alone or not more_waiting(sock)):
-                break
+            if attempt == 1:
+                if alone:
+                    break
+                if lazy and udp.lending is not None:
+                    # Hand the first datagram to the application now; its next wait asks
+                    # whether more came (read_as_application).
+                    udp.lending.unasked = True
+                    break
+                if not more_waiting(sock):
+                    break
             try:
                 if gro:
                     size, ancillary, _, source = recvmsg_into(buffers, GRO_CMSG_SPACE)
@@ -356,7 +374,13 @@ class Driver:
                     endpoint, view[:size], gro_segment(ancillary, size), source, now
                 )
                 continue
-            self._handle(endpoint, view[:size], source, now)
+            # (_handle's body, inline: one interpreted call fewer per datagram read.)
+            counters.datagrams_received += 1
+            counters.bytes_received += size
+            try:
+                endpoint.on_datagram(view[:size], source, now)
+            except Exception:  # a bug must not take the transport down: count, log, go on
+                self._handle_failed(source)
             received += 1
         if timers_due or (received and not udp.quiet_after_read()):
             # (Skipped when an application task reads a lent socket and the datagrams were
@@ -405,9 +429,15 @@ class Driver:
         try:
             endpoint.on_datagram(data, source, now)
         except Exception:  # a bug must not take the transport down: count, log, go on
-            counters.invalid("internal_error")
-            if counters.invalid_by_reason["internal_error"] <= _LOGGED_INTERNAL_ERRORS:
-                _log.exception("datagram_handling_failed", source=str(source))
+            self._handle_failed(source)
+
+    def _handle_failed(self, source: Address) -> None:
+        """Handling a datagram raised (a bug): count it, log the first few (with the
+        exception being handled)."""
+        counters = self.counters
+        counters.invalid("internal_error")
+        if counters.invalid_by_reason["internal_error"] <= _LOGGED_INTERNAL_ERRORS:
+            _log.exception("datagram_handling_failed", source=str(source))
 
     async def _read_ready(self, readiness: Readiness[DriverSocket]) -> None:
         """The reader of every socket in `readiness`: drains each one that is ready."""
@@ -490,6 +520,19 @@ class Driver:
         lending = udp.lending
         if not lending.lent or lending.borrowed or udp.closed:
             return False
+        if lending.unasked:
+            lending.unasked = False
+            if more_waiting(udp.sock):
+                # More came than the last read took (a burst): read it now, without a wait.
+                # (This read asks after each datagram, so the next call waits: no loop here
+                # that never yields.)
+                now = self.now()
+                endpoint = udp.endpoint
+                data_before = endpoint.data_received
+                self._drain(udp, now=now)
+                if endpoint.data_received != data_before:
+                    lending.data_at = now
+                return True
         lending.borrowed = True
         try:
             await trio.lowlevel.wait_readable(udp.sock)
@@ -498,13 +541,15 @@ class Driver:
             pass
         finally:
             lending.borrowed = False
-            lending.returned_at = self.now()
+            # (One clock read for the wake-up, the read and the data: a few microseconds
+            # apart at most, and three reads were 5 % of an echo's interpreted calls.)
+            now = lending.returned_at = self.now()
         if not udp.closed:
             endpoint = udp.endpoint
             data_before = endpoint.data_received
-            self._drain(udp)
+            self._drain(udp, now=now, lazy=True)
             if endpoint.data_received != data_before:
-                lending.data_at = self.now()
+                lending.data_at = now
         return True
 
     def give_back_if_quiet(self, udp: ReceiveSocket) -> bool:
@@ -541,8 +586,13 @@ class Driver:
 
     def drain_if_stale(self, udp: ReceiveSocket) -> None:
         """Read a lent socket that nobody has waited on for a while (`poll`)."""
-        if not udp.closed and udp.lending.stale(self.now()):
-            self._drain(udp)
+        # (Lending.stale inlined: this runs on every poll of a lent socket.)
+        lending = udp.lending
+        if not lending.lent or lending.borrowed or udp.closed:
+            return
+        now = self.now()
+        if now - lending.returned_at >= LEND_IDLE:
+            self._drain(udp, now=now)
 
     def _check_lent(self, now: float) -> None:
         timers = self.timers

@@ -405,7 +405,22 @@ def _check_data_chain(
             return  # one whole frame fills the datagram: the common case, nothing more to check
     _check_chain_frame(frame_length, frame_type, 0, length)
     offset = align(frame_length) if frame_type == FrameType.DATA else length
-    expected_term_offset = term_offset + offset
+    _check_following_frames(
+        data, length, offset, term_offset + offset, session_id, stream_id, term_id
+    )
+
+
+def _check_following_frames(
+    data: Buffer,
+    length: int,
+    offset: int,
+    expected_term_offset: int,
+    session_id: int,
+    stream_id: int,
+    term_id: int,
+) -> None:
+    """The frames after a datagram's first, from `offset`: each of the first frame's stream
+    and term, where the one before ends, and whole (§2.3)."""
     # Typed, so that compiled code compares the unpacked fields as ints, not as objects.
     fl: int
     version: int

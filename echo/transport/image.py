@@ -177,7 +177,8 @@ class PublicationImage:
             self.counters.invalid("beyond_term")
             return True
         index = (position >> self.bits) % PARTITION_COUNT
-        if not insert_packet(self.terms[index], self.log.lengths[index], term_offset, packet):
+        log = self.log
+        if not insert_packet(log.maps[index], log.lengths[index], term_offset, packet):
             self.counters.duplicate_data += 1
             return True
         return self._on_inserted(position, position + length, now, whole_data)

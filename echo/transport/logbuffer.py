@@ -323,12 +323,14 @@ def scan_for_availability(
 
 
 def insert_packet(
-    term: memoryview, lengths: IntView, term_offset: int, packet: bytes | memoryview
+    term: memoryview | mmap.mmap, lengths: IntView, term_offset: int, packet: bytes | memoryview
 ) -> bool:
     """Copy a received datagram into the term unless its first slot is already filled.
 
     Aeron's TermRebuilder: a retransmit of frames already held is harmless, because the
-    bytes at a given offset of a stream never change.
+    bytes at a given offset of a stream never change. (The term is best given as its mmap,
+    `TermBuffers.maps`: slice assignment to it is a plain copy, to a memoryview it first
+    compares the two buffers' formats.)
     """
     if lengths[term_offset >> 2]:
         return False

@@ -9,7 +9,8 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from echo.transport.config import DEFAULTS, SenderTimers
 from echo.transport.counters import Counters
@@ -37,6 +38,15 @@ from echo.transport.publication import (
 )
 from echo.transport.scanner import Emit
 from echo.transport.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
+
+_T = TypeVar("_T")
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # mypy's own package (a dev dependency): not needed to run interpreted
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
+        return lambda cls: cls
 
 __all__ = [
     "ADMIN_ACTION",
@@ -72,6 +82,9 @@ class Send(Protocol):
 
 
 
+# (Compiled, the class allows subclasses in interpreted code: response.py's
+# ResponseSendEndpoint.)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SendEndpoint:
     """The publications sharing one socket and where their datagrams go (SendChannelEndpoint).
 
@@ -140,7 +153,10 @@ class SendEndpoint:
 
     def flush(self, publication: NetworkPublication, now: float, send: Send) -> None:
         """Send what `publication` has just been offered (see `NetworkPublication.send_pending`)."""
-        publication.send_pending(now, self.emitter(send))
+        # (The cached emitter without the call to `emitter`: this runs for every offer sent
+        # at once.)
+        emit = self._emit if send is self._emit_send else self.emitter(send)
+        publication.send_pending(now, emit)
 
     @property
     def destinations(self) -> list[Address]:
