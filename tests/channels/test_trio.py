@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from echo.channels import ChannelsClosed, ChannelSpec, HandleRef, open_channels
 from tests.channels.sessions import pipe_pair, transport_pair
@@ -267,7 +268,7 @@ async def test_flush_nowait_sends_from_the_callers_task_in_order(autojump_clock)
     session = _NowaitPipe(a)
     async with open_channels(session, SPECS) as ca, open_channels(b, SPECS) as cb:
         await ca.wait_for(lambda: ca[CONTROL].guarantees > 0)
-        await trio.sleep(0.1)  # the writer is idle
+        await trio.testing.wait_all_tasks_blocked()  # the writer is idle
         before = a.sent_messages
         for i in range(3):
             assert ca[CONTROL].send_nowait(bytes([i]), max_queued=1 << 20, defer=True)
