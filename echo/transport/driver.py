@@ -586,7 +586,8 @@ class Driver:
 
     def drain_if_stale(self, udp: ReceiveSocket) -> None:
         """Read a lent socket that nobody has waited on for a while (`poll`)."""
-        # (Lending.stale inlined: this runs on every poll of a lent socket.)
+        # Stale: lent, and nobody has waited on it for LEND_IDLE, so datagrams may wait
+        # unread. (Checked here, inline: this runs on every poll of a lent socket.)
         lending = udp.lending
         if not lending.lent or lending.borrowed or udp.closed:
             return

@@ -428,10 +428,6 @@ class Lending:
             return None
         return due
 
-    def stale(self, now: float) -> bool:
-        """Lent, and nobody has waited on it for LEND_IDLE: datagrams may wait unread."""
-        return self.lent and not self.borrowed and now - self.returned_at >= LEND_IDLE
-
     def give_back(self) -> None:
         """The reader task waits on the socket again (no application task does now)."""
         self.lent = False
