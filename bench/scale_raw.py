@@ -85,12 +85,14 @@ async def _client(port: int, delay: float, rtts: list[tuple[float, float]], stop
     await trio.sleep(delay)
     while not stop.is_set():
         start = time.perf_counter()
+        sent_at = trio.current_time()
         await sock.send(payload)
         with trio.move_on_after(CLIENT_TIMEOUT):
             await sock.recv(2048)
             rtts.append((time.time(), time.perf_counter() - start))
-        # As EchoClient: the next echo an interval after the last reply.
-        await trio.sleep(1.0)
+        # As EchoClient: the next echo an interval after the last one was sent (at once if
+        # its reply took longer).
+        await trio.sleep_until(sent_at + 1.0)
     sock.close()
 
 

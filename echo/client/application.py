@@ -22,8 +22,12 @@ state only mirrors it), ``on_handshake_failed`` with `failure_of(error)` if `con
 ``on_timer`` when ``next_deadline()`` passed. Ctrl-C -> ``stop(now)``.
 
 Echo messages are numbered from 1; ``message_factory(i)`` gives the text of message ``i``. One
-echo is outstanding at a time; the next is sent ``interval`` seconds after the previous reply
-arrives (immediately when ``interval == 0``). Waiting for a reply is bounded by ``timeout``.
+echo is outstanding at a time; echoes are sent on a fixed cadence, ``interval`` seconds after
+the previous one was *sent*, or as soon as its reply arrives when that took longer than
+``interval`` (immediately when ``interval == 0``), as ``ping -i`` and a game's tick do. A cadence
+clocked by the reply instead (the next ``interval`` after the reply) lets a server's slow moment
+gather clients into step: every client answered late sends late next time, together, and the
+bursts grow (measured in B4, README). Waiting for a reply is bounded by ``timeout``.
 
 Events that come late (a message after the end, a second open) are ignored and return ``[]``;
 calls only a driver bug explains (a message before the session opened) raise
@@ -372,7 +376,8 @@ class EchoMachine:
         elif self._interval == 0:
             actions += self._send_next(now)
         else:
-            self._next_send_at = now + self._interval
+            # The cadence is the send's, not the reply's (module docstring).
+            self._next_send_at = max(now, outstanding.sent_at + self._interval)
         return actions
 
     def on_closed(self, cause: CloseCause, detail: str, now: float) -> list[Action]:

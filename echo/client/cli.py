@@ -88,7 +88,8 @@ def summary(client: EchoClient) -> dict[str, Any]:
     default=1.0,
     show_default=True,
     type=click.FloatRange(min=0),
-    help="Seconds between an echo's reply and the next ECHO (0 = at once).",
+    help="Seconds from one ECHO to the next, one outstanding at a time: a reply later than "
+    "this is followed by the next ECHO at once (0 = each as soon as the last returns).",
 )
 @click.option(
     "--message", default=None, help="Text to echo (default: a random 64-bit hex value per message)."

@@ -82,14 +82,14 @@ def test_full_happy_path_with_exact_rtts() -> None:
     assert m.next_deadline() == 111.25  # the echo's timeout
 
     assert m.on_message(echo("msg-1"), 101.5) == [EchoReceived(1, "msg-1", 0.25)]
-    assert m.next_deadline() == 102.5  # next send after `interval`
+    assert m.next_deadline() == 102.25  # next send `interval` after the last send
     assert m.on_timer(102.0) == []  # early wake-up: nothing due
-    assert m.on_timer(102.5) == [SendEcho(2, b"ECHO msg-2")]
-    assert m.next_deadline() == 112.5
+    assert m.on_timer(102.25) == [SendEcho(2, b"ECHO msg-2")]
+    assert m.next_deadline() == 112.25
 
-    assert m.on_message(echo("msg-2"), 103.0) == [EchoReceived(2, "msg-2", 0.5)]
-    assert m.on_timer(104.0) == [SendEcho(3, b"ECHO msg-3")]
-    assert m.on_message(echo("msg-3"), 104.125) == [EchoReceived(3, "msg-3", 0.125), Stop()]
+    assert m.on_message(echo("msg-2"), 102.75) == [EchoReceived(2, "msg-2", 0.5)]
+    assert m.on_timer(103.25) == [SendEcho(3, b"ECHO msg-3")]
+    assert m.on_message(echo("msg-3"), 103.375) == [EchoReceived(3, "msg-3", 0.125), Stop()]
     assert state_of(m) is ClientState.CLOSED
     assert m.failure is None
     assert (m.sent, m.received) == (3, 3)
@@ -229,15 +229,32 @@ def test_timeout_waiting_for_echo_names_the_message() -> None:
     assert (m.sent, m.received) == (3, 2)
 
 
+def test_the_cadence_is_the_sends_not_the_replies() -> None:
+    # A slow reply does not shift the next ECHO's moment: clients answered late together would
+    # otherwise send late together ever after (README, B4).
+    m = make(interval=1.0, timeout=10.0, count=None)
+    assert to_echoing(m, 10.0) == [SendEcho(1, b"ECHO msg-1")]
+    m.on_message(echo("msg-1"), 10.3)
+    assert m.next_deadline() == 11.0
+    assert m.on_timer(11.0) == [SendEcho(2, b"ECHO msg-2")]
+    # A reply later than the interval: the next ECHO goes at once, one outstanding at a time.
+    m.on_message(echo("msg-2"), 12.5)
+    assert m.next_deadline() == 12.5
+    assert m.on_timer(12.5) == [SendEcho(3, b"ECHO msg-3")]
+    # and the cadence goes on from that send
+    m.on_message(echo("msg-3"), 12.6)
+    assert m.next_deadline() == 13.5
+
+
 def test_no_timeout_while_idle_between_echoes() -> None:
     m = make(interval=30.0, timeout=1.0)
     to_echoing(m)
     m.on_message(echo("msg-1"), 0.5)
-    assert m.next_deadline() == 30.5
+    assert m.next_deadline() == 30.0  # 30 s after the first ECHO, sent at 0
     assert m.on_timer(20.0) == []  # waiting out the interval is not a timed-out wait
     assert state_of(m) is ClientState.ECHOING
-    assert m.on_timer(30.5) == [SendEcho(2, b"ECHO msg-2")]
-    assert m.next_deadline() == 31.5
+    assert m.on_timer(30.0) == [SendEcho(2, b"ECHO msg-2")]
+    assert m.next_deadline() == 31.0
 
 
 # ---- failures on the session -----------------------------------------------------------------
