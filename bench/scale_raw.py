@@ -78,7 +78,9 @@ def server_process(port_out: Any, stop: Any) -> None:
 # ------------------------------------------------------------------ client processes
 
 
-async def _client(port: int, delay: float, rtts: list[tuple[float, float]], stop: Any) -> None:
+async def _client(
+    port: int, delay: float, rtts: list[tuple[float, float]], stop: Any, interval: float
+) -> None:
     sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
     await sock.connect(("127.0.0.1", port))
     payload = bytes(PAYLOAD)
@@ -92,28 +94,36 @@ async def _client(port: int, delay: float, rtts: list[tuple[float, float]], stop
             rtts.append((time.time(), time.perf_counter() - start))
         # As EchoClient: the next echo an interval after the last one was sent (at once if
         # its reply took longer).
-        await trio.sleep_until(sent_at + 1.0)
+        await trio.sleep_until(sent_at + interval)
     sock.close()
 
 
-async def _clients(port: int, count: int, ramp: float, seed: int, stop: Any) -> list[Any]:
+async def _clients(
+    port: int, count: int, ramp: float, seed: int, stop: Any, interval: float
+) -> list[Any]:
     rng = random.Random(seed)
     rtts: list[tuple[float, float]] = []
     async with trio.open_nursery() as nursery:
         for _ in range(count):
-            nursery.start_soon(_client, port, rng.uniform(0.0, ramp), rtts, stop)
+            nursery.start_soon(_client, port, rng.uniform(0.0, ramp), rtts, stop, interval)
     return rtts
 
 
-def client_process(port: int, count: int, ramp: float, seed: int, stop: Any, out: Any) -> None:
-    out.put(trio.run(_clients, port, count, ramp, seed, stop))
+def client_process(
+    port: int, count: int, ramp: float, seed: int, stop: Any, out: Any, interval: float = 1.0
+) -> None:
+    out.put(trio.run(_clients, port, count, ramp, seed, stop, interval))
 
 
 # ------------------------------------------------------------------ the run
 
 
 def run(
-    clients: int, seconds: float, processes: int = PROCESSES, cpus: tuple[int, ...] = ()
+    clients: int,
+    seconds: float,
+    processes: int = PROCESSES,
+    cpus: tuple[int, ...] = (),
+    interval: float = 1.0,
 ) -> dict[str, Any]:
     """The steady state of N raw clients: server CPU per datagram, echo latency."""
     from bench.scale import raise_fd_limit, ramp_seconds
@@ -129,7 +139,9 @@ def run(
     ramp = ramp_seconds(clients)
     per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     workers = [
-        ctx.Process(target=client_process, args=(port, n, ramp, i, stop, out), daemon=True)
+        ctx.Process(
+            target=client_process, args=(port, n, ramp, i, stop, out, interval), daemon=True
+        )
         for i, n in enumerate(per)
         if n
     ]
@@ -153,7 +165,7 @@ def run(
         process.join(10)
         if process.is_alive():
             process.kill()
-    return _row(clients, t1 - t0, cpu1 - cpu0, out1 - out0, rtts)
+    return {"interval_s": interval, **_row(clients, t1 - t0, cpu1 - cpu0, out1 - out0, rtts)}
 
 
 def per_datagram(cpu: float, datagrams: int, echoes: int, span: float) -> dict[str, Any]:
@@ -190,11 +202,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--processes", type=int, default=PROCESSES)
     parser.add_argument("--pin", default=None, help="as bench.scale's --pin")
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between one client's echoes"
+    )
     args = parser.parse_args()
     from bench.run import pin_cpus
 
     cpus = pin_cpus(args.pin)
-    rows = [run(int(n), args.seconds, args.processes, cpus) for n in args.clients.split(",")]
+    rows = [
+        run(int(n), args.seconds, args.processes, cpus, args.interval)
+        for n in args.clients.split(",")
+    ]
     print(json.dumps(rows, indent=2))
 
 
