@@ -172,6 +172,31 @@ def test_a_message_the_protocol_cannot_carry_is_refused_before_connecting() -> N
         assert "Traceback" not in result.stderr
 
 
+def test_a_source_address_the_client_cannot_send_from_is_a_usage_error() -> None:
+    for source, problem in (
+        ("my-laptop", "'my-laptop' is not an IP address"),
+        ("192.0.2.7", "cannot send from 192.0.2.7"),  # TEST-NET-1: on no host
+    ):
+        result = run_client("--source", source, "--count", "1", "--timeout", "1")
+        assert result.returncode == 64, result.stderr
+        assert f"--source: {problem}" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_a_client_echoes_from_the_source_address_it_was_given(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    base = free_base(12)
+    events = tmp_path / "events.jsonl"
+    with server_process(
+        *ports(base), "--clients-base-port", str(base + 2), "--events", str(events)
+    ):
+        result = run_client(
+            *ports(base), "--source", "127.0.0.9", "--count", "2", "--interval", "0", "--json"
+        )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["received"] == 2
+    assert "127.0.0.9" in events.read_text()
+
+
 def test_rejected_client_exits_2_with_the_server_message() -> None:
     base = free_base(12)
     with server_process(*ports(base), "--clients-base-port", str(base + 2), "--max-clients", "1"):

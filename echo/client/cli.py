@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import signal
 import socket
@@ -54,6 +55,20 @@ def summary(client: EchoClient) -> dict[str, Any]:
         "state": machine.state.value,
         "error": failure.message if failure is not None else None,
     }
+
+
+def _source_problem(source: str) -> str | None:
+    """Why `source` cannot be sent from (not an address, or not one of this host's)."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(source).version == 6 else socket.AF_INET
+    except ValueError:
+        return f"{source!r} is not an IP address"
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((source, 0))
+        except OSError as error:
+            return f"cannot send from {source}: {error.strerror}"
+    return None
 
 
 @click.command(epilog=EPILOG)
@@ -116,6 +131,12 @@ def summary(client: EchoClient) -> dict[str, Any]:
     "ports, as Aeron response channels) or per-client (two ports of its own).",
 )
 @click.option(
+    "--source",
+    default=None,
+    metavar="ADDRESS",
+    help="The local address to send from, on a host with several (default: the system's choice).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -144,6 +165,7 @@ def main(
     timeout: float,
     no_validation: bool,
     duologue_ports: str,
+    source: str | None,
     as_json: bool,
     log_format: str,
     log_level: str,
@@ -167,6 +189,10 @@ def main(
     except (OSError, UnicodeError) as error:
         problem = f"cannot resolve {server!r}: {one_line(error)}"
         raise click.BadParameter(problem, param_hint="--server") from None
+    if source is not None:
+        unusable = _source_problem(source)
+        if unusable:
+            raise click.BadParameter(unusable, param_hint="--source")
     config = ClientConfig(
         server=server,
         port=port,
@@ -176,6 +202,7 @@ def main(
         message=message,
         timeout=timeout,
         duologue_ports=duologue_ports,
+        source=source,
     )
 
     def on_echo(echo: EchoReceived) -> None:

@@ -16,7 +16,9 @@ The wire bytes are Echo 2.0's: the session does not ask to resume (no "+R" in th
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
+import socket
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +41,7 @@ from echo.session.client import HandshakeStep, client_transport_config, connect
 from echo.session.machine import HandshakeState
 from echo.session.session import Session, SessionClosed, SessionError
 from echo.transport import Transport, TransportConfig, open_transport
+from echo.transport.sockets import SocketFactory, open_udp_socket
 
 log = structlog.get_logger("echo.client")
 
@@ -55,6 +58,28 @@ def _check_message(instance: object, attribute: attrs.Attribute[Any], value: str
         format_message(Echo(value))  # ValueError: a line break, not UTF-8, too long
 
 
+def _check_source(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"source must be an IP address of this host, got {value!r}") from None
+
+
+def bound_to(source: str) -> SocketFactory:
+    """A socket factory whose sockets send from `source` (one of this host's addresses): every
+    socket the transport would bind to the wildcard address binds to `source` instead."""
+    wildcard = {"0.0.0.0", "::", ""}
+    source_family = socket.AF_INET6 if ":" in source else socket.AF_INET
+
+    def factory(bind: tuple[str, int], family: int, rcvbuf: int, sndbuf: int) -> socket.socket:
+        if bind[0] in wildcard and family == source_family:
+            bind = (source, bind[1])
+        return open_udp_socket(bind, family, rcvbuf, sndbuf)
+
+    return factory
+
+
 @attrs.frozen
 class ClientConfig:
     server: str = "127.0.0.1"
@@ -69,6 +94,8 @@ class ClientConfig:
     duologue_ports: str = attrs.field(
         default="per-client", validator=attrs.validators.in_(("shared", "per-client"))
     )
+    #: the local address to send from (a host with several); None: the system's choice
+    source: str | None = attrs.field(default=None, validator=_check_source)
 
 
 class EchoClient:
@@ -115,7 +142,8 @@ class EchoClient:
     async def run(self) -> EchoMachine:
         config = self.config
         machine = self.machine
-        async with open_transport(self.transport_config) as transport:
+        factory = open_udp_socket if config.source is None else bound_to(config.source)
+        async with open_transport(self.transport_config, socket_factory=factory) as transport:
             self._transport = transport
             with trio.CancelScope() as self._scope:
                 if self._stopping:

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from echo.client.application import ClientState, FailureKind
+from echo.client.application import ClientState, EchoReceived, FailureKind
 from echo.client.client import ClientConfig, EchoClient
 from echo.server.server import EchoServer
 from tests.server.test_server import free_base, server_config
@@ -57,9 +57,7 @@ async def test_an_echoing_client_wakes_about_once_per_datagram() -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(EchoServer(config).run)
         client = EchoClient(
-            ClientConfig(
-                port=config.port, control_port=config.control_port, interval=0.1, count=30
-            )
+            ClientConfig(port=config.port, control_port=config.control_port, interval=0.1, count=30)
         )
         trio.lowlevel.add_instrument(steps)
         async with trio.open_nursery() as clients:
@@ -115,3 +113,51 @@ def test_a_message_the_protocol_cannot_carry_is_refused_in_the_config() -> None:
         with pytest.raises(ValueError):
             ClientConfig(message=text)
     assert ClientConfig(message="fine").message == "fine"
+
+
+async def test_clients_sending_from_their_own_addresses_are_counted_per_address() -> None:
+    # `source` binds the client's sockets to one of the host's addresses (every 127/8 address
+    # is this host's): the server's per-IP limit then counts each source on its own, as it
+    # counts clients behind different NATs. One connection per address here (max_per_ip=1):
+    # clients from 127.0.0.2 and 127.0.0.3 both echo, a second one from 127.0.0.2 is refused.
+    base = free_base(6)
+    config = server_config(base, max_per_ip=1)
+    echoing = {"127.0.0.2": trio.Event(), "127.0.0.3": trio.Event()}
+
+    def make(source: str, count: int) -> EchoClient:
+        def on_echo(echo: EchoReceived) -> None:
+            echoing[source].set()
+
+        return EchoClient(
+            ClientConfig(
+                port=config.port,
+                control_port=config.control_port,
+                interval=0.05,
+                count=count,
+                source=source,
+            ),
+            on_echo=on_echo,
+        )
+
+    first, second, third = make("127.0.0.2", 40), make("127.0.0.3", 40), make("127.0.0.2", 1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(EchoServer(config).run)
+        async with trio.open_nursery() as clients:
+            clients.start_soon(first.run)
+            clients.start_soon(second.run)
+            # the third starts once the first two echo, while they hold their slots
+            with trio.fail_after(20):  # old code: the second is refused (one address)
+                for event in echoing.values():
+                    await event.wait()
+            await third.run()
+        nursery.cancel_scope.cancel()
+    assert first.machine.received == 40 and second.machine.received == 40
+    failure = third.machine.failure
+    assert failure is not None and failure.kind is FailureKind.REJECTED, failure
+    assert "too many connections" in failure.message
+    assert third.machine.received == 0
+
+
+def test_a_source_that_is_not_an_address_is_refused_in_the_config() -> None:
+    with pytest.raises(ValueError, match="source must be an IP address"):
+        ClientConfig(source="my-laptop")
