@@ -12,6 +12,12 @@ the server sees the 1,000-client row's 1,000 echoes/s over five times the connec
 once a second, 5,000 `EchoClient`s need more than this 2-core machine (the 1,000-client row's
 client processes take about half a core, so 5,000 would take 2.5 cores beside the server).
 
+Each client sends from an address of its own (`--sources client`: 127.N.x.y, every 127/8
+address being this host's; `EchoClient`'s `source`), as clients behind different NATs do, so
+the server's per-host limits (the rate of cookie challenges to unvalidated addresses,
+`--max-per-ip`) count each on its own. `--sources one` sends them all from 127.0.0.1, as the
+bench did before 2026-11-28: at 5,000 clients the per-host limits then hold most of them back.
+
 The server is `python -m echo.server.cli` in its own process. The clients share a few
 processes, as a library user would run them (many `EchoClient`s in one trio program); each
 client echoes once a second (`--interval`). The issue asks for two things, measured in two
@@ -160,6 +166,7 @@ def client_process(
     events: dict[str, Any],
     duologue_ports: str = "per-client",
     interval: float = 1.0,
+    sources: str = "client",
 ) -> None:
     try:
         raise_fd_limit()
@@ -171,7 +178,17 @@ def client_process(
         out.put(("ready", index, None))
         events["go"].wait()
         trio.run(
-            _clients, index, port, control_port, count, ramp, out, events, duologue_ports, interval
+            _clients,
+            index,
+            port,
+            control_port,
+            count,
+            ramp,
+            out,
+            events,
+            duologue_ports,
+            interval,
+            sources,
         )
         out.put(("done", index, {"gc_long": pauses.long, "gc_counts": pauses.counts}))
     except BaseException:
@@ -190,9 +207,12 @@ class _Population:
         seed: int,
         duologue_ports: str = "per-client",
         interval: float = 1.0,
+        source_prefix: str | None = None,
     ):
         self.duologue_ports = duologue_ports
         self.interval = interval
+        #: "127.N": client k sends from 127.N.(k // 250).(k % 250 + 1); None: the system's choice
+        self.source_prefix = source_prefix
         self.port = port
         self.control_port = control_port
         self.count = count
@@ -206,6 +226,7 @@ class _Population:
         self.settled = 0
         self.all_settled = trio.Event()
         self.stopped = False
+        self.numbered = 0
 
     def _settle(self) -> None:
         # Connected or failed: the parent moves on when every client is one.
@@ -227,6 +248,11 @@ class _Population:
         from echo.client.application import EchoReceived
         from echo.client.client import ClientConfig, EchoClient
 
+        number = self.numbered
+        self.numbered += 1
+        source = None
+        if self.source_prefix is not None:
+            source = f"{self.source_prefix}.{number // 250}.{number % 250 + 1}"
         await trio.sleep(delay)
         if self.stopped:
             return
@@ -256,6 +282,7 @@ class _Population:
                 interval=self.interval,
                 timeout=CLIENT_TIMEOUT,
                 duologue_ports=self.duologue_ports,
+                source=source,
             ),
             on_echo=on_echo,
             on_state=on_state,
@@ -285,6 +312,7 @@ async def _clients(
     events: dict[str, Any],
     duologue_ports: str = "per-client",
     interval: float = 1.0,
+    sources: str = "client",
 ) -> None:
     from echo.log import configure_logging
 
@@ -296,7 +324,10 @@ async def _clients(
     for part, spread, settled, ended, seed in parts:
         if part == "steady":
             await _wait_for(events["steady_go"])
-        population = _Population(port, control_port, count, spread, seed, duologue_ports, interval)
+        prefix = f"127.{10 + index}" if sources == "client" else None
+        population = _Population(
+            port, control_port, count, spread, seed, duologue_ports, interval, prefix
+        )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(population.run)
             waiting = trio.CancelScope()
@@ -342,6 +373,7 @@ class _Workers:
         ramp: float,
         duologue_ports: str = "per-client",
         interval: float = 1.0,
+        sources: str = "client",
     ) -> None:
         ctx = mp.get_context("spawn")
         self.out: Any = ctx.Queue()
@@ -363,6 +395,7 @@ class _Workers:
                     self.events,
                     duologue_ports,
                     interval,
+                    sources,
                 ),
                 name=f"scale clients {i}",
                 daemon=True,
@@ -537,6 +570,7 @@ def run(
     duologue_ports: str = "per-client",
     profile: str | None = None,
     interval: float = 1.0,
+    sources: str = "client",
 ) -> dict[str, Any]:
     """One N: the storm (handshakes/s), then the steady state (CPU, RSS, echo latency).
 
@@ -550,7 +584,14 @@ def run(
     # Room for the storm's duologues while they close and the steady clients' at once.
     with start_server(2 * clients, cpu=server_cpu, duologue_ports=duologue_ports) as server:
         workers = _Workers(
-            clients, processes, server.port, server.control_port, ramp, duologue_ports, interval
+            clients,
+            processes,
+            server.port,
+            server.control_port,
+            ramp,
+            duologue_ports,
+            interval,
+            sources,
         )
         try:
             workers.start(client_cpus)
@@ -616,6 +657,7 @@ def run(
         "clients": clients,
         "duologue_ports": duologue_ports,
         "interval_s": interval,
+        "sources": sources,
         "seconds": seconds,
         "processes": len(workers.processes),
         # the storm
@@ -686,6 +728,8 @@ def results(row: dict[str, Any]) -> list[Result]:
     )
     if interval != 1.0:
         name += f"_every_{interval:g}s"
+    if row.get("sources", "client") == "one":
+        name += "_one_source"
     figures = [
         ("handshakes/s", row["handshakes_per_s"], "hs/s", dict(row)),
         ("server CPU", row["server_cpu_percent"], "%", {}),
@@ -759,6 +803,14 @@ def main() -> None:
         "the same echoes/s as 1,000 clients, see the module docstring)",
     )
     parser.add_argument(
+        "--sources",
+        choices=("client", "one"),
+        default="client",
+        help="where the clients send from: 'client', each from an address of its own "
+        "(127.x.y.z, as clients behind different NATs; the default), or 'one', all from "
+        "127.0.0.1 (as before 2026-11-28: the server's per-host limits then apply to all)",
+    )
+    parser.add_argument(
         "--ramp",
         type=float,
         default=None,
@@ -792,6 +844,7 @@ def main() -> None:
             duologue_ports=mode,
             profile=args.profile,
             interval=args.interval,
+            sources=args.sources,
         )
         for n in args.clients.split(",")
         for mode in args.duologue_ports.split(",")

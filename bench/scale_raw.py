@@ -79,9 +79,16 @@ def server_process(port_out: Any, stop: Any) -> None:
 
 
 async def _client(
-    port: int, delay: float, rtts: list[tuple[float, float]], stop: Any, interval: float
+    port: int,
+    delay: float,
+    rtts: list[tuple[float, float]],
+    stop: Any,
+    interval: float,
+    source: str | None,
 ) -> None:
     sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    if source is not None:
+        await sock.bind((source, 0))
     await sock.connect(("127.0.0.1", port))
     payload = bytes(PAYLOAD)
     await trio.sleep(delay)
@@ -99,20 +106,30 @@ async def _client(
 
 
 async def _clients(
-    port: int, count: int, ramp: float, seed: int, stop: Any, interval: float
+    port: int, count: int, ramp: float, seed: int, stop: Any, interval: float, sources: str
 ) -> list[Any]:
     rng = random.Random(seed)
     rtts: list[tuple[float, float]] = []
     async with trio.open_nursery() as nursery:
-        for _ in range(count):
-            nursery.start_soon(_client, port, rng.uniform(0.0, ramp), rtts, stop, interval)
+        for k in range(count):
+            # As bench.scale's clients: each from an address of its own, or all from one.
+            source = f"127.{10 + seed}.{k // 250}.{k % 250 + 1}" if sources == "client" else None
+            delay = rng.uniform(0.0, ramp)
+            nursery.start_soon(_client, port, delay, rtts, stop, interval, source)
     return rtts
 
 
 def client_process(
-    port: int, count: int, ramp: float, seed: int, stop: Any, out: Any, interval: float = 1.0
+    port: int,
+    count: int,
+    ramp: float,
+    seed: int,
+    stop: Any,
+    out: Any,
+    interval: float = 1.0,
+    sources: str = "client",
 ) -> None:
-    out.put(trio.run(_clients, port, count, ramp, seed, stop, interval))
+    out.put(trio.run(_clients, port, count, ramp, seed, stop, interval, sources))
 
 
 # ------------------------------------------------------------------ the run
@@ -124,6 +141,7 @@ def run(
     processes: int = PROCESSES,
     cpus: tuple[int, ...] = (),
     interval: float = 1.0,
+    sources: str = "client",
 ) -> dict[str, Any]:
     """The steady state of N raw clients: server CPU per datagram, echo latency."""
     from bench.scale import raise_fd_limit, ramp_seconds
@@ -140,7 +158,9 @@ def run(
     per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     workers = [
         ctx.Process(
-            target=client_process, args=(port, n, ramp, i, stop, out, interval), daemon=True
+            target=client_process,
+            args=(port, n, ramp, i, stop, out, interval, sources),
+            daemon=True,
         )
         for i, n in enumerate(per)
         if n
@@ -165,7 +185,11 @@ def run(
         process.join(10)
         if process.is_alive():
             process.kill()
-    return {"interval_s": interval, **_row(clients, t1 - t0, cpu1 - cpu0, out1 - out0, rtts)}
+    return {
+        "interval_s": interval,
+        "sources": sources,
+        **_row(clients, t1 - t0, cpu1 - cpu0, out1 - out0, rtts),
+    }
 
 
 def per_datagram(cpu: float, datagrams: int, echoes: int, span: float) -> dict[str, Any]:
@@ -205,12 +229,13 @@ def main() -> None:
     parser.add_argument(
         "--interval", type=float, default=1.0, help="seconds between one client's echoes"
     )
+    parser.add_argument("--sources", choices=("client", "one"), default="client")
     args = parser.parse_args()
     from bench.run import pin_cpus
 
     cpus = pin_cpus(args.pin)
     rows = [
-        run(int(n), args.seconds, args.processes, cpus, args.interval)
+        run(int(n), args.seconds, args.processes, cpus, args.interval, args.sources)
         for n in args.clients.split(",")
     ]
     print(json.dumps(rows, indent=2))
