@@ -317,14 +317,17 @@ async def _clients(
     from echo.log import configure_logging
 
     configure_logging("console", "warning")
+    # (part, spread, settled event, end event, seed, second octet of its clients' addresses)
     parts = (
-        ("storm", 1.0, "storm_settled", "storm_stop", index),
-        ("steady", ramp, "steady_settled", "stop", 1000 + index),
+        ("storm", 1.0, "storm_settled", "storm_stop", index, 10 + index),
+        ("steady", ramp, "steady_settled", "stop", 1000 + index, 110 + index),
     )
-    for part, spread, settled, ended, seed in parts:
+    for part, spread, settled, ended, seed, octet in parts:
         if part == "steady":
             await _wait_for(events["steady_go"])
-        prefix = f"127.{10 + index}" if sources == "client" else None
+        # The steady clients' addresses are not the storm's: the server may still be
+        # closing a storm client's duologue when a steady one arrives.
+        prefix = f"127.{octet}" if sources == "client" else None
         population = _Population(
             port, control_port, count, spread, seed, duologue_ports, interval, prefix
         )
