@@ -2,7 +2,8 @@
 
     python -m bench.scale [--clients 100,500,1000] [--seconds 30] [--processes 4] [--pin 0,1]
                           [--after-storm 10] [--ramp S] [--duologue-ports shared]
-                          [--profile DIR] [--interval 1]
+                          [--profile DIR] [--interval 1] [--sources client|one]
+                          [--storm-clients K]
     python -m bench.scale --clients 5000 --duologue-ports shared --interval 5   # 5,000 row
     python -m bench.run --only scale [--quick]
 
@@ -11,6 +12,9 @@ ports for the server's 2 N duologues (start_server says so). Its clients echo ev
 the server sees the 1,000-client row's 1,000 echoes/s over five times the connections: echoing
 once a second, 5,000 `EchoClient`s need more than this 2-core machine (the 1,000-client row's
 client processes take about half a core, so 5,000 would take 2.5 cores beside the server).
+`--storm-clients K` makes the storm K clients (0: none, the steady part alone): every reply of
+the storm goes to every client still in its handshake (the all-clients channel is one MDC
+publication), so a storm's work grows with the square of its size.
 
 Each client sends from an address of its own (`--sources client`: 127.N.x.y, every 127/8
 address being this host's; `EchoClient`'s `source`), as clients behind different NATs do, so
@@ -167,6 +171,7 @@ def client_process(
     duologue_ports: str = "per-client",
     interval: float = 1.0,
     sources: str = "client",
+    storm_count: int | None = None,
 ) -> None:
     try:
         raise_fd_limit()
@@ -189,6 +194,7 @@ def client_process(
             duologue_ports,
             interval,
             sources,
+            count if storm_count is None else storm_count,
         )
         out.put(("done", index, {"gc_long": pauses.long, "gc_counts": pauses.counts}))
     except BaseException:
@@ -227,6 +233,8 @@ class _Population:
         self.all_settled = trio.Event()
         self.stopped = False
         self.numbered = 0
+        if count == 0:
+            self.all_settled.set()  # no storm (--storm-clients 0)
 
     def _settle(self) -> None:
         # Connected or failed: the parent moves on when every client is one.
@@ -313,23 +321,25 @@ async def _clients(
     duologue_ports: str = "per-client",
     interval: float = 1.0,
     sources: str = "client",
+    storm_count: int | None = None,
 ) -> None:
     from echo.log import configure_logging
 
     configure_logging("console", "warning")
     # (part, spread, settled event, end event, seed, second octet of its clients' addresses)
+    storm = count if storm_count is None else storm_count
     parts = (
-        ("storm", 1.0, "storm_settled", "storm_stop", index, 10 + index),
-        ("steady", ramp, "steady_settled", "stop", 1000 + index, 110 + index),
+        ("storm", storm, 1.0, "storm_settled", "storm_stop", index, 10 + index),
+        ("steady", count, ramp, "steady_settled", "stop", 1000 + index, 110 + index),
     )
-    for part, spread, settled, ended, seed, octet in parts:
+    for part, size, spread, settled, ended, seed, octet in parts:
         if part == "steady":
             await _wait_for(events["steady_go"])
         # The steady clients' addresses are not the storm's: the server may still be
         # closing a storm client's duologue when a steady one arrives.
         prefix = f"127.{octet}" if sources == "client" else None
         population = _Population(
-            port, control_port, count, spread, seed, duologue_ports, interval, prefix
+            port, control_port, size, spread, seed, duologue_ports, interval, prefix
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(population.run)
@@ -362,6 +372,11 @@ async def _say_settled(
         out.put((kind, index, {"at": time.time(), "frozen": gc.get_freeze_count()}))
 
 
+def _shares(clients: int, processes: int) -> list[int]:
+    """`clients` spread over `processes` as evenly as they go."""
+    return [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+
+
 class _Workers:
     """The client processes and the queue they report on."""
 
@@ -377,14 +392,14 @@ class _Workers:
         duologue_ports: str = "per-client",
         interval: float = 1.0,
         sources: str = "client",
+        storm_clients: int | None = None,
     ) -> None:
         ctx = mp.get_context("spawn")
         self.out: Any = ctx.Queue()
         self.events = {name: ctx.Event() for name in self.EVENTS}
         self._early: list[tuple[str, int, Any]] = []
-        per = [
-            clients // processes + (1 if i < clients % processes else 0) for i in range(processes)
-        ]
+        per = _shares(clients, processes)
+        storm = _shares(clients if storm_clients is None else storm_clients, processes)
         self.processes = [
             ctx.Process(
                 target=client_process,
@@ -399,6 +414,7 @@ class _Workers:
                     duologue_ports,
                     interval,
                     sources,
+                    storm[i],
                 ),
                 name=f"scale clients {i}",
                 daemon=True,
@@ -574,6 +590,7 @@ def run(
     profile: str | None = None,
     interval: float = 1.0,
     sources: str = "client",
+    storm_clients: int | None = None,
 ) -> dict[str, Any]:
     """One N: the storm (handshakes/s), then the steady state (CPU, RSS, echo latency).
 
@@ -595,6 +612,7 @@ def run(
             duologue_ports,
             interval,
             sources,
+            storm_clients,
         )
         try:
             workers.start(client_cpus)
@@ -608,7 +626,8 @@ def run(
             storm_settled = workers.expect("storm_settled", CLIENT_TIMEOUT + 30, partial_ok=True)
             settled_at = time.time()
             storm_cpu1, storm_clients_cpu1 = server.cpu_seconds(), workers.cpu_seconds()
-            time.sleep(after_storm)
+            storm_size = clients if storm_clients is None else storm_clients
+            time.sleep(after_storm if storm_size else 0.0)
             storm_end = time.time()
             workers.signal("storm_stop")
             storm = workers.expect("storm_report", 60)
@@ -661,6 +680,7 @@ def run(
         "duologue_ports": duologue_ports,
         "interval_s": interval,
         "sources": sources,
+        "storm_clients": storm_size,
         "seconds": seconds,
         "processes": len(workers.processes),
         # the storm
@@ -669,7 +689,7 @@ def run(
         "failure_examples": failures[:3],
         "all_settled": len(storm_settled) == len(workers.processes),
         "handshake_s": round(span, 3),
-        "handshakes_per_s": len(connected) / span if span > 0 else 0.0,
+        "handshakes_per_s": len(connected) / span if span > 0 else (0.0 if storm_size else nan),
         "handshake_phases_ms": {
             "all_clients_channel": _phase_ms(phases, "start", "hello"),
             "connect_reply": _phase_ms(phases, "hello", "connect"),
@@ -733,6 +753,9 @@ def results(row: dict[str, Any]) -> list[Result]:
         name += f"_every_{interval:g}s"
     if row.get("sources", "client") == "one":
         name += "_one_source"
+    storm = row.get("storm_clients", n)
+    if storm != n:
+        name += f"_storm_{storm}"
     figures = [
         ("handshakes/s", row["handshakes_per_s"], "hs/s", dict(row)),
         ("server CPU", row["server_cpu_percent"], "%", {}),
@@ -744,8 +767,12 @@ def results(row: dict[str, Any]) -> list[Result]:
         ("echo p99 after storm", row["echo_after_storm_p99_ms"], "ms", {}),
         ("clients CPU", row["clients_cpu_percent"], "%", {}),
         ("connected", row["connected"], "clients", {}),
+        ("steady connected", row["steady_connected"], "clients", {}),
         ("failures", row["failures"] + row["steady_failures"], "clients", {}),
     ]
+    if not storm:
+        storm_figures = ("handshakes/s", "echo p99 after storm", "connected")
+        figures = [f for f in figures if f[0] not in storm_figures]
     return [
         Result(
             name,
@@ -753,7 +780,7 @@ def results(row: dict[str, Any]) -> list[Result]:
             float(value),
             unit,
             fields,
-            lower_is_better=metric not in ("handshakes/s", "connected"),
+            lower_is_better=metric not in ("handshakes/s", "connected", "steady connected"),
             target=targets.get(metric),
         )
         for metric, value, unit, fields in figures
@@ -806,6 +833,12 @@ def main() -> None:
         "the same echoes/s as 1,000 clients, see the module docstring)",
     )
     parser.add_argument(
+        "--storm-clients",
+        type=int,
+        default=None,
+        help="clients in the storm (default: N; 0: no storm, the steady part only)",
+    )
+    parser.add_argument(
         "--sources",
         choices=("client", "one"),
         default="client",
@@ -848,6 +881,7 @@ def main() -> None:
             profile=args.profile,
             interval=args.interval,
             sources=args.sources,
+            storm_clients=args.storm_clients,
         )
         for n in args.clients.split(",")
         for mode in args.duologue_ports.split(",")

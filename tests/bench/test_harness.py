@@ -218,6 +218,7 @@ def _scale_row(clients: int) -> dict[str, object]:
         "echo_after_storm_p99_ms": 40.0,
         "clients_cpu_percent": 50.0,
         "steady_failures": 1,
+        "steady_connected": clients - 1,
         "server_cpu_us_per_datagram": 60.0,
         "server_cpu_us_per_echo": 600.0,
         "server_counters": {"datagrams_sent": 1},
@@ -241,12 +242,30 @@ def test_scale_figures_have_targets_at_1000_clients_only() -> None:
         "echo p99 after storm": None,
         "clients CPU": None,
         "connected": None,
+        "steady connected": None,
         "failures": None,
     }
     # Failures of the storm and of the steady population together.
     assert at_1000["connected"].value == 998 and at_1000["failures"].value == 3
     assert all(r.baseline is None and not r.raw for r in at_1000.values())
     assert all(r.target is None for r in scale.results(_scale_row(500)))
+
+
+def test_a_scale_row_run_another_way_says_so_in_its_name_and_has_no_targets() -> None:
+    # B4's 5,000-client row: shared ports, an echo every 5 s, no storm; and a row of clients
+    # all sending from one address, as the bench did before they had addresses of their own.
+    row = _scale_row(1000) | {
+        "duologue_ports": "shared",
+        "interval_s": 5.0,
+        "storm_clients": 0,
+        "sources": "one",
+    }
+    found = scale.results(row)
+    assert {r.name for r in found} == {"scale_shared_1000_every_5s_one_source_storm_0"}
+    assert all(r.target is None for r in found)
+    metrics = {r.metric for r in found}
+    assert "steady connected" in metrics
+    assert not metrics & {"handshakes/s", "echo p99 after storm", "connected"}
 
 
 def test_per_datagram_figures_divide_the_server_cpu_by_what_it_handled() -> None:
