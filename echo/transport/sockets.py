@@ -60,14 +60,20 @@ try:
     import fcntl
     import termios
 
+    _FIONREAD = termios.FIONREAD
+
     def more_waiting(sock: socket.socket) -> bool:
         """Is a datagram queued on `sock`? (FIONREAD: the next one's size, 0 if none.)"""
+        # The kernel writes the answer into a buffer of ours (mutate_flag): half the time of
+        # passing bytes and comparing the bytes object ioctl builds for the answer (0.33 µs
+        # against 0.64 µs here, most of it Python's; the system call is the smaller part).
+        # A lent socket's borrower asks once per message it waits for (Lending.unasked).
+        queued = bytearray(4)
         try:
-            return bool(
-                fcntl.ioctl(sock.fileno(), termios.FIONREAD, _NOTHING_QUEUED) != _NOTHING_QUEUED
-            )
+            fcntl.ioctl(sock.fileno(), _FIONREAD, queued, True)
         except (OSError, ValueError):
             return True  # cannot tell (or closed meanwhile): the read that follows says
+        return queued != _NOTHING_QUEUED
 
 except ImportError:  # pragma: no cover - Windows
 

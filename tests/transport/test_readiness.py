@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import socket
 
 import pytest
@@ -10,6 +11,7 @@ import trio
 from echo.transport import driver as driver_module
 from echo.transport import open_transport
 from echo.transport.readiness import Readiness, open_readiness
+from echo.transport.sockets import more_waiting
 from tests.transport.test_driver import STREAM, channel, free_port
 
 pytestmark = pytest.mark.skipif(open_readiness() is None, reason="no epoll on this OS")
@@ -195,3 +197,22 @@ async def test_datagrams_queued_together_on_a_quiet_socket_are_all_read_without_
 ) -> None:
     monkeypatch.setattr(driver_module, "open_readiness", lambda: None)
     assert await _two_at_once_after_quiet() == [b"first", b"second"]
+
+
+def test_more_waiting_asks_the_kernel_for_the_queue_of_a_real_socket() -> None:
+    # sockets.more_waiting on a kernel UDP socket: nothing queued, one queued, the queue read
+    # empty again, and a closed socket (cannot tell: True, the read that follows says).
+    a, b = _pair()
+    with a, b:
+        b.setblocking(False)
+        assert not more_waiting(b)
+        a.sendto(b"one", b.getsockname())
+        a.sendto(b"two", b.getsockname())
+        select.select([b], [], [], 5)
+        assert more_waiting(b)
+        assert b.recv(100) == b"one"
+        select.select([b], [], [], 5)
+        assert more_waiting(b)
+        assert b.recv(100) == b"two"
+        assert not more_waiting(b)
+    assert more_waiting(b)
