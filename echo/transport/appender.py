@@ -65,7 +65,11 @@ class LogAppender:
     """The tail of one publication's log (3 terms of `term_length` bytes)."""
 
     __slots__ = (
+        "_frame_start",
         "_ids",
+        "_pack_into",
+        "_packed_length",
+        "_term",
         "bits",
         "initial_term_id",
         "log",
@@ -100,6 +104,13 @@ class LogAppender:
         self.tail_offset = 0
         #: the header's session id, stream id and term id, as they are written
         self._ids = b""
+        #: the active term (`log.terms[term_count % PARTITION_COUNT]`)
+        self._term = self.log.terms[0]
+        #: the packing of the payload length appended last (a stream's messages are mostly of
+        #: one length): no lookup in _PACKINGS per message; -1: none yet
+        self._packed_length = -1
+        self._pack_into: Callable[..., None] = _HEADER.pack_into
+        self._frame_start = b""
         self._set_term_ids()
 
     @property
@@ -131,23 +142,18 @@ class LogAppender:
         """Append a message that `fits`; returns the new tail position."""
         offset = self.tail_offset
         length = len(data)
-        index = self.term_count % PARTITION_COUNT
-        term = self.log.terms[index]
         if length <= self.max_payload:
-            packing = _PACKINGS.get(length)
-            if packing is None and len(_PACKINGS) < _MAX_PACKINGS:
-                packing = _PACKINGS[length] = _packing(length)
-            if packing is not None and isinstance(data, (bytes, bytearray)):
-                pack_into, frame_start = packing
-                pack_into(term, offset, frame_start, offset, self._ids, data)
+            term = self._term
+            if length == self._packed_length and isinstance(data, (bytes, bytearray)):
+                # (offset as one object: compiled, an int passed twice is boxed twice)
+                at: object = offset
+                self._pack_into(term, at, self._frame_start, at, self._ids, data)
             else:
-                payload = offset + DATA_HEADER_LENGTH
-                term[payload : payload + length] = data
-                _HEADER.pack_into(term, offset, _frame_start(length), offset, self._ids)
+                self._append_unfragmented(term, offset, data, length)
             offset += (DATA_HEADER_LENGTH + length + _ALIGN) & ~_ALIGN
         else:
             offset = append_message(
-                term,
+                self._term,
                 offset,
                 data,
                 self.max_payload,
@@ -157,6 +163,25 @@ class LogAppender:
             )
         self.tail_offset = offset
         return (self.term_count << self.bits) + offset
+
+    def _append_unfragmented(
+        self, term: memoryview, offset: int, data: bytes | bytearray | memoryview, length: int
+    ) -> None:
+        """`append` of one frame whose payload length is not the one packed last (or whose
+        data is a memoryview): with its length's packing, which becomes the one kept."""
+        packing = _PACKINGS.get(length)
+        if packing is None and len(_PACKINGS) < _MAX_PACKINGS:
+            packing = _PACKINGS[length] = _packing(length)
+        if packing is not None and isinstance(data, (bytes, bytearray)):
+            pack_into, frame_start = packing
+            pack_into(term, offset, frame_start, offset, self._ids, data)
+            self._packed_length = length
+            self._pack_into = pack_into
+            self._frame_start = frame_start
+        else:
+            payload = offset + DATA_HEADER_LENGTH
+            term[payload : payload + length] = data
+            _HEADER.pack_into(term, offset, _frame_start(length), offset, self._ids)
 
     def pad_and_rotate(self) -> None:
         """A message does not fit: pad out the active term and move to the next one (a message
@@ -197,7 +222,9 @@ class LogAppender:
         return bytes(frame)
 
     def _set_term_ids(self) -> None:
+        """A new active term: its ids as the headers carry them, and its buffer."""
         self._ids = _IDS.pack(self.session_id, self.stream_id, self.active_term_id)
+        self._term = self.log.terms[self.term_count % PARTITION_COUNT]
 
     def set_tail(self, term_count: int, tail_offset: int) -> None:
         """Move the tail (tests: a stream near the end of its positions)."""

@@ -27,6 +27,8 @@ Deliver = Callable[[bytes], object]
 
 _ALIGN: Final = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte frame alignment
 _PAD: Final = int(FrameType.PAD)
+#: BEGIN and END set, as they sit in a header's first word (TermBuffers.words)
+_UNFRAGMENTED_WORD: Final = UNFRAGMENTED_FLAGS << FLAGS_SHIFT
 
 
 class FragmentAssembler:
@@ -110,15 +112,15 @@ class FragmentAssembler:
             if word >> TYPE_SHIFT == _PAD:
                 offset += aligned
                 continue
-            flags = (word >> FLAGS_SHIFT) & 0xFF
-            payload_start = offset + DATA_HEADER_LENGTH
-            payload_end = offset + frame_length
             message: bytes | None
-            if flags & UNFRAGMENTED_FLAGS == UNFRAGMENTED_FLAGS:
-                message = whole[payload_start:payload_end]
+            if word & _UNFRAGMENTED_WORD == _UNFRAGMENTED_WORD:
+                message = whole[offset + DATA_HEADER_LENGTH : offset + frame_length]
             else:
                 message = self._on_fragment(
-                    log.terms[index][payload_start:payload_end], flags, offset, offset + aligned
+                    log.terms[index][offset + DATA_HEADER_LENGTH : offset + frame_length],
+                    (word >> FLAGS_SHIFT) & 0xFF,
+                    offset,
+                    offset + aligned,
                 )
             fragments += 1
             offset += aligned

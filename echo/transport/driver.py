@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 import trio
 
-from echo.transport.channels import PublicationChannel, SubscriptionChannel
+from echo.transport.channels import BURST_GAP, PublicationChannel, SubscriptionChannel
 from echo.transport.config import TransportConfig
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
@@ -55,8 +55,6 @@ _READ_BUDGET = 256
 # A socket last read at least this long ago is read once per wake-up (see _drain).
 _READ_QUIET = 0.01
 _RECV_BUFFER = 65536
-# Offers closer together than this are a burst: batch them instead of sending each at once.
-_BURST_GAP = 0.0002
 #: internal errors logged with their traceback before the rest are only counted
 _LOGGED_INTERNAL_ERRORS = 10
 
@@ -84,6 +82,9 @@ class Driver(LendingDriver):
         #: (The run's clock: a MockClock under tests, so virtual time works the same.)
         self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
         self._dirty: set[DriverSocket] = set()
+        #: the same set, read by the offer path (PublicationChannel.offer): a socket in it is
+        #: serviced on the timer loop's next pass, so an offer in a burst need not call `wake`
+        self.pending: set[DriverSocket] = self._dirty
         self._wakeup = trio.lowlevel.ParkingLot()
         self._woken = False
         #: advanced whenever a driver task wakes (a socket was readable, a timer was due):
@@ -195,7 +196,7 @@ class Driver(LendingDriver):
             self.wake(udp)
             return
         tick = self.tick
-        if tick == udp.flush_tick and now - udp.last_flush < _BURST_GAP:
+        if tick == udp.flush_tick and now - udp.last_flush < BURST_GAP:
             self.wake(udp)
             return
         udp.flush_tick = tick

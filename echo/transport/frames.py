@@ -90,6 +90,9 @@ class FrameError(ValueError):
 
 
 _I64: Final = struct.Struct("<q")
+#: what the run check reads of a DATA header: frame length, version, (flags skipped) type,
+#: term offset, and session, stream and term ids as 12 bytes
+_RUN_CHECK_STRUCT: Final = struct.Struct("<iBxHi12s")
 _DATA_TYPE: Final = 0x01  # FrameType.DATA
 _DATA_TYPES: Final = frozenset((FrameType.DATA.value, FrameType.PAD.value))
 _KNOWN_TYPES: Final = frozenset(
@@ -310,14 +313,20 @@ def parse_data_run_untrusted(data: Buffer, segment: int) -> DataFields | None:
     length = len(data)
     if segment <= 0 or segment % FRAME_ALIGNMENT or length <= segment:
         return None
-    unpack_from = DATA_HEADER_STRUCT.unpack_from
-    first = unpack_from(data, 0)
+    if length % FRAME_ALIGNMENT:
+        return None  # frames are aligned: a chain of them ends on a multiple of 32
+    first = DATA_HEADER_STRUCT.unpack_from(data, 0)
     session_id: int
     stream_id: int
     term_id: int
     (_, _, flags, _, term_offset, session_id, stream_id, term_id, reserved) = first
     if term_offset < 0 or term_offset % FRAME_ALIGNMENT:
         return None
+    # Each header as only what the check reads (the 12 bytes of session, stream and term ids
+    # as one bytes, compared in one step): fewer ints made and unboxed per frame than all nine
+    # fields of the header.
+    unpack_from = _RUN_CHECK_STRUCT.unpack_from
+    ids = bytes(data[12:24])
     offset = 0
     boundary = segment
     expected: int = term_offset
@@ -327,21 +336,15 @@ def parse_data_run_untrusted(data: Buffer, segment: int) -> DataFields | None:
     version: int
     ftype: int
     toff: int
-    sid: int
-    strm: int
-    tid: int
+    frame_ids: bytes
     while offset < length:
-        if offset + DATA_HEADER_LENGTH > length:
-            return None
-        (fl, version, _, ftype, toff, sid, strm, tid, _) = unpack_from(data, offset)
+        (fl, version, ftype, toff, frame_ids) = unpack_from(data, offset)
         if (
             version != CURRENT_VERSION
             or ftype != data_type
             or fl < DATA_HEADER_LENGTH
             or toff != expected
-            or sid != session_id
-            or strm != stream_id
-            or tid != term_id
+            or frame_ids != ids
         ):
             return None
         step = (fl + 31) & ~31

@@ -19,7 +19,7 @@ import trio
 import trio.testing
 
 from echo.transport import Transport, open_transport
-from echo.transport.driver import _BURST_GAP
+from echo.transport.channels import BURST_GAP
 from echo.transport.sockets import DriverSocket
 
 STREAM = 1001
@@ -99,9 +99,9 @@ async def test_port_unreachable_on_send_is_counted_and_the_publication_goes_on()
             # Provoke the ICMP error and wait for it without a checkpoint, so that the reader
             # cannot take it first: the next sendto, inside offer -> flush -> service -> send,
             # is the syscall that meets it.
-            # An offer within _BURST_GAP of the last flush waits for the timer loop instead
+            # An offer within BURST_GAP of the last flush waits for the timer loop instead
             # of sending at once; let that gap pass (a time, not an event, to wait for).
-            await trio.sleep(2 * _BURST_GAP)
+            await trio.sleep(2 * BURST_GAP)
             sep.sock.send(b"are you there?")
             wait_for_socket_error(sep.sock)
             errors_before = counters.send_errors, counters.receive_errors
