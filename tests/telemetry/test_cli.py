@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from echo.telemetry.cli import main
 from echo.telemetry.generate import generate
+from tests.telemetry.conftest import SPARK_TEST_JAVA_OPTIONS
 
 START = datetime.datetime(2026, 11, 20, tzinfo=datetime.UTC)
 
@@ -112,7 +113,13 @@ def test_cli_all_bad_exits_1(spark: Any, tmp_path: Path) -> None:
 def test_cli_as_a_process(tmp_path: Path) -> None:
     """The real entry point in its own JVM, as an operator runs it."""
     truth = generate(tmp_path / "e.jsonl", events=2000, seed=8, start=START, days=1)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # The JIT tier of the test JVMs (conftest.py): spark-submit's own option, as an operator
+    # would give it; what the job computes does not depend on it.
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYSPARK_SUBMIT_ARGS": f"--driver-java-options {SPARK_TEST_JAVA_OPTIONS} pyspark-shell",
+    }
     proc = subprocess.run(
         [
             sys.executable,
