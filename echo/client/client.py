@@ -142,8 +142,12 @@ class EchoClient:
     async def run(self) -> EchoMachine:
         config = self.config
         machine = self.machine
-        factory = open_udp_socket if config.source is None else bound_to(config.source)
-        async with open_transport(self.transport_config, socket_factory=factory) as transport:
+        opened = (
+            open_transport(self.transport_config)
+            if config.source is None
+            else open_transport(self.transport_config, socket_factory=bound_to(config.source))
+        )
+        async with opened as transport:
             self._transport = transport
             with trio.CancelScope() as self._scope:
                 if self._stopping:

@@ -83,6 +83,10 @@ def test_quick_loss_run_delivers_everything_in_order_under_real_kernel_loss(
     assert "| loss_0pct | msgs/s |" in table
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupted_run_removes_its_namespaces(signum: int, tmp_path: Path) -> None:
     require_netns_support()
@@ -91,6 +95,9 @@ def test_interrupted_run_removes_its_namespaces(signum: int, tmp_path: Path) -> 
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        # As a terminal starts it: Ctrl-C not ignored, even when this suite runs as a
+        # background job (which a shell starts with SIGINT ignored, inherited by its children).
+        preexec_fn=_default_sigint,
     )
     try:
         reader = LineReader(proc.stderr)

@@ -93,11 +93,13 @@ class Recorder:
 
         @contextlib.asynccontextmanager
         async def recording_open_transport(
-            config: TransportConfig | None = None,
+            config: TransportConfig | None = None, *, socket_factory: Any = None
         ) -> AsyncIterator[Transport]:
+            # (The exchange's lossy network, if any, stands in for the caller's factory.)
+            factory = network if network is not None else socket_factory
             opened = (
-                open_transport(config, socket_factory=network)
-                if network is not None
+                open_transport(config, socket_factory=factory)
+                if factory is not None
                 else open_transport(config)
             )
             async with opened as transport:
