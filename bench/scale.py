@@ -87,7 +87,7 @@ from bench.harness import (
     format_figure,
     percentile,
 )
-from bench.scale_raw import per_datagram, udp_datagrams
+from bench.scale_raw import client_address, per_datagram, udp_datagrams
 
 DEFAULT_CLIENTS = (100, 500, 1000)
 #: issue 13's extra row (not in the defaults: it takes minutes, and shared ports only)
@@ -213,12 +213,12 @@ class _Population:
         seed: int,
         duologue_ports: str = "per-client",
         interval: float = 1.0,
-        source_prefix: str | None = None,
+        source_octet: int | None = None,
     ):
         self.duologue_ports = duologue_ports
         self.interval = interval
-        #: "127.N": client k sends from 127.N.(k // 250).(k % 250 + 1); None: the system's choice
-        self.source_prefix = source_prefix
+        #: N: client k sends from 127.N.x.y (scale_raw.client_address); None: the system's choice
+        self.source_octet = source_octet
         self.port = port
         self.control_port = control_port
         self.count = count
@@ -259,8 +259,8 @@ class _Population:
         number = self.numbered
         self.numbered += 1
         source = None
-        if self.source_prefix is not None:
-            source = f"{self.source_prefix}.{number // 250}.{number % 250 + 1}"
+        if self.source_octet is not None:
+            source = client_address(self.source_octet, number)
         await trio.sleep(delay)
         if self.stopped:
             return
@@ -337,9 +337,15 @@ async def _clients(
             await _wait_for(events["steady_go"])
         # The steady clients' addresses are not the storm's: the server may still be
         # closing a storm client's duologue when a steady one arrives.
-        prefix = f"127.{octet}" if sources == "client" else None
         population = _Population(
-            port, control_port, size, spread, seed, duologue_ports, interval, prefix
+            port,
+            control_port,
+            size,
+            spread,
+            seed,
+            duologue_ports,
+            interval,
+            octet if sources == "client" else None,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(population.run)

@@ -105,6 +105,11 @@ async def _client(
     sock.close()
 
 
+def client_address(octet: int, k: int) -> str:
+    """Client k's own address, 127.octet.x.y (every 127/8 address is this host's)."""
+    return f"127.{octet}.{k // 250}.{k % 250 + 1}"
+
+
 async def _clients(
     port: int, count: int, ramp: float, seed: int, stop: Any, interval: float, sources: str
 ) -> list[Any]:
@@ -113,7 +118,7 @@ async def _clients(
     async with trio.open_nursery() as nursery:
         for k in range(count):
             # As bench.scale's clients: each from an address of its own, or all from one.
-            source = f"127.{10 + seed}.{k // 250}.{k % 250 + 1}" if sources == "client" else None
+            source = client_address(10 + seed, k) if sources == "client" else None
             delay = rng.uniform(0.0, ramp)
             nursery.start_soon(_client, port, delay, rtts, stop, interval, source)
     return rtts

@@ -28,13 +28,7 @@ class LendingDriver:
     nursery: trio.Nursery
     _readiness: Readiness[DriverSocket] | None
 
-    def _drain(
-        self,
-        udp: DriverSocket,
-        timers_due: bool = False,
-        now: float | None = None,
-        lazy: bool = False,
-    ) -> int:
+    def _drain(self, udp: DriverSocket, *, now: float | None = None, lazy: bool = False) -> int:
         raise NotImplementedError  # Driver's
 
     async def _reader(self, udp: DriverSocket) -> None:
