@@ -138,7 +138,12 @@ class NoReply(LobbyUnavailable):
 
 @attrs.frozen
 class Rehomed:
-    """The lobby's home died; this member re-created (or joined) it on `server`."""
+    """The lobby's home died; this member re-created (or joined) it on `server`.
+
+    On a restarted home that is the lobby's only server, only the members that find the
+    lobby gone and send their copy see this; one whose retry comes after the lobby is back
+    finds its seat there, which looks like a home that kept it: it sees `Reconnected`.
+    """
 
     lobby_id: int
     server: str
