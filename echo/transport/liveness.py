@@ -15,8 +15,10 @@ import attrs
 #: receiver timeouts are seconds long: checked at most this often, so that a publication with
 #: many receivers does not pay O(receivers) on every poll
 RECEIVER_EXPIRY_CHECK_INTERVAL = 0.1
-#: a lingering publication announces end-of-stream once a receiver has sent this many SMs
-#: without reporting the tail (an Aeron 1.4x receiver repeats a stale position on its timer)
+#: a lingering publication announces end-of-stream once a receiver has sent this many SMs in a
+#: row that neither report the tail nor move its position: an Aeron 1.4x receiver repeats a
+#: stale position on its timer, while one whose application is still consuming (a loaded
+#: machine, an Aeron 1.15 subscriber behind) reports progress and is waited for
 SMS_WITHOUT_TAIL = 2
 
 
@@ -24,8 +26,8 @@ SMS_WITHOUT_TAIL = 2
 class Receiver:
     last_sm: float
     position: int
-    #: SMs since the publication started lingering (see all_caught_up)
-    sms_lingering: int = 0
+    #: SMs in a row that did not move `position`, counted while lingering (see all_caught_up)
+    sms_without_progress: int = 0
 
 
 class ReceiverLiveness:
@@ -56,8 +58,11 @@ class ReceiverLiveness:
                 self.expiry = expiry
         else:
             receiver.last_sm = now
-            receiver.position = max(receiver.position, position)
-            receiver.sms_lingering += 1
+            if position > receiver.position:
+                receiver.position = position
+                receiver.sms_without_progress = 0
+            else:
+                receiver.sms_without_progress += 1
         if now > self.newest_sm:
             self.newest_sm = now
 
@@ -92,11 +97,11 @@ class ReceiverLiveness:
 
     def start_lingering(self) -> None:
         for receiver in self.receivers.values():
-            receiver.sms_lingering = 0
+            receiver.sms_without_progress = 0
 
     def all_caught_up(self, tail: int) -> bool:
-        """Has every receiver shown it has `tail`, or had its chances (SMS_WITHOUT_TAIL)?"""
+        """Has every receiver shown it has `tail`, or stopped moving (SMS_WITHOUT_TAIL)?"""
         return all(
-            r.position >= tail or r.sms_lingering >= SMS_WITHOUT_TAIL
+            r.position >= tail or r.sms_without_progress >= SMS_WITHOUT_TAIL
             for r in self.receivers.values()
         )

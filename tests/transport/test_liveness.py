@@ -63,3 +63,21 @@ def test_a_lingering_publication_waits_for_the_tail_or_two_sms_without_it() -> N
     assert not liveness.all_caught_up(1024)
     liveness.on_status_message(1, 512, now=0.5)  # a second SM with a stale position
     assert liveness.all_caught_up(1024)
+
+
+def test_a_lingering_publication_waits_for_a_receiver_that_is_still_consuming() -> None:
+    # A slow subscriber (a loaded machine) reports progress on each timer SM without reaching
+    # the tail yet: it is not stale, and end-of-stream would make an Aeron 1.15 image drop
+    # before it could prove the tail arrived.
+    liveness = ReceiverLiveness(TIMEOUT, now=0.0)
+    liveness.on_status_message(1, 0, now=0.0)
+    liveness.start_lingering()
+    for i, position in enumerate((128, 256, 384, 512, 640), start=1):
+        liveness.on_status_message(1, position, now=0.2 * i)
+        assert not liveness.all_caught_up(1024)
+    liveness.on_status_message(1, 640, now=1.2)
+    assert not liveness.all_caught_up(1024)  # one SM without progress is not yet stale
+    liveness.on_status_message(1, 640, now=1.4)
+    assert liveness.all_caught_up(1024)
+    liveness.on_status_message(1, 1024, now=1.6)
+    assert liveness.all_caught_up(1024)
