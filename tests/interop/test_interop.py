@@ -120,7 +120,7 @@ def test_unicast_echo_publication_to_aeron_subscription(
         size,
     )
     assert_received_intact(peer, count, size)
-    assert result["delivered"] is True
+    assert result["delivered"] is True, result  # (close_s and the counters, if it fails)
     assert peer.counters["Invalid packets"] == 0 and peer.counters["Errors"] == 0
 
 
@@ -152,7 +152,7 @@ def test_dynamic_mdc_echo_publication_to_aeron_subscription(
         5000,
     )
     assert_received_intact(peer, 20, 5000)
-    assert result["delivered"] is True
+    assert result["delivered"] is True, result  # (close_s and the counters, if it fails)
     counters = result["counters"]
     assert isinstance(counters, dict)
     assert counters["destinations_added"] == 1
