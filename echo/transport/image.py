@@ -188,7 +188,14 @@ class PublicationImage:
         self.counters.heartbeats_received += 1
         status = self.status
         window_end = status.last_sm_position + self.term_length // _WINDOW_TERM_DIVISOR
-        if self.subscriber_position <= position <= window_end:
+        # A sender passes the window's edge by a term-end PAD it skips whole (its header fits,
+        # the rest of the term does not), and then waits at the next term's start. Ignored,
+        # that heartbeat hid a lost tail behind the edge for good: no gap, no NAK, a stall.
+        # So a heartbeat at the first term start beyond the edge counts too (the loss scan
+        # still stops at the window, so the NAK does not reach past it).
+        if self.subscriber_position <= position <= window_end or (
+            not position & self.mask and 0 < position - window_end < self.term_length
+        ):
             if position > self.hwm:
                 self.hwm = position
                 self.loss.dirty = True

@@ -222,3 +222,42 @@ def test_a_sender_that_fills_the_window_sends_a_heartbeat_right_behind_its_data(
     (time, header), (then, heartbeat) = sent[last], sent[last + 1]
     assert heartbeat.frame_length == 0 and then == time
     assert heartbeat.term_offset == header.term_offset + 1056
+
+
+def test_a_lost_term_tail_whose_pad_took_the_sender_past_the_window_is_naked() -> None:
+    # 300 B messages are 352 B frames: a 64 KiB term holds 186 of them and ends in a 64 B PAD
+    # at 65472. The receiver's SM reports 93 frames (32736): the window (32 KiB) ends at 65504,
+    # inside that PAD. The sender sends the rest of the term and the PAD's header (it fits),
+    # which takes its position to the next term, 32 B past the window's edge. All of that is
+    # lost (one GSO batch); the sender waits at 65536 and says so in heartbeats. Those are
+    # past the window the receiver gave: ignored, the receiver saw no gap, never NAKed, and
+    # both sides waited for ever (the netlab MDC loss test: 465 = 2 x 186 + 93 received).
+    term_length = 64 * 1024
+    lost: dict[int, int] = {}  # term offset -> where the lost datagram ended
+
+    def fate(direction: Direction, index: int, data: bytes) -> Fate:
+        header = parse_datagram_untrusted(data) if direction == "data" else None
+        if (
+            isinstance(header, DataHeader)
+            and header.frame_length
+            and header.term_id == 0
+            and header.term_offset >= 93 * 352
+            and header.term_offset not in lost
+        ):
+            lost[header.term_offset] = header.term_offset + len(data)  # resends get through
+            return DROP
+        return DELIVER
+
+    pair = PairLink(term_length=term_length, fate=fate)
+    pair.connect()
+    assert pair.image.window == term_length // 2
+    messages = [i.to_bytes(4, "little") + bytes(296) for i in range(2 * 186)]
+    for message in messages[:93]:
+        assert pair.offer(message) > 0
+    pair.run_until(lambda: pair.publication.sender_limit == 93 * 352 + term_length // 2)
+
+    pair.offer_all(messages[93:], max_time=5.0)
+    pair.run_until(lambda: len(pair.received.get(0x1EE7, [])) == len(messages), max_time=5.0)
+    assert pair.received[0x1EE7] == messages
+    assert max(lost.values()) == 65472 + 32  # the PAD's header was among the lost
+    assert pair.receiver_counters.naks_sent > 0
