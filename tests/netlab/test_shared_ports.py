@@ -230,17 +230,20 @@ def test_fifty_clients_behind_three_nats_each_receive_only_their_own_session(
         recorder.send_signal(signal.SIGTERM)
         recorder.wait(timeout=30)
 
-    by_destination: dict[tuple[str, int], set[int]] = defaultdict(set)
+    # A NAT mapping is the whole tuple: the router may give two clients' sockets the same
+    # public port when they talk to different server ports (Linux's masquerade only keeps
+    # each connection's tuple unique), so a mapping is keyed by the server's port too.
+    by_destination: dict[tuple[str, int, int], set[int]] = defaultdict(set)
     datagrams = 0
     for line in captured.read_text().splitlines():
-        destination, port, _src, payload = json.loads(line)
-        by_destination[(destination, port)] |= _sessions_in(bytes.fromhex(payload))
+        destination, port, source_port, payload = json.loads(line)
+        by_destination[(destination, port, source_port)] |= _sessions_in(bytes.fromhex(payload))
         datagrams += 1
     assert datagrams > CLIENTS * ROUNDS  # echoes, SETUPs, SMs, heartbeats...
     every_session = set()
-    for (destination, _port), sessions in by_destination.items():
-        # One session per destination: no client's mapping ever carried another's frames.
-        assert len(sessions) == 1, (destination, sessions)
+    for (destination, port, source_port), sessions in by_destination.items():
+        # One session per mapping: no client's mapping ever carried another's frames.
+        assert len(sessions) == 1, (destination, port, source_port, sessions)
         report = reports[destination]
         assert sessions <= set(report["sessions"])  # type: ignore[arg-type]
         every_session |= sessions
