@@ -358,7 +358,7 @@ class Driver(LendingDriver):
                     # whether more came (read_as_application).
                     udp.lending.unasked = True
                     break
-                if not more_waiting(sock):
+                if not more_waiting(sock, udp.fionread):
                     break
             try:
                 if gro:

@@ -58,7 +58,7 @@ class LendingDriver:
             return False
         if lending.unasked:
             lending.unasked = False
-            if more_waiting(udp.sock):
+            if more_waiting(udp.sock, udp.fionread):
                 # More came than the last read took (a burst): read it now, without a wait.
                 # (This read asks after each datagram, so the next call waits: no loop here
                 # that never yields.)
