@@ -206,11 +206,15 @@ class Driver(LendingDriver):
             self._await_writable_soon(udp)
             return
         # Only this publication's deadlines moved (a probe heartbeat may now be due soon).
+        # (_schedule_at's and _schedule_by's bodies inline: one interpreted call fewer for
+        # every message sent at once.)
         deadline, whole = udp.deadline_after_flush(publication, now)
-        if whole:
-            self._schedule_at(udp, deadline, now)
+        if not whole and deadline >= udp.scheduled:
+            return
+        if deadline <= now:
+            self.wake(udp)
         else:
-            self._schedule_by(udp, deadline, now)
+            self.timers.schedule(udp, deadline, now)
 
     def service(self, udp: DriverSocket, now: float) -> None:
         """Let the socket's endpoint act (send what is due), tell its channels, re-arm."""
@@ -245,12 +249,6 @@ class Driver(LendingDriver):
             self.wake(udp)
         else:
             self.timers.schedule(udp, deadline, now)
-
-    def _schedule_by(self, udp: DriverSocket, deadline: float, now: float) -> None:
-        """Make sure the timer loop services `udp` no later than `deadline` (a bound, from
-        one of its publications: it cannot tell that the socket's deadline moved later)."""
-        if deadline < udp.scheduled:
-            self._schedule_at(udp, deadline, now)
 
     def _due(self, now: float) -> list[DriverSocket]:
         """The sockets whose timers fell due, and those woken meanwhile."""
