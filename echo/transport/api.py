@@ -304,11 +304,14 @@ class Subscription:
         """Wait for the next message from any image."""
         queue = self._queue
         channel = self._channel
+        fresh = False
         while not queue:
-            if not channel.poll(queue.append, _RECEIVE_BATCH):
+            if not channel.poll(queue.append, _RECEIVE_BATCH, fresh):
                 if channel.closed:
                     raise trio.EndOfChannel("subscription is closed")
                 await channel.wait()
+                # (Just read: the poll after a wait need not ask whether the socket is stale.)
+                fresh = True
         channel.stop_waiting()
         return queue.popleft()
 

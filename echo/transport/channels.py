@@ -294,10 +294,15 @@ class SubscriptionChannel:
         # Not serviced inline: this may run inside an image callback, i.e. inside the driver.
         self._driver.wake(udp)
 
-    def poll(self, handler: Callable[[Message], object], fragment_limit: int) -> int:
-        """Deliver up to `fragment_limit` fragments' worth of messages; never blocks."""
+    def poll(
+        self, handler: Callable[[Message], object], fragment_limit: int, fresh: bool = False
+    ) -> int:
+        """Deliver up to `fragment_limit` fragments' worth of messages; never blocks.
+
+        `fresh`: the caller's `wait` has just returned, so a lent socket was read moments ago
+        (or another task is reading it) and is not stale: no clock read for the question."""
         udp = self.socket
-        if udp.lending.lent:
+        if not fresh and udp.lending.lent:
             self._driver.drain_if_stale(udp)
         links = self.images
         count = len(links)
