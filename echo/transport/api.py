@@ -315,15 +315,23 @@ class Subscription:
         channel.stop_waiting()
         return queue.popleft()
 
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self._iterate()
+    def __aiter__(self) -> Subscription:
+        return self
 
-    async def _iterate(self) -> AsyncIterator[Message]:
-        while True:
-            try:
-                yield await self.receive()
-            except trio.EndOfChannel:
-                return
+    async def __anext__(self) -> Message:
+        # `receive`'s body, the subscription's end ending the iteration: an async generator
+        # around `receive` cost a generator frame to resume and a coroutine per message.
+        queue = self._queue
+        channel = self._channel
+        fresh = False
+        while not queue:
+            if not channel.poll(queue.append, _RECEIVE_BATCH, fresh):
+                if channel.closed:
+                    raise StopAsyncIteration
+                await channel.wait()
+                fresh = True
+        channel.stop_waiting()
+        return queue.popleft()
 
     async def close(self) -> None:
         self._channel.close()
