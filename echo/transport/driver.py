@@ -78,6 +78,8 @@ class Driver(LendingDriver):
         # 2,000 sockets does not hold 2,000 x 64 KiB of buffers.
         self._buffer = bytearray(_RECV_BUFFER)
         self._view = memoryview(self._buffer)
+        #: the buffer as recvmsg_into takes it (a list, made once rather than on every read)
+        self._buffers = [self._buffer]
         #: self.now() without its two lookups: read on every datagram and offer.
         #: (The run's clock: a MockClock under tests, so virtual time works the same.)
         self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
@@ -319,12 +321,10 @@ class Driver(LendingDriver):
         udp: DriverSocket,
         timers_due: bool = False,
         now: float | None = None,
-        lazy: bool = False,
     ) -> int:
         """Handle every datagram waiting on the socket (up to a budget), then service the
         socket; returns how many were handled. Never blocks. (`now`: the clock just read by
-        the caller, so that one read serves both. `lazy`: the borrower of a lent socket reads,
-        see Lending.unasked.)"""
+        the caller, so that one read serves both.)"""
         self.tick += 1
         if now is None:
             now = self.now()
@@ -336,7 +336,7 @@ class Driver(LendingDriver):
         gro = udp.gro
         recvfrom_into = sock.recvfrom_into
         recvmsg_into = sock.recvmsg_into
-        buffers = [buffer]
+        buffers = self._buffers
         received = 0
         # A socket that was quiet (not read for _READ_QUIET: an idle stream's heartbeat or
         # status message, a message a second) has one datagram: read it and stop. Whatever
@@ -350,11 +350,6 @@ class Driver(LendingDriver):
         for attempt in range(_READ_BUDGET):
             if attempt == 1:
                 if alone:
-                    break
-                if lazy and udp.lending is not None:
-                    # Hand the first datagram to the application now; its next wait asks
-                    # whether more came (read_as_application).
-                    udp.lending.unasked = True
                     break
                 if not more_waiting(sock, udp.fionread):
                     break
@@ -388,6 +383,52 @@ class Driver(LendingDriver):
             # wake. The messages are there for its next poll; timers run as scheduled.)
             self.service(udp, now)
         return received
+
+    def _read_lent(self, udp: ReceiveSocket, now: float) -> None:
+        """What the borrower of a lent socket reads when its wait wakes: `_drain`'s first
+        datagram, then the service if one is due. A socket read moments ago (busy) may have
+        more queued: the borrower's next wait asks first (Lending.unasked), after the
+        application has answered this one. (Its own method, without `_drain`'s loop, budget
+        and question: one read per message of an echo, each side.)"""
+        self.tick += 1
+        busy = now - udp.read_at < _READ_QUIET
+        udp.read_at = now
+        endpoint = udp.endpoint
+        counters = self.counters
+        lending = udp.lending
+        try:
+            if udp.gro:
+                size, ancillary, _, source = udp.sock.recvmsg_into(self._buffers, GRO_CMSG_SPACE)
+            else:
+                size, source = udp.sock.recvfrom_into(self._buffer)
+                ancillary = None
+        except BlockingIOError:
+            return
+        except OSError:
+            # ECONNREFUSED from an ICMP port-unreachable and the like: count and go on.
+            counters.receive_errors += 1
+            if busy:
+                lending.unasked = True
+            return
+        if busy:
+            lending.unasked = True
+        if ancillary:
+            received = self._handle_coalesced(
+                endpoint, self._view[:size], gro_segment(ancillary, size), source, now
+            )
+            if not received:
+                return
+        else:
+            counters.datagrams_received += 1
+            counters.bytes_received += size
+            try:
+                endpoint.on_datagram(self._view[:size], source, now)
+            except Exception:  # a bug must not take the transport down: count, log, go on
+                self._handle_failed(source)
+        if not (lending.lent and not lending.waiters and endpoint.quiet()):
+            # (ReceiveSocket.quiet_after_read's body: the service is skipped when the data
+            # came in order to a lent socket and nobody else waits, as in `_drain`.)
+            self.service(udp, now)
 
     def _handle_coalesced(
         self, endpoint: ReceiveEndpoint, data: memoryview, segment: int, source: Address, now: float

@@ -28,7 +28,10 @@ class LendingDriver:
     nursery: trio.Nursery
     _readiness: Readiness[DriverSocket] | None
 
-    def _drain(self, udp: DriverSocket, *, now: float | None = None, lazy: bool = False) -> int:
+    def _drain(self, udp: DriverSocket, *, now: float | None = None) -> int:
+        raise NotImplementedError  # Driver's
+
+    def _read_lent(self, udp: ReceiveSocket, now: float) -> None:
         raise NotImplementedError  # Driver's
 
     async def _reader(self, udp: DriverSocket) -> None:
@@ -83,7 +86,7 @@ class LendingDriver:
         if not udp.closed:
             endpoint = udp.endpoint
             data_before = endpoint.data_received
-            self._drain(udp, now=now, lazy=True)
+            self._read_lent(udp, now)
             if endpoint.data_received != data_before:
                 lending.data_at = now
         return True
