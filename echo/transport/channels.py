@@ -351,7 +351,10 @@ class SubscriptionChannel:
             events_before = self._image_events
             if not await driver.read_as_application(udp):
                 break
-            if self._has_news(data_before, events_before):
+            # (Data for a subscription to every session is news: said here, without a call.)
+            if (
+                self.session_id is None and endpoint.data_received != data_before
+            ) or self._has_news(data_before, events_before):
                 return
             if driver.give_back_if_quiet(udp):
                 break
