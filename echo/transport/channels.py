@@ -19,6 +19,7 @@ from echo.transport.destinations import Address
 from echo.transport.message import Message, Origin, format_address
 from echo.transport.receiver import ImageAvailable, ImageEvent, PublicationImage
 from echo.transport.sender import NetworkPublication
+from echo.transport.sockets import LEND_IDLE
 
 if TYPE_CHECKING:
     from echo.transport.driver import Driver
@@ -302,14 +303,20 @@ class SubscriptionChannel:
         `fresh`: the caller's `wait` has just returned, so a lent socket was read moments ago
         (or another task is reading it) and is not stale: no clock read for the question."""
         udp = self.socket
-        if not fresh and udp.lending.lent:
-            self._driver.drain_if_stale(udp)
+        lending = udp.lending
+        if not fresh and lending.lent and not lending.borrowed and not udp.closed:
+            # Lent, and nobody waits on it: if nobody has for LEND_IDLE, datagrams may wait
+            # unread (stale). (The check inline, not the driver's: it runs on every poll.)
+            driver = self._driver
+            now = driver.now()
+            if now - lending.returned_at >= LEND_IDLE:
+                driver.drain_stale(udp, now)
         links = self.images
         count = len(links)
         if not count:
             return 0
         fragments = 0
-        due: list[PublicationImage] = []
+        due: list[PublicationImage] | None = None
         start = self._round_robin % count
         self._round_robin += 1
         for i in range(count):
@@ -319,6 +326,8 @@ class SubscriptionChannel:
                 continue  # nothing new
             fragments += image.poll_into(handler, link.origin, fragment_limit - fragments)
             if image.status_message_due():
+                if due is None:
+                    due = []
                 due.append(image)
             if fragments >= fragment_limit:
                 break

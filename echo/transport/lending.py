@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from echo.transport.sockets import LEND_IDLE, DriverSocket, ReceiveSocket, more_waiting
+from echo.transport.sockets import DriverSocket, ReceiveSocket, more_waiting
 
 if TYPE_CHECKING:
     from echo.transport.readiness import Readiness
@@ -123,16 +123,10 @@ class LendingDriver:
             # reading it: the reader task must not wait on the same socket beside it.)
             self._give_back(udp)
 
-    def drain_if_stale(self, udp: ReceiveSocket) -> None:
-        """Read a lent socket that nobody has waited on for a while (`poll`)."""
-        # Stale: lent, and nobody has waited on it for LEND_IDLE, so datagrams may wait
-        # unread. (Checked here, inline: this runs on every poll of a lent socket.)
-        lending = udp.lending
-        if not lending.lent or lending.borrowed or udp.closed:
-            return
-        now = self.now()
-        if now - lending.returned_at >= LEND_IDLE:
-            self._drain(udp, now=now)
+    def drain_stale(self, udp: ReceiveSocket, now: float) -> None:
+        """Read a lent socket that nobody has waited on for LEND_IDLE, so that datagrams may
+        wait unread (`SubscriptionChannel.poll` checks, on every poll)."""
+        self._drain(udp, now=now)
 
     def _check_lent(self, now: float) -> None:
         timers = self.timers
