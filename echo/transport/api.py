@@ -307,9 +307,9 @@ class Subscription:
         fresh = False
         while not queue:
             if not channel.poll(queue.append, _RECEIVE_BATCH, fresh):
-                if channel.closed:
+                # (The channel tells a closed subscription instead of waiting.)
+                if not await channel.wait(True):
                     raise trio.EndOfChannel("subscription is closed")
-                await channel.wait()
                 # (Just read: the poll after a wait need not ask whether the socket is stale.)
                 fresh = True
         channel.stop_waiting()
@@ -326,9 +326,9 @@ class Subscription:
         fresh = False
         while not queue:
             if not channel.poll(queue.append, _RECEIVE_BATCH, fresh):
-                if channel.closed:
+                # (The channel tells a closed subscription instead of waiting.)
+                if not await channel.wait(True):
                     raise StopAsyncIteration
-                await channel.wait()
                 fresh = True
         channel.stop_waiting()
         return queue.popleft()

@@ -342,17 +342,22 @@ class SubscriptionChannel:
             driver.service(udp, driver.now())
         return fragments
 
-    async def wait(self) -> None:
+    async def wait(self, unless_closed: bool = False) -> bool:
         """Wait until this subscription may have news (data, an image that came or went, the
         end): on the socket, in this task, if the driver lends it (one task switch per
-        datagram fewer), else until the driver says so.
+        datagram fewer), else until the driver says so. True when it has waited.
 
         Reading the lent socket itself, the task goes on waiting while what arrived was not
         news for it: heartbeats, and on a shared port other sessions' datagrams. An idle
         stream's heartbeats would otherwise wake the application several times a second for
         nothing (issue 13 item 5: at 1,000 clients that was most of their wake-ups).
+
+        `unless_closed`: if the subscription is closed, return False at once instead
+        (`receive`'s test before it waits, here without a call of its own).
         """
         udp = self.socket
+        if unless_closed and (self._closed or udp.closed):
+            return False
         driver = self._driver
         endpoint = udp.endpoint
         while True:
@@ -364,7 +369,7 @@ class SubscriptionChannel:
             if (
                 self.session_id is None and endpoint.data_received != data_before
             ) or self._has_news(data_before, events_before):
-                return
+                return True
             if driver.give_back_if_quiet(udp):
                 break
         lending = udp.lending
@@ -375,6 +380,7 @@ class SubscriptionChannel:
             await self._waiters.wait()
         finally:
             lending.waiters -= 1
+        return True
 
     def _has_news(self, data_before: int, events_before: int) -> bool:
         # (`closed`'s body inline: one interpreted call fewer per message waited for.)
