@@ -74,6 +74,17 @@ def prepare() -> None:
         raise SystemExit("compiled extensions in echo/: run ./dev clean first")
     for stale in (WORK / "mutants").rglob("*.so") if (WORK / "mutants").exists() else ():
         stale.unlink()
+    # mutmut copies every source into mutants/ and mutates only those in only_mutate, then
+    # regenerates a copy only when its source is newer: a module added to only_mutate later
+    # kept its plain copy and was never mutated ("nothing matches"). A copy without the
+    # .meta that mutating writes is such a copy: remove it, so that it is made again.
+    # Its record of which tests reach which functions (mutmut-stats.json) predates that
+    # module too, so every mutant of it would be "no tests": that record goes as well.
+    for module in configured_modules():
+        copy = WORK / "mutants" / (module.replace(".", "/") + ".py")
+        if copy.exists() and not copy.with_name(copy.name + ".meta").exists():
+            copy.unlink()
+            (WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
 
 
 def mutmut(*args: str) -> subprocess.CompletedProcess[str]:

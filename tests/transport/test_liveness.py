@@ -81,3 +81,22 @@ def test_a_lingering_publication_waits_for_a_receiver_that_is_still_consuming() 
     assert liveness.all_caught_up(1024)
     liveness.on_status_message(1, 1024, now=1.6)
     assert liveness.all_caught_up(1024)
+
+
+def test_forgetting_the_last_receiver_leaves_the_publication_not_alive() -> None:
+    liveness = ReceiverLiveness(TIMEOUT, now=0.0)
+    liveness.on_status_message(1, 0, now=1.0)
+    assert liveness and liveness.is_alive(1.0)
+    liveness.forget(1)
+    assert not liveness and liveness.newest_sm == -math.inf
+    assert not liveness.is_alive(1.0)
+
+
+def test_a_receiver_exactly_one_timeout_silent_is_kept_when_an_older_one_is_dropped() -> None:
+    # Aeron drops a receiver when lastSm + timeout < now: at equality it is still alive.
+    liveness = ReceiverLiveness(TIMEOUT, now=0.0)
+    liveness.on_status_message(1, 0, now=0.0)
+    liveness.on_status_message(2, 0, now=1.0)
+    assert liveness.expire(1.0 + TIMEOUT)
+    assert set(liveness.receivers) == {2}
+    assert liveness.newest_sm == 1.0 and liveness.expiry == 1.0 + TIMEOUT
