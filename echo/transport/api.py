@@ -319,19 +319,12 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Message:
-        # `receive`'s body, the subscription's end ending the iteration: an async generator
-        # around `receive` cost a generator frame to resume and a coroutine per message.
-        queue = self._queue
-        channel = self._channel
-        fresh = False
-        while not queue:
-            if not channel.poll(queue.append, _RECEIVE_BATCH, fresh):
-                # (The channel tells a closed subscription instead of waiting.)
-                if not await channel.wait(True):
-                    raise StopAsyncIteration
-                fresh = True
-        channel.stop_waiting()
-        return queue.popleft()
+        # `receive` itself, its end ending the iteration (not an async generator around it:
+        # that cost a generator frame to resume and a second coroutine per message).
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
 
     async def close(self) -> None:
         self._channel.close()

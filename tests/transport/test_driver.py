@@ -427,3 +427,28 @@ async def test_closed_streams_are_freed_without_the_cyclic_collector() -> None:
             assert (alive(NetworkPublication), alive(PublicationImage)) == before
     finally:
         gc.enable()
+
+
+async def test_iterating_a_subscription_ends_when_it_is_closed(autojump_clock) -> None:  # type: ignore[no-untyped-def]
+    net = MemoryNetwork(seed=5)
+    async with open_transport(socket_factory=net) as transport:
+        sub = await transport.add_subscription(channel(VIRTUAL_PORT), STREAM)
+        pub = await transport.add_publication(channel(VIRTUAL_PORT), STREAM)
+        await pub.wait_connected(timeout=5)
+        got: list[bytes] = []
+
+        async def consume() -> None:
+            async for message in sub:
+                got.append(message.data)
+                if len(got) == 2:
+                    await sub.close()
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(consume)
+                for data in (b"one", b"two"):
+                    await pub.send(data)
+        # The loop ended (the nursery closed) without an error once the subscription did.
+        assert got == [b"one", b"two"]
+        with pytest.raises(trio.EndOfChannel):
+            await sub.receive()
