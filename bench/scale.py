@@ -63,6 +63,7 @@ sockets) for itself and its children.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import multiprocessing as mp
@@ -172,6 +173,7 @@ def client_process(
     interval: float = 1.0,
     sources: str = "client",
     storm_count: int | None = None,
+    per_transport: int = 1,
 ) -> None:
     try:
         raise_fd_limit()
@@ -195,6 +197,7 @@ def client_process(
             interval,
             sources,
             count if storm_count is None else storm_count,
+            per_transport,
         )
         out.put(("done", index, {"gc_long": pauses.long, "gc_counts": pauses.counts}))
     except BaseException:
@@ -214,8 +217,11 @@ class _Population:
         duologue_ports: str = "per-client",
         interval: float = 1.0,
         source_octet: int | None = None,
+        per_transport: int = 1,
     ):
         self.duologue_ports = duologue_ports
+        #: clients sharing one transport (1: each its own, as `echo-client` runs)
+        self.per_transport = per_transport
         self.interval = interval
         #: N: client k sends from 127.N.x.y (scale_raw.client_address); None: the system's choice
         self.source_octet = source_octet
@@ -243,23 +249,42 @@ class _Population:
             self.all_settled.set()
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.count):
-                nursery.start_soon(self._one, self.rng.uniform(0.0, self.spread))
+        async with contextlib.AsyncExitStack() as stack:
+            shared: list[Any] = []
+            if self.per_transport > 1:
+                from echo.client.client import bound_to
+                from echo.session.client import client_transport_config
+                from echo.transport import open_transport
+                from echo.transport.sockets import open_udp_socket
+
+                # Transport j sends from client j's address (the clients that share it, from
+                # one address, as clients behind one NAT).
+                for j in range(-(-self.count // self.per_transport)):
+                    factory = (
+                        open_udp_socket
+                        if self.source_octet is None
+                        else bound_to(client_address(self.source_octet, j))
+                    )
+                    opened = open_transport(client_transport_config(), socket_factory=factory)
+                    shared.append(await stack.enter_async_context(opened))
+            async with trio.open_nursery() as nursery:
+                for k in range(self.count):
+                    transport = shared[k // self.per_transport] if shared else None
+                    nursery.start_soon(self._one, self.rng.uniform(0.0, self.spread), transport)
 
     def stop(self) -> None:
         self.stopped = True
         for client in self.clients:
             client.stop()
 
-    async def _one(self, delay: float) -> None:
+    async def _one(self, delay: float, transport: Any = None) -> None:
         from echo.client.application import EchoReceived
         from echo.client.client import ClientConfig, EchoClient
 
         number = self.numbered
         self.numbered += 1
         source = None
-        if self.source_octet is not None:
+        if self.source_octet is not None and transport is None:
             source = client_address(self.source_octet, number)
         await trio.sleep(delay)
         if self.stopped:
@@ -294,6 +319,7 @@ class _Population:
             ),
             on_echo=on_echo,
             on_state=on_state,
+            transport=transport,
         )
         self.clients.append(client)
         machine = await client.run()
@@ -322,6 +348,7 @@ async def _clients(
     interval: float = 1.0,
     sources: str = "client",
     storm_count: int | None = None,
+    per_transport: int = 1,
 ) -> None:
     from echo.log import configure_logging
 
@@ -346,6 +373,7 @@ async def _clients(
             duologue_ports,
             interval,
             octet if sources == "client" else None,
+            per_transport,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(population.run)
@@ -399,6 +427,7 @@ class _Workers:
         interval: float = 1.0,
         sources: str = "client",
         storm_clients: int | None = None,
+        per_transport: int = 1,
     ) -> None:
         ctx = mp.get_context("spawn")
         self.out: Any = ctx.Queue()
@@ -421,6 +450,7 @@ class _Workers:
                     interval,
                     sources,
                     storm[i],
+                    per_transport,
                 ),
                 name=f"scale clients {i}",
                 daemon=True,
@@ -597,6 +627,7 @@ def run(
     interval: float = 1.0,
     sources: str = "client",
     storm_clients: int | None = None,
+    per_transport: int = 1,
 ) -> dict[str, Any]:
     """One N: the storm (handshakes/s), then the steady state (CPU, RSS, echo latency).
 
@@ -619,6 +650,7 @@ def run(
             interval,
             sources,
             storm_clients,
+            per_transport,
         )
         try:
             workers.start(client_cpus)
@@ -686,6 +718,7 @@ def run(
         "duologue_ports": duologue_ports,
         "interval_s": interval,
         "sources": sources,
+        "per_transport": per_transport,
         "storm_clients": storm_size,
         "seconds": seconds,
         "processes": len(workers.processes),
@@ -759,6 +792,8 @@ def results(row: dict[str, Any]) -> list[Result]:
         name += f"_every_{interval:g}s"
     if row.get("sources", "client") == "one":
         name += "_one_source"
+    if row.get("per_transport", 1) != 1:
+        name += f"_{row['per_transport']}_per_transport"
     storm = row.get("storm_clients", n)
     if storm != n:
         name += f"_storm_{storm}"
@@ -853,6 +888,15 @@ def main() -> None:
         "127.0.0.1 (as before 2026-11-28: the server's per-host limits then apply to all)",
     )
     parser.add_argument(
+        "--per-transport",
+        type=int,
+        default=1,
+        metavar="K",
+        help="clients sharing one transport in a client process (EchoClient(transport=...)), "
+        "each transport from an address of its own with --sources client (default 1: every "
+        "client opens its own, as echo-client does)",
+    )
+    parser.add_argument(
         "--ramp",
         type=float,
         default=None,
@@ -888,6 +932,7 @@ def main() -> None:
             interval=args.interval,
             sources=args.sources,
             storm_clients=args.storm_clients,
+            per_transport=args.per_transport,
         )
         for n in args.clients.split(",")
         for mode in args.duologue_ports.split(",")

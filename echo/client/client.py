@@ -99,6 +99,23 @@ class ClientConfig:
 
 
 class EchoClient:
+    """One Echo 2.0 client: the handshake, then an ECHO every `interval` until `count` or stop().
+
+    By default each run opens a transport of its own (its sockets, its driver's tasks and
+    timers). Clients of one program (a game's bots, a load generator) can share one instead,
+    opened by the caller with the client's settings, which costs each client only its
+    session's own streams::
+
+        async with open_transport(client_transport_config()) as transport:
+            async with trio.open_nursery() as nursery:
+                for _ in range(100):
+                    nursery.start_soon(EchoClient(ClientConfig(), transport=transport).run)
+
+    The clients of one transport send from the same address (to send from another, open the
+    transport with ``socket_factory=bound_to(address)``); the server counts them against its
+    per-address limits together, as it does clients behind one NAT.
+    """
+
     def __init__(
         self,
         config: ClientConfig,
@@ -107,9 +124,19 @@ class EchoClient:
         on_echo: Callable[[EchoReceived], None] | None = None,
         on_state: Callable[[str, dict[str, Any]], None] | None = None,
         pad: int | None = None,
+        transport: Transport | None = None,
     ) -> None:
+        if transport is not None and config.source is not None:
+            raise ValueError(
+                "source and a shared transport do not go together: open the transport with "
+                "socket_factory=bound_to(source) instead"
+            )
+        if transport is not None and transport_config is not None:
+            raise ValueError("transport_config is for the client's own transport, not a shared one")
         self.config = config
         self.transport_config = client_transport_config(transport_config)
+        #: a transport the caller opened and shares between clients; None: the run opens its own
+        self._shared = transport
         self.on_echo = on_echo
         self.on_state = on_state
         self.pad = secrets.randbits(32) if pad is None else pad
@@ -130,7 +157,7 @@ class EchoClient:
 
     @property
     def transport(self) -> Transport | None:
-        """The client's own transport, while it runs."""
+        """The transport the client runs on, while it runs (its own, or the shared one)."""
         return self._transport
 
     def stop(self) -> None:
@@ -140,15 +167,26 @@ class EchoClient:
             self._scope.cancel()
 
     async def run(self) -> EchoMachine:
+        if self._shared is not None:
+            await self._run_on(self._shared)
+        else:
+            config = self.config
+            opened = (
+                open_transport(self.transport_config)
+                if config.source is None
+                else open_transport(self.transport_config, socket_factory=bound_to(config.source))
+            )
+            async with opened as transport:
+                await self._run_on(transport)
+        if self._stopping:
+            self.machine.stop(trio.current_time())
+        return self.machine
+
+    async def _run_on(self, transport: Transport) -> None:
         config = self.config
         machine = self.machine
-        opened = (
-            open_transport(self.transport_config)
-            if config.source is None
-            else open_transport(self.transport_config, socket_factory=bound_to(config.source))
-        )
-        async with opened as transport:
-            self._transport = transport
+        self._transport = transport
+        try:
             with trio.CancelScope() as self._scope:
                 if self._stopping:
                     self._scope.cancel()
@@ -169,10 +207,8 @@ class EchoClient:
                         await self._echo(session)
                 except SessionError as error:
                     machine.on_handshake_failed(failure_of(error), trio.current_time())
+        finally:
             self._scope = None
-        if self._stopping:
-            machine.stop(trio.current_time())
-        return machine
 
     def _on_step(self, step: HandshakeStep) -> None:
         self.machine.on_handshake_step(

@@ -15,6 +15,8 @@ import trio.testing
 from echo.client.application import ClientState, EchoReceived, FailureKind
 from echo.client.client import ClientConfig, EchoClient
 from echo.server.server import EchoServer
+from echo.session.client import client_transport_config
+from echo.transport import open_transport
 from tests.server.test_server import free_base, server_config
 
 
@@ -161,3 +163,54 @@ async def test_clients_sending_from_their_own_addresses_are_counted_per_address(
 def test_a_source_that_is_not_an_address_is_refused_in_the_config() -> None:
     with pytest.raises(ValueError, match="source must be an IP address"):
         ClientConfig(source="my-laptop")
+
+
+async def test_clients_sharing_one_transport_each_hold_a_session_of_their_own() -> None:
+    # A load generator's or a game's bots: three clients on one transport the caller opened.
+    # Each runs its own handshake and duologue (three sessions on the server, three different
+    # session ids), and the transport outlives them: a client does not close what it was lent.
+    base = free_base(6)
+    config = server_config(base)  # up to 3 per address, 4 in all
+    async with trio.open_nursery() as nursery:
+        server: EchoServer = await nursery.start(EchoServer(config).run)
+        async with open_transport(client_transport_config()) as transport:
+            clients = [
+                EchoClient(
+                    ClientConfig(
+                        port=config.port, control_port=config.control_port, interval=0.05, count=20
+                    ),
+                    transport=transport,
+                )
+                for _ in range(3)
+            ]
+            async with trio.open_nursery() as running:
+                for client in clients:
+                    running.start_soon(client.run)
+                with trio.fail_after(20):
+                    while len(server.duologues) < 3:  # noqa: ASYNC110 (no event for it)
+                        await trio.sleep(0.01)
+            assert all(client.transport is transport for client in clients)
+            # still usable after them: one more client on it
+            late = EchoClient(
+                ClientConfig(port=config.port, control_port=config.control_port, count=1),
+                transport=transport,
+            )
+            await late.run()
+        nursery.cancel_scope.cancel()
+    for client in [*clients, late]:
+        assert client.machine.state is ClientState.CLOSED, client.machine.failure
+    assert [client.machine.received for client in clients] == [20] * 3
+    assert late.machine.received == 1
+    assert len({client.machine.duologue_session for client in clients}) == 3
+
+
+def test_a_shared_transport_does_not_take_a_source_or_a_config_of_its_own() -> None:
+    transport = object()  # refused before it is looked at
+    with pytest.raises(ValueError, match="bound_to"):
+        EchoClient(ClientConfig(source="127.0.0.2"), transport=transport)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="own transport"):
+        EchoClient(
+            ClientConfig(),
+            transport=transport,  # type: ignore[arg-type]
+            transport_config=client_transport_config(),
+        )
