@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -192,3 +193,129 @@ def test_group_nak_delay_stays_in_its_bounds() -> None:
     delays = [group_nak_delay(rng, 0.01, 10) for _ in range(1000)]
     assert all(0.0 <= d <= 0.01 for d in delays)
     assert max(delays) - min(delays) > 0.005
+
+
+class FractionOfRange(random.Random):
+    """A stand-in generator: `uniform(a, b)` is `fraction` of the way from a to b."""
+
+    def __init__(self, fraction: float) -> None:
+        super().__init__(0)
+        self.fraction = fraction
+
+    def uniform(self, a: float, b: float) -> float:
+        return a + self.fraction * (b - a)
+
+
+@pytest.mark.parametrize("group_size", [1, 10])
+@pytest.mark.parametrize("fraction", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_group_nak_delay_is_the_truncated_exponential_of_aerons_generator(
+    fraction: float, group_size: int
+) -> None:
+    # Aeron's OptimalMulticastDelayGenerator draws x uniformly from
+    # [lambda / (T (e^lambda - 1)), that + lambda / T] and waits (T / lambda) ln(x (e^lambda - 1)
+    # T / lambda), lambda = ln(group size) + 1: the inverse of the exponential distribution with
+    # rate lambda / T cut off at T. A uniform draw u in [0, 1] waits (T / lambda) ln(1 + u
+    # (e^lambda - 1)): 0 at u = 0, T at u = 1, most NAKs late so that the first can suppress them.
+    backoff = 0.06
+    lam = math.log(group_size) + 1.0
+    expected = backoff / lam * math.log(1.0 + fraction * (math.exp(lam) - 1.0))
+    delay = group_nak_delay(FractionOfRange(fraction), backoff, group_size)
+    assert delay == pytest.approx(expected, abs=1e-12)
+
+
+# ------------------------------------------------------------------ gaps across scans
+
+
+def test_without_gaps_no_nak_is_ever_due() -> None:
+    loss = detector()
+    loss.scan(terms_with([0, 1, 2, 3]), BITS, 0, 4 * FRAME, now=0.0)
+    assert loss.next_deadline() == math.inf  # the image sleeps on it: no wake-up for nothing
+    loss.scan(terms_with([0, 2]), BITS, FRAME, 3 * FRAME, now=0.0)
+    assert loss.gaps
+    loss.clear()  # the image caught up: what was missing arrived
+    assert loss.next_deadline() == math.inf
+    assert loss.due(1e9) == []
+
+
+def test_a_rescan_keeps_a_naked_gaps_repair_timed() -> None:
+    loss = detector()
+    terms = terms_with([0, 3])
+    loss.scan(terms, BITS, FRAME, 4 * FRAME, now=0.0)
+    loss.nak_sent((FRAME, 2 * FRAME), True, now=0.5)
+    loss.scan(terms, BITS, FRAME, 4 * FRAME, now=0.6)  # new data elsewhere, the same gap
+    # It is the gap that was NAKed, not a remnant of it: its repair still times the round trip.
+    assert loss.repair.naked == {FRAME: 0.5}
+
+
+def test_a_new_gap_after_a_known_one_waits_its_own_nak_delay() -> None:
+    loss = detector()
+    loss.scan(terms_with([0, 2]), BITS, FRAME, 3 * FRAME, now=0.0)
+    loss.nak_sent((FRAME, FRAME), True, now=0.5)
+    deadline = loss.gaps[(FRAME, FRAME)]
+    # Frames 2 and 4 arrived later, frame 3 is lost: a gap of its own, not part of the first.
+    loss.scan(terms_with([0, 2, 4]), BITS, FRAME, 5 * FRAME, now=0.7)
+    assert loss.gaps == {
+        (FRAME, FRAME): deadline,
+        (3 * FRAME, FRAME): pytest.approx(0.7 + TIMERS.nak_delay),
+    }
+
+
+def test_a_gap_that_grew_is_naked_afresh() -> None:
+    # Tail loss: the sender's heartbeats move the high-water mark on over frames that never
+    # came, so the gap at the end grows; its new part has not been NAKed yet (Aeron: a gap
+    # whose offset or length changed is a new gap, its timer starts again).
+    loss = detector()
+    loss.scan(terms_with([0]), BITS, FRAME, 3 * FRAME, now=0.0)
+    loss.nak_sent((FRAME, 2 * FRAME), True, now=0.5)
+    loss.scan(terms_with([0]), BITS, FRAME, 5 * FRAME, now=0.6)
+    assert loss.gaps == {(FRAME, 4 * FRAME): pytest.approx(0.6 + TIMERS.nak_delay)}
+
+
+def test_what_is_left_when_a_resends_end_arrives_first_keeps_the_gaps_time() -> None:
+    loss = detector()
+    loss.scan(terms_with([0, 3]), BITS, FRAME, 4 * FRAME, now=0.0)
+    loss.nak_sent((FRAME, 2 * FRAME), True, now=0.5)
+    deadline = loss.gaps[(FRAME, 2 * FRAME)]
+    # The resend's second frame overtook its first: the gap's start is still missing.
+    loss.scan(terms_with([0, 2, 3]), BITS, FRAME, 4 * FRAME, now=0.501)
+    assert loss.gaps == {(FRAME, FRAME): deadline}
+
+
+def test_the_middle_of_a_longer_gap_being_repaired_keeps_its_time() -> None:
+    loss = detector()
+    loss.scan(terms_with([0, 1, 2, 3, 6]), BITS, 4 * FRAME, 7 * FRAME, now=0.0)
+    loss.nak_sent((4 * FRAME, 2 * FRAME), True, now=0.5)
+    deadline = loss.gaps[(4 * FRAME, 2 * FRAME)]
+    loss.scan(terms_with([0, 1, 2, 3, 4, 6]), BITS, 5 * FRAME, 7 * FRAME, now=0.501)
+    assert loss.gaps == {(5 * FRAME, FRAME): deadline}
+    loss = detector()
+    loss.scan(terms_with([0, 4]), BITS, FRAME, 5 * FRAME, now=0.0)
+    loss.nak_sent((FRAME, 3 * FRAME), True, now=0.5)
+    deadline = loss.gaps[(FRAME, 3 * FRAME)]
+    loss.scan(terms_with([0, 1, 4]), BITS, 2 * FRAME, 5 * FRAME, now=0.501)
+    assert loss.gaps == {(2 * FRAME, 2 * FRAME): deadline}
+
+
+def put_frame(log: TermBuffers, index: int, offset: int, length: int) -> None:
+    """A received DATA frame of `length` bytes at `offset` of term `index`."""
+    write_frame(
+        log.terms[index],
+        offset,
+        flags=UNFRAGMENTED_FLAGS,
+        frame_type=FrameType.DATA,
+        session_id=1,
+        stream_id=2,
+        term_id=index,
+        payload=bytes(length - 32),
+    )
+
+
+def test_gaps_are_found_in_the_next_term_past_a_complete_rest_of_this_one() -> None:
+    log = TermBuffers(TERM)
+    put_frame(log, 0, 0, FRAME)  # term 0: frame, gap, then frames up to its end
+    put_frame(log, 0, 2 * FRAME, TERM - 2 * FRAME)
+    put_frame(log, 1, 0, FRAME)  # term 1: frame, gap, frame
+    put_frame(log, 1, 2 * FRAME, FRAME)
+    loss = detector()
+    loss.scan(log, BITS, FRAME, TERM + 3 * FRAME, now=0.0)
+    assert set(loss.gaps) == {(FRAME, FRAME), (TERM + FRAME, FRAME)}

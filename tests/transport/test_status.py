@@ -104,3 +104,79 @@ def test_a_heartbeat_where_everything_is_consumed_is_answered_at_once() -> None:
     assert status.deadline == pytest.approx(INTERVAL)
     status.on_heartbeat(1000, 1000, now=0.06)
     assert status.deadline == pytest.approx(0.06)
+
+
+def test_a_heartbeat_at_the_edge_before_our_last_sm_means_that_sm_was_lost() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.sent(WINDOW // 2, WINDOW // 2, 0.1, retry_delay=0.01)  # opens the window to 1.5 W
+    # The sender went on to the edge we gave it before, and stopped there: it never heard of
+    # the SM that moved the edge on. Answer now, not at the periodic SM (0.3).
+    status.on_heartbeat(WINDOW - MTU, WINDOW // 2, now=0.15)
+    assert status.deadline == pytest.approx(0.15)
+
+
+def test_a_repeated_sm_that_grants_nothing_new_keeps_the_edge_before_it() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.sent(WINDOW // 2, WINDOW // 2, 0.1, retry_delay=0.01)  # opens the window to 1.5 W
+    status.sent(WINDOW // 2, WINDOW // 2, 0.3, retry_delay=0.01)  # the periodic repeat
+    # Both may have been lost: a sender still at the old edge is still answered at once.
+    status.on_heartbeat(WINDOW - MTU, WINDOW // 2, now=0.35)
+    assert status.deadline == pytest.approx(0.35)
+
+
+def test_a_heartbeat_where_everything_is_consumed_and_reported_waits() -> None:
+    status = scheduler()
+    status.sent(1024, 1024, 0.0, retry_delay=0.01)
+    # The sender idles where our last SM already said all is consumed: nothing to tell it (an
+    # SM per idle heartbeat would be noise).
+    status.on_heartbeat(1024, 1024, now=0.05)
+    assert status.deadline == pytest.approx(INTERVAL)
+
+
+def test_a_heartbeat_at_the_edge_right_after_an_sm_waits_the_window_update_gap() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.on_heartbeat(WINDOW - MTU, 0, now=WINDOW_UPDATE_MIN_GAP / 4)
+    assert status.deadline == pytest.approx(WINDOW_UPDATE_MIN_GAP)
+
+
+def test_heartbeats_a_full_probe_repeat_apart_are_an_idle_senders() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.on_heartbeat(1024, 0, now=PROBE_REPEAT)
+    status.on_heartbeat(1024, 0, now=2 * PROBE_REPEAT)  # not closer together than PROBE_REPEAT
+    assert status.deadline == pytest.approx(INTERVAL)
+
+
+def test_data_up_to_the_old_edge_does_not_confirm_a_window_opening_sm() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.sent(WINDOW // 2, WINDOW - MTU, 1.0, retry_delay=0.003)
+    # The old grant let the sender send up to WINDOW without our SM: only data beyond says
+    # the SM arrived. So the SM is still repeated, backing off.
+    status.on_new_data(WINDOW)
+    status.sent(WINDOW // 2, WINDOW, 1.003, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.003 + 0.006)
+
+
+def test_a_sender_at_the_edge_gets_no_window_update_when_nothing_more_was_consumed() -> None:
+    status = scheduler()
+    status.sent(1024, 1024, 0.0, retry_delay=0.01)
+    at_edge = 1024 + WINDOW - MTU  # the sender used up the window our SM gave it
+    # Nothing consumed since that SM: an update would only repeat it (and a pending one would
+    # wake the image at once, again and again, for nothing).
+    assert not status.threshold_reached(1024, at_edge)
+    assert not status.window_update_due(1024, at_edge, 0.1)
+    assert status.window_update_at(1024, at_edge) == math.inf
+    assert not status.due(1024, at_edge, 0.1)
+
+
+def test_before_any_sm_no_earlier_window_update_holds_one_back() -> None:
+    status = scheduler(now=5.0)
+    at_edge = WINDOW - MTU
+    assert status.window_update_due(100, at_edge, 5.0)
+    assert status.window_update_at(100, at_edge) <= 5.0
+    status.on_heartbeat(at_edge, 100, now=5.0)
+    assert status.deadline == 5.0
