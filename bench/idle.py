@@ -174,46 +174,53 @@ def run_clients(args: argparse.Namespace) -> None:
 
     alive = 0
     reasons: dict[str, int] = {}
+    #: why sessions that were open ended (an idle session must not end)
+    ends: dict[str, int] = {}
 
     async def one(transport: Any, limiter: trio.CapacityLimiter, done: trio.Event) -> None:
         nonlocal opened, failed, alive
         # (A handshake that fails on a loaded machine is tried again, as a game's client
-        # would: what is measured is the idle sessions, not the admission.)
+        # would: what is measured is the idle sessions, not the admission.) The limiter holds
+        # back only the handshakes; the session is used inside `connect`'s block (its
+        # nursery and cancel scopes must close in the order they opened).
         for attempt in range(CONNECT_ATTEMPTS):
+            await limiter.acquire()
+            holding = True
             try:
-                async with limiter:
-                    cm = connect(
-                        "127.0.0.1",
-                        base,
-                        base + 1,
-                        transport=transport,
-                        timeout=10.0,
-                        duologue_ports=args.ports,
-                    )
-                    session = await cm.__aenter__()
-                break
+                async with connect(
+                    "127.0.0.1",
+                    base,
+                    base + 1,
+                    transport=transport,
+                    timeout=10.0,
+                    duologue_ports=args.ports,
+                ) as session:
+                    limiter.release()
+                    holding = False
+                    opened += 1
+                    alive += 1
+                    if opened + failed == args.sessions:
+                        done.set()
+                    try:
+                        async for _ in session:
+                            pass
+                    except SessionError as error:
+                        ended = type(error).__name__ + ": " + str(error)[:80]
+                        ends[ended] = ends.get(ended, 0) + 1
+                    finally:
+                        alive -= 1
+                return
             except SessionError as error:
+                if not holding:
+                    return  # the session was open: leaving it went wrong, it is gone anyway
                 reason = type(error).__name__ + ": " + str(error)[:80]
                 reasons[reason] = reasons.get(reason, 0) + 1
-                if attempt + 1 < CONNECT_ATTEMPTS:
-                    continue
-                failed += 1
-                if opened + failed == args.sessions:
-                    done.set()
-                return
-        opened += 1
-        alive += 1
+            finally:
+                if holding:
+                    limiter.release()
+        failed += 1
         if opened + failed == args.sessions:
             done.set()
-        try:
-            async for _ in session:
-                pass
-        except SessionError:
-            pass
-        finally:
-            alive -= 1
-            with trio.CancelScope(shield=True):
-                await cm.__aexit__(None, None, None)
 
     async def main() -> None:
         config = client_transport_config(_timers(args.timers, "client"))
@@ -225,6 +232,7 @@ def run_clients(args: argparse.Namespace) -> None:
                     "cpu": time.process_time(),
                     "sessions": alive,
                     "failed": failed,
+                    "ended": dict(ends),
                     "sent": counters.datagrams_sent,
                     "received": counters.datagrams_received,
                 }
@@ -359,7 +367,17 @@ def _window(
         "clients": side(range(1, len(procs))),
         "server_sessions": after[0][1]["sessions"],
         "client_sessions": sum(after[i][1]["sessions"] for i in range(1, len(procs))),
+        # why client sessions ended, over the whole run so far
+        "client_ends": _merged(after[i][1].get("ended", {}) for i in range(1, len(procs))),
     }
+
+
+def _merged(counts: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for each in counts:
+        for key, n in each.items():
+            total[key] = total.get(key, 0) + n
+    return total
 
 
 def _summary(values: Sequence[float]) -> dict[str, float]:

@@ -28,7 +28,8 @@ def test_naks_overlapping_a_lingering_resend_are_ignored() -> None:
     assert not handler.on_nak(1500, 100, now=1.005)  # overlaps the end
     assert not handler.on_nak(900, 200, now=1.005)  # overlaps the start
     assert handler.on_nak(1536, 64, now=1.005)  # right after it: a different gap
-    assert handler.due(1.005) == [(1536, 64)]
+    assert handler.on_nak(512, 512, now=1.005)  # ends where it starts: a different gap too
+    assert handler.due(1.005) == [(1536, 64), (512, 512)]
 
 
 def test_a_nak_after_the_linger_is_resent_again() -> None:
