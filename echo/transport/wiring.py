@@ -159,6 +159,14 @@ async def _send_socket(driver: Driver, uri: ChannelUri) -> tuple[SendSocket, boo
         family, remote = await _resolve(uri.endpoint)
         bind = _wildcard(family)
         key = ("pub", remote)
+        if uri.response_correlation_id is not None:
+            # A request publication goes out of a socket of its own, as a per-client duologue
+            # does, though Aeron's would share one with every publication to the same
+            # endpoint: a bot farm's thousand sessions to one server port would then make
+            # every SM or NAK for one of them a poll of all (SendEndpoint.poll), and an idle
+            # session cost its client 3 x the CPU per datagram (bench.idle --ports shared).
+            # The wire is the same; the server sees one more source port per session.
+            key = ("pub-request", remote, uri.response_correlation_id)
         mode = SendMode.UNICAST
     udp = driver.endpoints.get(key)
     if not isinstance(udp, SendSocket):

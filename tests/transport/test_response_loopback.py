@@ -98,6 +98,61 @@ async def _client_transport(
         await trio.sleep_forever()
 
 
+async def test_request_publications_of_one_transport_each_send_from_a_socket_of_their_own() -> None:
+    # A bot farm: several sessions of one client transport to one server port. Each request
+    # publication goes out of its own socket (the server's images come from different
+    # ports), so an SM for one is not a poll of all the others; each still hears its answer.
+    port, control = _free_ports()
+    async with open_transport() as server, open_transport() as client:
+        images: list[Image] = []
+        arrived = trio.Event()
+
+        def on_image(image: Image) -> None:
+            images.append(image)
+            if len(images) == 3:
+                arrived.set()
+
+        requests_in = await server.add_subscription(
+            f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM, on_image_available=on_image
+        )
+        pairs = []
+        for _ in range(3):
+            response_in = await client.add_subscription(
+                f"aeron:udp?control-mode=response|control=127.0.0.1:{control}", STREAM
+            )
+            request_out = await client.add_publication(
+                f"aeron:udp?endpoint=127.0.0.1:{port}"
+                f"|response-correlation-id={response_in.registration_id}",
+                STREAM,
+            )
+            pairs.append((response_in, request_out))
+        with trio.fail_after(20):
+            await arrived.wait()
+            assert len({image.source_address for image in images}) == 3
+            answers = {
+                image.session_id: await server.add_publication(
+                    f"aeron:udp?control-mode=response|control=127.0.0.1:{control}"
+                    f"|response-correlation-id={image.correlation_id}",
+                    STREAM,
+                )
+                for image in images
+            }
+            for _, request_out in pairs:
+                await request_out.send(b"ask %d" % request_out.session_id)
+            for _ in pairs:
+                message = await requests_in.receive()
+                await answers[message.session_id].send(b"answer to %d" % message.session_id)
+            for response_in, request_out in pairs:
+                reply = await response_in.receive()
+                assert reply.data == b"answer to %d" % request_out.session_id
+        # Closing one leaves the others' sockets open.
+        await pairs[0][1].close()
+        with trio.fail_after(20):
+            await pairs[1][1].send(b"still here")
+            message = await requests_in.receive()
+        assert message.data == b"still here"
+
+
 async def test_a_stranger_on_the_same_host_cannot_take_a_live_response_stream() -> None:
     port, control = _free_ports()
     async with open_transport() as server, open_transport() as client:
