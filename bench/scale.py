@@ -3,7 +3,7 @@
     python -m bench.scale [--clients 100,500,1000] [--seconds 30] [--processes 4] [--pin 0,1]
                           [--after-storm 10] [--ramp S] [--duologue-ports shared]
                           [--profile DIR] [--interval 1] [--sources client|one]
-                          [--storm-clients K]
+                          [--storm-clients K] [--per-transport K]
     python -m bench.scale --clients 5000 --duologue-ports shared --interval 5   # 5,000 row
     python -m bench.run --only scale [--quick]
 
@@ -21,6 +21,9 @@ address being this host's; `EchoClient`'s `source`), as clients behind different
 the server's per-host limits (the rate of cookie challenges to unvalidated addresses,
 `--max-per-ip`) count each on its own. `--sources one` sends them all from 127.0.0.1, as the
 bench did before 2026-11-28: at 5,000 clients the per-host limits then hold most of them back.
+`--per-transport K` makes K clients of a process share one transport (`EchoClient(transport=)`,
+as a game's bots would), sending from one address (K clients behind one NAT): each client then
+costs its process its session's streams only, not a driver, its sockets and timers of its own.
 
 The server is `python -m echo.server.cli` in its own process. The clients share a few
 processes, as a library user would run them (many `EchoClient`s in one trio program); each
