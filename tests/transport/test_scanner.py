@@ -68,6 +68,12 @@ class Wire:
         return out
 
 
+def test_a_new_scanner_has_put_nothing_on_the_wire_and_is_not_blocked() -> None:
+    # What a driver may read before the first send (to wait for a writable socket, say).
+    scanner = scanner_of(log_of([64]), mtu=192)
+    assert scanner.wire_datagrams == 0 and not scanner.blocked
+
+
 def test_a_datagram_is_as_many_whole_frames_as_fit_in_the_mtu() -> None:
     log = log_of([64] * 7)
     wire = Wire()
