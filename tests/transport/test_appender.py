@@ -103,3 +103,73 @@ def test_a_heartbeat_header_names_the_position_it_is_at() -> None:
     expected[0:4] = bytes(4)  # a heartbeat's frame length is 0
     expected[8:12] = (96).to_bytes(4, "little")  # its term offset
     assert log.data_header(TERM + 96, UNFRAGMENTED_FLAGS) == bytes(expected)
+
+
+def test_an_mtu_up_to_the_maximum_message_length_is_accepted_and_a_longer_one_refused() -> None:
+    longest = LogAppender(**IDS, initial_term_id=0, term_length=TERM, mtu=TERM // 8)
+    assert longest.max_payload == TERM // 8 - 32
+    with pytest.raises(ValueError, match="mtu 8224 is larger than the maximum message length"):
+        LogAppender(**IDS, initial_term_id=0, term_length=TERM, mtu=TERM // 8 + 32)
+
+
+def test_each_rotation_moves_to_the_next_term_with_the_next_id() -> None:
+    log = appender()
+    for count in range(1, 5):
+        log.pad_and_rotate()
+        assert (log.term_count, log.tail_offset) == (count, 0)
+        assert log.active_term_id == -(2**31) + count - 1
+        # append returns the new tail as a position: the terms before count in full.
+        assert log.append(b"x") == log.position == count * TERM + 64
+
+
+def test_a_message_that_fills_the_rest_of_the_term_exactly_fits() -> None:
+    log = appender()
+    while log.tail_offset + log.required(1000) < TERM:
+        log.append(bytes(1000))
+    last = TERM - log.tail_offset - 32  # the payload whose frame ends at the term's end
+    assert log.fits(log.required(last))
+    log.append(b"e" * last)
+    assert log.tail_offset == TERM and not log.fits(32)
+    # No room is left for a PAD: the next message simply starts the next term.
+    log.pad_and_rotate()
+    assert (log.term_count, log.tail_offset) == (1, 0)
+    assert bytes(log.log.terms[0][TERM - last :]) == b"e" * last
+
+
+def test_the_partition_a_fourth_term_reuses_is_clean() -> None:
+    log = appender()
+    for _ in range(20):
+        log.append(bytes(range(200)))
+    for _ in range(3):
+        log.pad_and_rotate()
+    # Term 3 is in partition 0 again: nothing of term 0 is left in it.
+    assert log.log.terms[0][: 20 * 256] == bytes(20 * 256)
+    log.append(b"new")
+    assert bytes(log.log.terms[0]) == expected_term([b"new"], term_id=-(2**31) + 2)
+
+
+def test_a_moved_tail_appends_in_its_terms_partition_with_its_term_id() -> None:
+    log = appender()
+    log.set_tail(5, 96)
+    assert log.position == 5 * TERM + 96 and log.active_term_id == -(2**31) + 4
+    assert log.append(b"late") == 5 * TERM + 160
+    reference = TermBuffers(TERM)
+    append_message(reference.terms[0], 96, b"late", 1376, **IDS, term_id=-(2**31) + 4)
+    assert bytes(log.log.terms[2]) == bytes(reference.terms[0])  # 5 % 3
+    reference.close()
+
+
+def test_the_cache_of_packings_keeps_each_new_length_until_it_is_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not appender_module.__file__.endswith(".py"):
+        pytest.skip("the compiled module's constants cannot be patched")
+    cache: dict[int, object] = {}
+    monkeypatch.setattr(appender_module, "_PACKINGS", cache)
+    monkeypatch.setattr(appender_module, "_MAX_PACKINGS", 2)
+    log = appender()
+    messages = [b"a", b"bb", b"ccc", b"a", b"dddd", b"ccc"]
+    for message in messages:
+        log.append(message)
+    assert sorted(cache) == [1, 2]  # bounded: lengths 3 and 4 were written in two steps
+    assert bytes(log.log.terms[0]) == expected_term(messages)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from echo.transport.assembly import FragmentAssembler
+from echo.transport.frames import DATA_HEADER_STRUCT, UNFRAGMENTED_FLAGS, FrameType
 from echo.transport.logbuffer import TermBuffers, append_message, write_pad
 
 TERM = 64 * 1024
@@ -17,6 +18,14 @@ def term_of(messages: list[bytes]) -> tuple[TermBuffers, list[int]]:
     for message in messages:
         offsets.append(append_message(log.terms[0], offsets[-1], message, MAX_PAYLOAD, **IDS))
     return log, offsets
+
+
+def pad_over(log: TermBuffers, offset: int, length: int) -> None:
+    """A gap of `length` bytes at `offset` given up on and padded over, as an image of a
+    reliable=false stream does (Aeron's tryFillGap): a PAD header, the rest left as it was."""
+    DATA_HEADER_STRUCT.pack_into(
+        log.terms[0], offset, length, 0, UNFRAGMENTED_FLAGS, FrameType.PAD, offset, 1, 2, 0, 0
+    )
 
 
 def poll_all(
@@ -88,3 +97,28 @@ def test_poll_messages_hands_the_handler_messages_with_their_origin() -> None:
     assert got == [Message(data, *origin) for data in messages]
     assert all(type(m) is Message for m in got)
     assert (got[1].session_id, got[1].source, got[1].source_port) == (7, "10.0.0.1:4000", 4000)
+
+
+def test_a_new_assembler_has_no_message_in_progress() -> None:
+    assert not FragmentAssembler().in_progress
+
+
+def test_a_gap_padded_over_mid_term_is_skipped_and_what_follows_comes_in_the_same_poll() -> None:
+    messages = [b"a" * 10, b"lost" * 20, b"b" * 10]
+    log, offsets = term_of(messages)
+    pad_over(log, offsets[1], offsets[2] - offsets[1])
+    got, offset, fragments = poll_all(FragmentAssembler(), log, 0, offsets[-1])
+    assert got == [messages[0], messages[2]]
+    assert offset == offsets[-1] and fragments == 2
+
+
+def test_a_message_with_a_fragment_padded_over_is_dropped_not_delivered_with_a_hole() -> None:
+    # Three fragments of 128, 128 and 96 bytes; the middle one was lost and padded over: the
+    # END does not follow the BEGIN kept, so the message is dropped.
+    log, offsets = term_of([bytes(range(250)), b"next"])
+    pad_over(log, 128, 128)
+    assembler = FragmentAssembler()
+    got, offset, fragments = poll_all(assembler, log, 0, offsets[-1])
+    assert got == [b"next"]
+    assert offset == offsets[-1] and fragments == 3  # BEGIN, the orphan END, the next message
+    assert not assembler.in_progress
