@@ -183,7 +183,7 @@ def run_clients(args: argparse.Namespace) -> None:
         # would: what is measured is the idle sessions, not the admission.) The limiter holds
         # back only the handshakes; the session is used inside `connect`'s block (its
         # nursery and cancel scopes must close in the order they opened).
-        for attempt in range(CONNECT_ATTEMPTS):
+        for _ in range(CONNECT_ATTEMPTS):
             await limiter.acquire()
             holding = True
             try:
