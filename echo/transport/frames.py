@@ -91,6 +91,7 @@ class FrameError(ValueError):
 
 
 _I64: Final = struct.Struct("<q")
+_I32: Final = struct.Struct("<i")
 #: what the run check reads of a DATA header: frame length, version, (flags skipped) type,
 #: term offset, and session, stream and term ids as 12 bytes
 _RUN_CHECK_STRUCT: Final = struct.Struct("<iBxHi12s")
@@ -99,10 +100,6 @@ _DATA_TYPE: Final = 0x01  # FrameType.DATA
 #: native int64 view of the datagram (_is_uniform_chain)
 _LITTLE_ENDIAN: Final = sys.byteorder == "little"
 _INT32_MAX: Final = 0x7FFFFFFF
-_U64: Final = (1 << 64) - 1
-#: (frames, frame step) -> the two ints that make a column of term offsets (_progression)
-_PROGRESSIONS: Final[dict[tuple[int, int], tuple[int, int]]] = {}
-_MAX_PROGRESSIONS: Final = 4096
 _DATA_TYPES: Final = frozenset((FrameType.DATA.value, FrameType.PAD.value))
 _KNOWN_TYPES: Final = frozenset(
     (
@@ -405,25 +402,20 @@ def _is_uniform_chain(
         or words[2:others:stride] != words[2 + stride :: stride]
     ):
         return False
-    # Term offset and session id as one int64 each: the offsets go up by `step` and the
-    # session stays. The column as one int is sum((first + k * step) << 64 k): each word is
-    # below 2**64 (term_offset + length fits an int32: no carry into the session's half), so
-    # the sum has exactly those words.
-    column = int.from_bytes(words[1::stride].tobytes(), "little")
-    ones, steps = _PROGRESSIONS.get((count, step)) or _progression(count, step)
-    first_word: int = words[1]
-    return column == (first_word & _U64) * ones + steps
-
-
-def _progression(count: int, step: int) -> tuple[int, int]:
-    """sum(1 << 64 k) and sum(k * step << 64 k) for k < count (_is_uniform_chain), kept."""
-    ones = ((1 << (64 * count)) - 1) // _U64
-    steps = 0
-    for k in range(count):
-        steps |= k * step << (64 * k)
-    if len(_PROGRESSIONS) < _MAX_PROGRESSIONS:
-        _PROGRESSIONS[count, step] = (ones, steps)
-    return ones, steps
+    # The sessions (int32 3) too; and the term offsets (int32 2), as one int: less its first
+    # int32, less its last, it is `step` in every int32. (Exactly: the offsets are below
+    # 2**31 - step, as term_offset + length fits an int32, so no int32 of the difference
+    # borrows from the next.)
+    ints = words.cast("B").cast("i")
+    stride <<= 1
+    if ints[3 : others << 1 : stride] != ints[3 + stride :: stride]:
+        return False
+    column = int.from_bytes(ints[2::stride].tobytes(), "little")
+    rest = (count - 1) * 32
+    difference = (column >> 32) - (column & ((1 << rest) - 1))
+    return difference >= 0 and difference.to_bytes(rest >> 3, "little") == _I32.pack(step) * (
+        count - 1
+    )
 
 
 def _parse_data_chain(data: Buffer, length: int) -> DataHeader:
