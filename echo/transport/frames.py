@@ -91,7 +91,6 @@ class FrameError(ValueError):
 
 
 _I64: Final = struct.Struct("<q")
-_I32: Final = struct.Struct("<i")
 #: what the run check reads of a DATA header: frame length, version, (flags skipped) type,
 #: term offset, and session, stream and term ids as 12 bytes
 _RUN_CHECK_STRUCT: Final = struct.Struct("<iBxHi12s")
@@ -403,9 +402,9 @@ def _is_uniform_chain(
     ):
         return False
     # The sessions (int32 3) too; and the term offsets (int32 2), as one int: less its first
-    # int32, less its last, it is `step` in every int32. (Exactly: the offsets are below
-    # 2**31 - step, as term_offset + length fits an int32, so no int32 of the difference
-    # borrows from the next.)
+    # int32, less its last, it is `step` in every int32, i.e. times 2**32 - 1 it is
+    # `(step << rest) - step`. (Exactly: the offsets are below 2**31 - step, as term_offset +
+    # length fits an int32, so no int32 of the difference borrows from the next.)
     ints = words.cast("B").cast("i")
     stride <<= 1
     if ints[3 : others << 1 : stride] != ints[3 + stride :: stride]:
@@ -413,9 +412,7 @@ def _is_uniform_chain(
     column = int.from_bytes(ints[2::stride].tobytes(), "little")
     rest = (count - 1) * 32
     difference = (column >> 32) - (column & ((1 << rest) - 1))
-    return difference >= 0 and difference.to_bytes(rest >> 3, "little") == _I32.pack(step) * (
-        count - 1
-    )
+    return difference * 0xFFFFFFFF == (step << rest) - step
 
 
 def _parse_data_chain(data: Buffer, length: int) -> DataHeader:

@@ -3,6 +3,9 @@ written apart from it, on random runs and random damage."""
 
 from __future__ import annotations
 
+import struct
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -163,3 +166,32 @@ def test_a_datagrams_chain_check_agrees_with_a_frame_by_frame_reference(
     except FrameError as error:
         outcome = error.reason
     assert outcome == reference_datagram(data)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (8, 4096 + 96 * 5 + 32),  # term offset
+        (8, 4096 + 96 * 4),
+        (12, 8),  # session
+        (16, 1002),  # stream
+        (20, -4),  # term
+        (0, 20),  # frame length
+        (4, 0x0200C000),  # type
+    ],
+)
+def test_one_frame_unlike_the_others_in_a_run_of_one_length_breaks_it(
+    field: int, value: int
+) -> None:
+    """A run of 14 frames of 96 bytes (the uniform check's case) in which the sixth has another
+    term offset, session, stream, term or length: no run, and no valid datagram."""
+    frames = bytearray()
+    for k in range(14):
+        frames += DATA_HEADER_STRUCT.pack(96, 0, 0xC0, 1, 4096 + 96 * k, 7, 1001, -5, 0)
+        frames += bytes(64)
+    assert parse_data_run_untrusted(bytes(frames), 96 * 7) == (96, 0xC0, 1, 4096, 7, 1001, -5, 0)
+    assert parse_data_untrusted(bytes(frames)) == (96, 0xC0, 1, 4096, 7, 1001, -5, 0)
+    struct.pack_into("<i", frames, 96 * 5 + field, value)
+    assert parse_data_run_untrusted(bytes(frames), 96 * 7) is None
+    with pytest.raises(FrameError):
+        parse_data_untrusted(bytes(frames))
