@@ -77,6 +77,8 @@ class LogAppender:
         "max_message_length",
         "max_payload",
         "max_position",
+        "run_offset",
+        "run_step",
         "session_id",
         "stream_id",
         "tail_offset",
@@ -111,6 +113,12 @@ class LogAppender:
         self._packed_length = -1
         self._pack_into: Callable[..., None] = _HEADER.pack_into
         self._frame_start = b""
+        #: the frames in [run_offset, tail_offset) of the active term are unfragmented DATA
+        #: frames of `run_step` bytes each (aligned): the scanner cuts them into datagrams
+        #: without reading their headers (scanner.py). The run starts anew where a frame of
+        #: another length is appended, after a fragmented message and with each new term.
+        self.run_offset = 0
+        self.run_step = 0
         self._set_term_ids()
 
     @property
@@ -161,6 +169,7 @@ class LogAppender:
                 stream_id=self.stream_id,
                 term_id=self.active_term_id,
             )
+            self.run_offset = offset
         self.tail_offset = offset
         return (self.term_count << self.bits) + offset
 
@@ -169,6 +178,10 @@ class LogAppender:
     ) -> None:
         """`append` of one frame whose payload length is not the one packed last (or whose
         data is a memoryview): with its length's packing, which becomes the one kept."""
+        step = (DATA_HEADER_LENGTH + length + _ALIGN) & ~_ALIGN
+        if step != self.run_step:
+            self.run_offset = offset
+            self.run_step = step
         packing = _PACKINGS.get(length)
         if packing is None and len(_PACKINGS) < _MAX_PACKINGS:
             packing = _PACKINGS[length] = _packing(length)
@@ -182,6 +195,9 @@ class LogAppender:
             payload = offset + DATA_HEADER_LENGTH
             term[payload : payload + length] = data
             _HEADER.pack_into(term, offset, _frame_start(length), offset, self._ids)
+            # (append's shortcut writes frames of the length packed last without a word to
+            # the run: only while that length is the run's)
+            self._packed_length = -1
 
     def pad_and_rotate(self) -> None:
         """A message does not fit: pad out the active term and move to the next one (a message
@@ -225,6 +241,7 @@ class LogAppender:
         """A new active term: its ids as the headers carry them, and its buffer."""
         self._ids = _IDS.pack(self.session_id, self.stream_id, self.active_term_id)
         self._term = self.log.terms[self.term_count % PARTITION_COUNT]
+        self.run_offset = self.tail_offset
 
     def set_tail(self, term_count: int, tail_offset: int) -> None:
         """Move the tail (tests: a stream near the end of its positions)."""

@@ -15,6 +15,7 @@ Pure module: no trio, no clock, no sockets.
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Iterator
 from typing import Final, TypeAlias
 
@@ -94,6 +95,10 @@ _I64: Final = struct.Struct("<q")
 #: term offset, and session, stream and term ids as 12 bytes
 _RUN_CHECK_STRUCT: Final = struct.Struct("<iBxHi12s")
 _DATA_TYPE: Final = 0x01  # FrameType.DATA
+#: the host's ints are the wire's (little-endian): a chain's headers may be read through a
+#: native int64 view of the datagram (_is_uniform_chain)
+_LITTLE_ENDIAN: Final = sys.byteorder == "little"
+_INT32_MAX: Final = 0x7FFFFFFF
 _DATA_TYPES: Final = frozenset((FrameType.DATA.value, FrameType.PAD.value))
 _KNOWN_TYPES: Final = frozenset(
     (
@@ -322,6 +327,8 @@ def parse_data_run_untrusted(data: Buffer, segment: int) -> DataFields | None:
     (_, _, flags, _, term_offset, session_id, stream_id, term_id, reserved) = first
     if term_offset < 0 or term_offset % FRAME_ALIGNMENT:
         return None
+    if _is_uniform_chain(data, length, segment, first):
+        return (first[0], flags, _DATA_TYPE, term_offset, session_id, stream_id, term_id, reserved)
     # Each header as only what the check reads (the 12 bytes of session, stream and term ids
     # as one bytes, compared in one step): fewer ints made and unboxed per frame than all nine
     # fields of the header.
@@ -357,6 +364,55 @@ def parse_data_run_untrusted(data: Buffer, segment: int) -> DataFields | None:
     if offset != length:
         return None
     return (first[0], flags, data_type, term_offset, session_id, stream_id, term_id, reserved)
+
+
+def _is_uniform_chain(
+    data: Buffer,
+    length: int,
+    segment: int,
+    first: tuple[int, int, int, int, int, int, int, int, int],
+) -> bool:
+    """Is `data`, whose first header is `first`, DATA frames of one length, whole in each
+    datagram of `segment` bytes, alike in their first 8 header bytes (length, version, flags,
+    type) and in session, stream and term, each at the term offset where the one before ends?
+    One stream's messages of one size: the common chain, checked a header word at a time down
+    all its frames (strided int64 views of the data: no Python object per frame but its term
+    offset's). False only says the frames are not all alike: the caller then checks them one
+    by one."""
+    (frame_length, version, _, frame_type, term_offset, _, _, _, _) = first
+    step = (frame_length + 31) & ~31
+    if (
+        version != CURRENT_VERSION
+        or frame_type != _DATA_TYPE
+        or frame_length < DATA_HEADER_LENGTH
+        or length % step
+        or segment % step
+        or term_offset + length > _INT32_MAX
+        or not _LITTLE_ENDIAN
+    ):
+        return False
+    count = length // step
+    stride = step >> 3
+    words = memoryview(data).cast("q")
+    # Each frame's words 0 and 2 (length to type; stream and term ids) are the next one's.
+    others = (length >> 3) - stride  # the words before the last frame's
+    if (
+        words[0:others:stride] != words[stride::stride]
+        or words[2:others:stride] != words[2 + stride :: stride]
+    ):
+        return False
+    # The sessions (int32 3) too; and the term offsets (int32 2), as one int: less its first
+    # int32, less its last, it is `step` in every int32, i.e. times 2**32 - 1 it is
+    # `(step << rest) - step`. (Exactly: the offsets are below 2**31 - step, as term_offset +
+    # length fits an int32, so no int32 of the difference borrows from the next.)
+    ints = words.cast("B").cast("i")
+    stride <<= 1
+    if ints[3 : others << 1 : stride] != ints[3 + stride :: stride]:
+        return False
+    column = int.from_bytes(ints[2::stride].tobytes(), "little")
+    rest = (count - 1) * 32
+    difference = (column >> 32) - (column & ((1 << rest) - 1))
+    return difference * 0xFFFFFFFF == (step << rest) - step
 
 
 def _parse_data_chain(data: Buffer, length: int) -> DataHeader:
@@ -404,8 +460,11 @@ def _check_data_chain(
                 )
             return
         aligned = (frame_length + 31) & ~31
-        if aligned == length and frame_length >= DATA_HEADER_LENGTH:
-            return  # one whole frame fills the datagram: the common case, nothing more to check
+        if frame_length >= DATA_HEADER_LENGTH and (
+            aligned == length  # one whole frame fills the datagram: nothing more to check
+            or _is_uniform_chain(data, length, length, first)
+        ):
+            return
     _check_chain_frame(frame_length, frame_type, 0, length)
     offset = align(frame_length) if frame_type == FrameType.DATA else length
     _check_following_frames(

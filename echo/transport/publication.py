@@ -138,7 +138,7 @@ class NetworkPublication:
         self.max_position = appender.max_position
         self.log = appender.log
         #: frames out of the log into datagrams (scanner.py)
-        self.scanner = TermScanner(self.log.terms, self.log.lengths, self.bits, mtu)
+        self.scanner = TermScanner(appender, mtu)
         self.flow_control = flow_control
         self.counters = counters
         self.is_group = is_group

@@ -1,5 +1,7 @@
 """The sender's term scanner: whole frames out of a publication's log into datagrams (Aeron's
-TermScanner), and runs of equal datagrams for one system call (UDP GSO).
+TermScanner), and runs of equal datagrams for one system call (UDP GSO). Where the appender's
+run of frames of one length lies (appender.py: `run_offset`, `run_step`), the datagrams are
+counted out of it instead of read frame by frame: the same datagrams, fewer steps per message.
 
 Pure: the datagrams go to an `emit` the caller supplies (publication.py's Emit); nothing here
 counts or schedules.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from typing import Final, Protocol
 
+from echo.transport.appender import LogAppender
 from echo.transport.frames import DATA_HEADER_LENGTH, FRAME_ALIGNMENT
 from echo.transport.logbuffer import PARTITION_COUNT, IntView, scan_for_availability
 
@@ -32,6 +35,7 @@ class TermScanner:
     """Sends frames of one log (3 terms of `1 << bits` bytes) in MTU-sized datagrams."""
 
     __slots__ = (
+        "appender",
         "bits",
         "blocked",
         "lengths",
@@ -43,12 +47,13 @@ class TermScanner:
         "wire_datagrams",
     )
 
-    def __init__(
-        self, terms: list[memoryview], lengths: list[IntView], bits: int, mtu: int
-    ) -> None:
-        self.terms = terms
-        self.lengths = lengths
-        self.bits = bits
+    def __init__(self, appender: LogAppender, mtu: int) -> None:
+        #: the log's writer: its run of frames of one length is cut into datagrams without
+        #: reading their headers (`_next_send`)
+        self.appender = appender
+        self.terms = appender.log.terms
+        self.lengths = appender.log.lengths
+        self.bits = bits = appender.bits
         self.term_length = 1 << bits
         self.mask = self.term_length - 1
         self.mtu = mtu
@@ -70,25 +75,14 @@ class TermScanner:
         sent = 0
         wire = 0
         self.blocked = False
-        mtu = self.mtu
         bits = self.bits
         mask = self.mask
-        term_length = self.term_length
-        run_segments = self.run_segments
         while position < end and sent < MAX_DATAGRAMS_PER_SCAN:
-            index = (position >> bits) % PARTITION_COUNT
-            term = self.terms[index]
-            lengths = self.lengths[index]
             offset = position & mask
-            available, padding = scan_for_availability(
-                lengths, offset, min(mtu, end - position), term_length
-            )
+            available, padding, stop, count = self._next_send(position, offset, end - position)
             if available == 0:
                 break
-            stop = offset + available
-            count = 1
-            if run_segments > 1 and not padding:
-                stop, count = self._extend_run(lengths, stop, available, end - position)
+            term = self.terms[(position >> bits) % PARTITION_COUNT]
             copies = emit(term[offset:stop], available) if count > 1 else emit(term[offset:stop])
             if copies < 0:
                 self.blocked = True
@@ -98,6 +92,46 @@ class TermScanner:
             position += stop - offset + padding
         self.wire_datagrams = wire
         return position
+
+    def _next_send(self, position: int, offset: int, room: int) -> tuple[int, int, int, int]:
+        """What goes out next from `position` (at `offset` of its term), with `room` bytes to
+        the limit: the first datagram's bytes (0: nothing), the PAD bytes it stands for, where
+        the datagram (or the run of datagrams) ends in the term, and how many datagrams."""
+        appender = self.appender
+        step = appender.run_step
+        start = appender.run_offset
+        tail = appender.tail_offset
+        if (
+            start <= offset <= tail
+            and step
+            and position >> self.bits == appender.term_count
+            and (offset - start) % step == 0
+        ):
+            return self._cut_run(offset, room, step, tail - offset)
+        lengths = self.lengths[(position >> self.bits) % PARTITION_COUNT]
+        available, padding = scan_for_availability(
+            lengths, offset, min(self.mtu, room), self.term_length
+        )
+        stop = offset + available
+        count = 1
+        if available and self.run_segments > 1 and not padding:
+            stop, count = self._extend_run(lengths, stop, available, room)
+        return available, padding, stop, count
+
+    def _cut_run(self, offset: int, room: int, step: int, rest: int) -> tuple[int, int, int, int]:
+        """`_next_send` inside the appender's run of frames of `step` bytes, `rest` bytes of
+        which follow `offset`: the datagrams the scan and `_extend_run` would make of them,
+        counted instead of read (a datagram is as many whole frames as fit in the MTU and the
+        room, a run as many datagrams as fit in MAX_RUN_BYTES, the last one maybe shorter)."""
+        # (two-argument mins: compiled, those are plain comparisons)
+        room = min(room, rest)
+        per_datagram = min(self.mtu, room) // step
+        available = per_datagram * step
+        if available == 0 or self.run_segments <= 1:
+            return available, 0, offset + available, 1
+        frames = min(room, MAX_RUN_BYTES) // step
+        count = min(self.run_segments, -(-frames // per_datagram))
+        return available, 0, offset + min(frames, count * per_datagram) * step, count
 
     def _extend_run(
         self, lengths: IntView, stop: int, segment: int, room: int
