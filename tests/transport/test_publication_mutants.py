@@ -171,6 +171,7 @@ def test_an_error_frame_from_the_only_receiver_disconnects_the_publication() -> 
 
 def test_an_end_of_stream_sm_marks_the_receiver_left_and_a_later_sm_clears_it() -> None:
     pub = publication()
+    assert pub.receiver_left is False  # nobody heard from is nobody who left
     pub.on_status_message(sm(0), 0.0)
     assert pub.receiver_left is False
     pub.on_status_message(sm(0, flags=SM_EOS_FLAG), 0.1)
@@ -493,6 +494,34 @@ def test_probe_after_data_sends_one_probe_then_only_idle_heartbeats() -> None:
     assert len(wire.heartbeats()) == 1
     # Everything was sent: no probe again, the next heartbeat is the idle one.
     assert pub.next_deadline(delay) == pytest.approx(delay + pub.timers.heartbeat_interval)
+
+
+def test_data_is_followed_by_a_probe_for_a_second_after_a_nak_and_no_longer() -> None:
+    # Receivers that NAKed lately are losing data: a lost tail must be found in milliseconds.
+    pub = publication()
+    wire = Wire()
+    pub.on_status_message(sm(0), 0.0)
+    pub.on_nak(nak(0, 1), 0.5)
+    offer(pub, 1, 1.25)
+    pub.poll(1.25, wire.emit)
+    delay = pub.timers.tail_probe_delay
+    assert pub.next_deadline(1.25) == pytest.approx(1.25 + delay)
+    pub.poll(1.25 + delay, wire.emit)
+    offer(pub, 1, 1.5)
+    pub.poll(1.5, wire.emit)  # exactly RECENT_NAK_WINDOW after the NAK: no probe
+    assert pub.next_deadline(1.5) == pytest.approx(1.5 + pub.timers.heartbeat_interval)
+
+
+def test_a_probe_is_not_put_off_by_the_receivers_timeout_check() -> None:
+    # The receiver's timeout falls due with the next probe; `poll` looks at timeouts at
+    # most every 0.1 s, but the probe must still go at its time.
+    pub = publication()
+    wire = Wire()
+    pub.on_status_message(sm(0, window=2 * FRAME), 0.004)
+    offer(pub, 4, 5.0)
+    pub.poll(5.0, wire.emit)  # blocked: a probe now, the next one 4 ms later
+    assert pub.liveness.expiry == 5.004
+    assert pub.next_deadline(5.0) == 5.004
 
 
 def test_a_heartbeat_with_nowhere_to_go_still_waits_its_interval() -> None:
