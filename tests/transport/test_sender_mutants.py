@@ -270,6 +270,7 @@ def test_a_registration_gets_every_publications_setup_and_a_session_sm_only_its_
     wire.clear()
     ep.on_datagram(status(9, session_id=2, flags=SM_SETUP_FLAG), B, 1.1)
     ep.on_datagram(status(9, session_id=77, flags=SM_SETUP_FLAG), B, 1.1)  # no such session
+    ep.on_datagram(status(9, session_id=0, flags=SM_SETUP_FLAG), B, 1.1)  # session 0 alone
     ep.poll(1.1, wire.send)
     assert wire.setups() == [(2, B)]
     assert ep.counters.setups_sent == 3
@@ -327,7 +328,7 @@ def test_a_removed_publication_is_gone_and_removing_it_again_is_harmless() -> No
     ep = endpoint(SendMode.UNICAST, remote=A)
     pub = publication()
     ep.add(pub)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"session-id {SESSION} on stream {STREAM} already"):
         ep.add(publication())
     ep.remove(pub)
     ep.remove(pub)
@@ -428,3 +429,28 @@ def test_a_unicast_endpoint_sends_to_its_remote_alone_even_its_end_of_stream() -
     [eos] = wire.to(A)
     assert isinstance(eos, DataHeader) and eos.is_end_of_stream
     assert pub.is_done
+
+
+def test_a_strangers_registration_makes_no_publication_send_to_the_destinations() -> None:
+    # Only a challenge goes back, to the stranger: no SETUP round to every destination.
+    jar = CookieJar(SECRET)
+    ep = endpoint(cookies=jar)
+    pub = publication()
+    ep.add(pub)
+    wire = Wire()
+    ep.on_datagram(registration(1, jar.make(A, 1, 0.0)), A, 0.0)
+    ep.on_datagram(status(1), A, 0.0)  # connected: no SETUPs of its own
+    ep.poll(0.5, wire.send)
+    wire.clear()
+    ep.on_datagram(registration(2), B, 0.55)
+    ep.poll(0.55, wire.send)  # (before the next heartbeat, due at 0.6)
+    assert [a for _, a, _ in wire.sent] == [B]
+    assert wire.setups() == []
+
+
+def test_the_emitter_is_made_once_per_send() -> None:
+    ep = endpoint(SendMode.UNICAST, remote=A)
+    send = Wire().send  # (one bound method: each `wire.send` is a new one)
+    emit = ep.emitter(send)
+    assert ep.emitter(send) is emit
+    assert ep.emitter(Wire().send) is not emit
