@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from echo.transport.config import SenderTimers
 from echo.transport.counters import Counters
 from echo.transport.flow_control import MinMulticastFlowControl, UnicastFlowControl
 from echo.transport.frames import (
@@ -36,7 +37,6 @@ from echo.transport.publication import (
     CLOSED,
     WOULD_BLOCK,
     NetworkPublication,
-    SenderTimers,
 )
 
 TERM = 64 * 1024

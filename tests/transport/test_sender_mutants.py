@@ -319,8 +319,8 @@ def test_flush_sends_through_the_send_it_is_given() -> None:
     ep.flush(pub, 0.0, first.send)
     assert pub.offer(b"b" * 100, 0.0) > 0
     ep.flush(pub, 0.0, second.send)
-    assert [parse_datagram_untrusted(d).term_offset for d, _, _ in first.sent] == [0]
-    assert [parse_datagram_untrusted(d).term_offset for d, _, _ in second.sent] == [160]
+    assert [f.term_offset for f in first.to(A) if isinstance(f, DataHeader)] == [0]
+    assert [f.term_offset for f in second.to(A) if isinstance(f, DataHeader)] == [160]
     assert {a for _, a, _ in first.sent + second.sent} == {A}
 
 
