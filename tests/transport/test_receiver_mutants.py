@@ -272,7 +272,8 @@ def test_a_filtered_out_session_counts_as_such_until_the_last_subscription_goes(
 def test_removing_one_subscription_leaves_the_others_and_their_images() -> None:
     only_7 = StreamInterest(stream_id=STREAM, session_id=7)
     ep, wire = endpoint(ALL, only_7, StreamInterest(stream_id=OTHER_STREAM)), Wire()
-    for session, stream in [(1, STREAM), (2, STREAM), (7, STREAM), (3, OTHER_STREAM)]:
+    # (the other stream's and the session-specific image first: passed over, not the end)
+    for session, stream in [(3, OTHER_STREAM), (7, STREAM), (1, STREAM), (2, STREAM)]:
         ep.on_datagram(setup(session, stream), SOURCE, 0.0)
     ep.events.clear()
     ep.remove_interest(STREAM, wire)  # the all-sessions subscription of STREAM
@@ -312,10 +313,11 @@ def test_a_rejected_image_says_goodbye_and_its_session_cools_down() -> None:
     ep.on_datagram(setup(1), SOURCE, 0.0)
     ep.poll(0.0, wire)
     ep.events.clear()
+    image = ep.images[(1, STREAM)]
     ep.reject_image(1, STREAM, 0.1, wire)
     assert ep.images == {}
-    assert [(type(e), e.reason) for e in ep.events] == [  # type: ignore[union-attr]
-        (ImageUnavailable, ImageState.CLOSED)
+    assert [(type(e), e.image, e.reason) for e in ep.events] == [  # type: ignore[union-attr]
+        (ImageUnavailable, image, ImageState.CLOSED)
     ]
     assert wire.sms()[-1].flags == SM_EOS_FLAG
     cooldown = ReceiverTimers().cooldown
@@ -338,6 +340,10 @@ def test_a_timed_out_session_cools_down_too() -> None:
     ep.on_datagram(data(1, 0, size=64), SOURCE, 0.6)
     ep.poll(0.6, wire)
     assert wire.elicitations() == []
+    end = 0.5 + ReceiverTimers().cooldown
+    ep.on_datagram(data(1, 0, size=64), SOURCE, end)  # cooled down: ask for its SETUP
+    ep.poll(end, wire)
+    assert len(wire.elicitations()) == 1
 
 
 def test_a_finished_image_answers_only_end_of_stream_heartbeats_even_after_clean_ups() -> None:
@@ -354,7 +360,10 @@ def test_a_finished_image_answers_only_end_of_stream_heartbeats_even_after_clean
     assert ep.next_deadline(1.6) > 1.6
     ep.poll(1.6, wire)
     assert len(wire.sms()) == eos_sms
+    ep.events.clear()
+    assert ep.quiet()
     ep.on_datagram(heartbeat(1, 0, BEGIN_END_AND_EOS_FLAGS), SOURCE, 1.7)
+    assert not ep.quiet()  # a goodbye to say
     assert ep.next_deadline(1.7) == 1.7
     ep.poll(1.7, wire)
     assert [sm.flags for sm in wire.sms()][eos_sms:] == [SM_EOS_FLAG]
@@ -447,16 +456,16 @@ def test_a_gro_run_credits_a_starved_image_which_then_answers() -> None:
     ep, wire = endpoint(ALL), Wire()
     ep.on_datagram(setup(1), SOURCE, 0.0)
     image = ep.images[(1, STREAM)]
-    image.budget = 0
+    image.budget = 10
     ep.poll(0.0, wire)
     assert image.starved and wire.sent == []
     run = data(1, 0) + data(1, FRAME)
     ep.on_datagram_run(run, FRAME, SOURCE, 0.001)
-    assert image.budget == 2 * FRAME and not image.starved
+    assert image.budget == 10 + 2 * FRAME and not image.starved
     assert not ep.quiet()
     ep.poll(0.001, wire)
     assert len(wire.sms()) == 1
-    assert image.budget == 2 * FRAME - len(wire.sent[0][0])
+    assert image.budget == 10 + 2 * FRAME - len(wire.sent[0][0])
 
 
 def test_a_plain_sm_on_the_receive_channel_is_invalid_even_from_the_control_host() -> None:
@@ -681,3 +690,28 @@ def test_an_empty_endpoint_never_needs_waking() -> None:
     ep.poll(0.0, wire)
     ep.remove_interest(STREAM, wire)
     assert ep.next_deadline(0.0) == float("inf")  # the image's timers went with it
+
+
+def test_an_image_made_for_an_elicitation_leaves_no_clean_up_wake_up() -> None:
+    timers = ReceiverTimers(status_message_interval=5.0, liveness_timeout=20.0)
+    ep, wire = endpoint(ALL, timers=timers, limit_amplification=False), Wire()
+    ep.on_datagram(data(1, 0), SOURCE, 0.0)
+    ep.poll(0.0, wire)
+    ep.on_datagram(setup(1), SOURCE, 0.1)  # the answer: the elicitation is done with
+    ep.poll(0.1, wire)
+    assert ep.next_deadline(0.1) == 5.1
+
+
+def test_a_window_update_too_soon_after_the_last_sm_is_scheduled_for_its_gap() -> None:
+    ep, wire = endpoint(ALL, limit_amplification=False), Wire()
+    ep.on_datagram(setup(1), SOURCE, 0.0)
+    ep.poll(0.0, wire)
+    for position in range(0, TERM // 2 - FRAME, FRAME):  # the sender is at the window's edge
+        ep.on_datagram(data(1, position), SOURCE, 0.0)
+    ep.poll(0.0, wire)
+    image = ep.images[(1, STREAM)]
+    assert image.poll_messages(lambda data: None, 1) == 1
+    ep.touch(1, STREAM)
+    ep.poll(0.0005, wire)  # an SM went at 0: the next window update waits 1 ms
+    assert len(wire.sms()) == 1
+    assert ep.next_deadline(0.0005) == 0.001
