@@ -436,7 +436,8 @@ def test_data_of_the_next_term_survives_reading_the_rest_of_this_one_frame_by_fr
 def test_poll_into_an_image_with_nothing_rebuilt_reads_nothing() -> None:
     image = make_image()
     got: list[Message] = []
-    assert image.poll_into(got.append, (SESSION, STREAM), 10) == 0  # type: ignore[arg-type]
+    origin = (SESSION, STREAM, "198.18.0.9:40123", SOURCE[0], SOURCE[1])
+    assert image.poll_into(got.append, origin, 10) == 0
     assert image.poll_messages(lambda data: None, 10) == 0
     assert got == []
 

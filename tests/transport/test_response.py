@@ -379,9 +379,9 @@ class SegmentWire(Wire):
         self.segments: list[int] = []
 
     def __call__(
-        self, datagram: bytes | memoryview, address: tuple[str, int], *segment: int
+        self, datagram: bytes | memoryview, address: tuple[str, int], segment: int = 0
     ) -> int:
-        self.segments.append(segment[0] if segment else 0)
+        self.segments.append(segment)
         return super().__call__(datagram, address)
 
 
