@@ -16,10 +16,24 @@ import struct
 
 from echo.transport.counters import Counters
 from echo.transport.flow_control import UnicastFlowControl
-from echo.transport.frames import SM_SETUP_FLAG, Nak, StatusMessage
+from echo.transport.frames import (
+    RTTM_REPLY_FLAG,
+    SM_SETUP_FLAG,
+    ErrorFrame,
+    Nak,
+    ResponseSetup,
+    Rttm,
+    StatusMessage,
+)
 from echo.transport.image import PublicationImage
+from echo.transport.publication import NetworkPublication
 from echo.transport.receiver import ReceiveEndpoint, StreamInterest
-from echo.transport.response import RequestPublication, ResponsePublication, ResponseSendEndpoint
+from echo.transport.response import (
+    RequestPublication,
+    ResponsePublication,
+    ResponseSendEndpoint,
+    response_setup_from,
+)
 from echo.transport.sender import SendEndpoint, SendMode
 
 SERVER = ("198.18.0.1", 9001)
@@ -351,3 +365,271 @@ def test_offer_many_on_a_response_publication_goes_through_its_own_offer() -> No
     response.touched = lambda: touches.append(None)
     assert response.offer_many([b"a", b"b"], 0.0) == 0  # no receiver yet: NOT_CONNECTED
     assert len(touches) == 1
+
+
+# ------------------------------------------------------------------------------ the control port,
+# rule by rule (what ./dev mutate response showed no test held)
+
+
+class SegmentWire(Wire):
+    """A Wire that also records the segment size of each call (0: a plain datagram)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.segments: list[int] = []
+
+    def __call__(
+        self, datagram: bytes | memoryview, address: tuple[str, int], segment: int = 0
+    ) -> int:
+        self.segments.append(segment)
+        return super().__call__(datagram, address)
+
+
+def _connected(
+    endpoint: ResponseSendEndpoint, session_id: int = 1, now: float = 0.0
+) -> ResponsePublication:
+    publication = _response(endpoint, session_id, CLIENT_A[0])
+    endpoint.on_datagram(_eliciting(session_id), CLIENT_A, now)
+    endpoint.on_datagram(_status(publication), CLIENT_A, now)
+    return publication
+
+
+def test_a_flushed_offer_goes_to_the_receiver_at_once_as_plain_datagrams() -> None:
+    endpoint, _ = _server()
+    publication = _connected(endpoint)
+    wire = SegmentWire()
+    endpoint.poll(0.0, wire)
+    sent = len(wire.sent)
+    assert publication.offer(b"now", 0.01) > 0
+    endpoint.flush(publication, 0.01, wire)
+    assert any(b"now" in data for data in wire.to(CLIENT_A)[sent:])
+    assert set(wire.segments) == {0}
+    # ...and its next deadline (a heartbeat after the data) is the endpoint's
+    assert endpoint.next_deadline(0.01) == 0.01  # the offer touched it
+    endpoint.poll(0.01, wire)
+    assert endpoint.next_deadline(0.01) == publication.next_deadline(0.01) > 0.01
+
+
+def test_announce_end_sends_the_end_of_stream_heartbeat_to_the_receiver() -> None:
+    endpoint, _ = _server()
+    publication = _connected(endpoint)
+    wire = Wire()
+    endpoint.announce_end(publication, wire)
+    ((data, address),) = wire.sent
+    assert address == CLIENT_A and len(data) == 32 and data[5] == 0xE0  # BEGIN|END|EOS
+
+
+def test_no_receiver_no_setup_counted_and_a_plain_publication_sends_nowhere() -> None:
+    endpoint, counters = _server()
+    _response(endpoint, 1, CLIENT_A[0])
+    plain = NetworkPublication(**_publication_kwargs(2, counters))  # type: ignore[arg-type]
+    endpoint.add(plain)
+    wire = Wire()
+    endpoint.poll(0.0, wire)
+    assert wire.sent == [] and counters.setups_sent == 0
+
+
+def test_a_removed_publication_is_forgotten_whole() -> None:
+    endpoint, _ = _server()
+    fresh = _response(endpoint, 9, CLIENT_A[0])
+    endpoint.remove(fresh)  # never polled: nothing of it to forget but itself
+    publication = _connected(endpoint)
+    wire = Wire()
+    endpoint.poll(0.0, wire)
+    endpoint.on_datagram(_status(publication), CLIENT_A, 0.01)  # touched again
+    endpoint.remove(publication)
+    assert endpoint.publications == {}
+    assert endpoint.next_deadline(0.01) == float("inf")
+    publication.offer(b"x", 0.02)  # no endpoint to tell any more: not an error
+    assert endpoint.next_deadline(0.02) == float("inf")
+
+
+def test_the_next_deadline_is_the_live_one_not_a_stale_one() -> None:
+    endpoint, _ = _server()
+    assert endpoint.next_deadline(0.0) == float("inf")
+    publication = _response(endpoint, 1, CLIENT_A[0])
+    wire = Wire()
+    endpoint.poll(0.0, wire)
+    first = endpoint.next_deadline(0.0)
+    assert first == publication.next_deadline(0.0) < float("inf")
+    endpoint.on_datagram(_eliciting(1), CLIENT_A, first / 2)  # a SETUP now: later deadline
+    endpoint.poll(first / 2, wire)
+    later = publication.next_deadline(first / 2)
+    assert later > first
+    assert endpoint.next_deadline(first / 2) == later
+    polled = []
+    original = publication.poll
+
+    def counting(now: float, emit: object) -> None:
+        polled.append(now)
+        original(now, emit)  # type: ignore[arg-type]
+
+    publication.poll = counting  # type: ignore[method-assign]
+    endpoint.poll(first, wire)  # the stale deadline: nothing to do
+    assert polled == []
+    endpoint.poll(later, wire)  # exactly its deadline
+    assert polled == [later]
+
+
+def test_the_control_ports_deadline_heap_is_rebuilt_past_twice_the_live_ones_plus_64() -> None:
+    endpoint, _ = _server()
+    publication = _connected(endpoint)
+    wire = Wire()
+    other = _connected(endpoint, 2)  # a second live deadline: the bound is 2 * 2 + 64
+    endpoint.poll(0.0, wire)
+    assert endpoint._deadlines.keys() == {(1, STREAM), (2, STREAM)}
+    assert other.destination == CLIENT_A
+    sizes = []
+    for i in range(150):
+        now = i * 0.0001
+        assert publication.offer(b"m", now) > 0
+        endpoint.flush(publication, now, wire)  # each moves its heartbeat deadline
+        endpoint.poll(now, wire)
+        sizes.append(len(endpoint._heap))
+    assert max(sizes) == 2 * 2 + 64
+
+
+def test_control_frames_are_counted_and_go_to_their_publication() -> None:
+    endpoint, counters = _server()
+    publication = _connected(endpoint)
+    assert counters.status_messages_received == 2 and counters.destinations_added == 1
+    wire = Wire()
+    assert publication.offer(b"lost", 0.01) > 0
+    endpoint.poll(0.01, wire)
+    nak = Nak(session_id=1, stream_id=STREAM, term_id=100, term_offset=0, length=64).encode()
+    endpoint.on_datagram(nak, CLIENT_A, 0.02)
+    endpoint.on_datagram(nak, CLIENT_A, 0.02)
+    assert counters.naks_received == 2
+    sent = len(wire.sent)
+    endpoint.poll(0.02, wire)
+    assert any(b"lost" in data for data in wire.to(CLIENT_A)[sent:])  # the retransmit
+    rttm = Rttm(
+        session_id=1, stream_id=STREAM, echo_timestamp_ns=77, reception_delta_ns=0,
+        receiver_id=1234, flags=RTTM_REPLY_FLAG,
+    ).encode()  # fmt: skip
+    endpoint.on_datagram(rttm, CLIENT_A, 0.03)
+    sent = len(wire.sent)
+    endpoint.poll(0.03, wire)
+    assert any(len(data) == len(rttm) for data in wire.to(CLIENT_A)[sent:])  # the reply
+    error = ErrorFrame(
+        session_id=1, stream_id=STREAM, receiver_id=1234, error_code=1, message="no"
+    ).encode()
+    endpoint.on_datagram(error, CLIENT_A, 0.04)
+    assert not publication.is_connected(0.04)  # its only receiver refused it
+    for frame in (_eliciting(77), _eliciting(78)):  # no such session here
+        endpoint.on_datagram(frame, CLIENT_A, 0.05)
+    assert counters.unknown_session_drops == 2
+    endpoint.on_datagram(nak, CLIENT_B, 0.05)
+    endpoint.on_datagram(nak, CLIENT_B, 0.05)
+    assert counters.unvalidated_drops == 2
+    endpoint.on_datagram(b"\x00" * 5, CLIENT_A, 0.06)
+    endpoint.on_datagram(publication.setup_frame(), CLIENT_A, 0.06)
+    assert dict(counters.invalid_by_reason) == {"too_short": 1, "unexpected_on_send_channel": 1}
+
+
+def test_a_live_receiver_keeps_its_publication_until_exactly_the_destination_timeout() -> None:
+    endpoint, counters = _server()
+    publication = _connected(endpoint)
+    elsewhere = (CLIENT_A[0], 50000)
+    endpoint.on_datagram(_status(publication), CLIENT_A, 3.0)
+    endpoint.on_datagram(_eliciting(1), elsewhere, 4.0)  # heard 1 s ago: live
+    assert publication.destination == CLIENT_A
+    drops = counters.unvalidated_drops
+    endpoint.on_datagram(_status(publication), elsewhere, 4.5)  # a plain SM: never steers
+    assert counters.unvalidated_drops == drops + 1
+    endpoint.on_datagram(_eliciting(1), elsewhere, 8.0)  # exactly 5 s of silence
+    assert publication.destination == elsewhere
+    assert counters.destinations_added == 2
+
+
+def test_status_messages_after_the_connection_keep_flowing() -> None:
+    endpoint, counters = _server()
+    image = _image(counters)
+    publication = ResponsePublication(
+        image=image, expected_host=CLIENT_A[0], **_publication_kwargs(3, counters)
+    )
+    endpoint.add(publication)
+    publication.answer(0.0)
+    endpoint.on_datagram(_eliciting(3), CLIENT_A, 0.1)
+    endpoint.on_datagram(_status(publication), CLIENT_A, 0.2)
+    endpoint.on_datagram(_status(publication), CLIENT_A, 0.3)
+    assert publication.image is None and image.response_session_id is None
+    assert publication.is_connected(0.3)
+
+
+def test_closing_or_offering_tells_the_endpoint_only_when_on_one() -> None:
+    counters = Counters()
+    alone = ResponsePublication(
+        image=None, expected_host=CLIENT_A[0], **_publication_kwargs(5, counters)
+    )
+    assert alone.offer(b"x", 0.0) < 0  # NOT_CONNECTED, and nobody to tell
+    alone.close(0.0)
+    endpoint, _ = _server()
+    publication = _response(endpoint, 6, CLIENT_A[0])
+    endpoint.poll(0.0, Wire())
+    assert endpoint.next_deadline(0.0) > 0.0
+    publication.close(0.01)
+    assert endpoint.next_deadline(0.01) == 0.01
+
+
+def test_a_request_publication_keeps_its_other_setup_flags() -> None:
+    counters = Counters()
+    request = RequestPublication(
+        response_correlation_id=1, is_group=True, **_publication_kwargs(-7, counters)
+    )
+    assert request.setup_frame()[5] == 0x80 | 0x40  # SEND_RESPONSE | GROUP
+
+
+def test_rsp_setup_is_accepted_from_an_ipv6_server() -> None:
+    counters = Counters()
+    request = RequestPublication(response_correlation_id=1, **_publication_kwargs(-5, counters))
+    publications: dict[tuple[int, int], NetworkPublication] = {(-5, STREAM): request}
+    frame = ResponseSetup(session_id=-5, stream_id=STREAM, response_session_id=9)
+    server = ("2001:db8::1", 9001, 0, 0)
+    assert response_setup_from(publications, frame, server, server) is request
+    assert response_setup_from(publications, frame, ("2001:db8::2", 9001, 0, 0), server) is None
+
+
+def test_runs_of_datagrams_go_to_the_receiver_with_their_segment_size() -> None:
+    endpoint, _ = _server()
+    publication = _connected(endpoint)
+    endpoint.set_run_segments(8)
+    wire = SegmentWire()
+    endpoint.poll(0.0, wire)
+    for i in range(6):  # six full frames: one run
+        assert publication.offer(bytes([i]) * 1376, 0.01) > 0
+    endpoint.flush(publication, 0.01, wire)
+    runs = [
+        (len(data), segment)
+        for (data, _), segment in zip(wire.sent, wire.segments, strict=True)
+        if segment
+    ]
+    assert runs == [(6 * 1408, 1408)]
+    assert all(address == CLIENT_A for _, address in wire.sent)
+
+
+def test_a_new_socket_is_used_as_soon_as_it_is_handed_in() -> None:
+    endpoint, _ = _server()
+    publication = _connected(endpoint)
+    old, new = Wire(), Wire()
+    endpoint.poll(0.0, old)
+    assert publication.offer(b"via the new socket", 0.01) > 0
+    endpoint.flush(publication, 0.01, new)
+    assert any(b"via the new socket" in data for data in new.to(CLIENT_A))
+    assert not any(b"via the new socket" in data for data in old.sent)
+
+
+def test_a_closed_publication_leaves_no_deadline() -> None:
+    endpoint, _ = _server()
+    publication = _connected(endpoint)
+    wire = Wire()
+    endpoint.poll(0.0, wire)
+    assert endpoint.next_deadline(0.0) < float("inf")
+    endpoint.announce_end(publication, wire)
+    endpoint.flush(publication, 0.01, wire)
+    assert endpoint.next_deadline(0.01) == float("inf")
+    fresh = _response(endpoint, 2, CLIENT_A[0])
+    endpoint.announce_end(fresh, wire)  # closed before it was ever scheduled
+    endpoint.flush(fresh, 0.02, wire)
+    endpoint.poll(0.02, wire)
+    assert endpoint.next_deadline(0.02) == float("inf")
