@@ -85,6 +85,14 @@ def prepare() -> None:
         if copy.exists() and not copy.with_name(copy.name + ".meta").exists():
             copy.unlink()
             (WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+    # The same record is not updated when a test changes: a survivor that a new or changed
+    # test now reaches would be rechecked against the old tests only (reported surviving).
+    # It goes whenever a test file is newer than it; mutmut measures it again.
+    stats = WORK / "mutants" / "mutmut-stats.json"
+    if stats.exists():
+        made = stats.stat().st_mtime
+        if any(test.stat().st_mtime > made for test in (ROOT / "tests").rglob("*.py")):
+            stats.unlink()
 
 
 def mutmut(*args: str) -> subprocess.CompletedProcess[str]:
