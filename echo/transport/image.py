@@ -137,7 +137,6 @@ class PublicationImage:
         self.repair = RepairTimer(self.timers)
         self.loss = LossDetector(self.timers, self.rng, self.is_group, self.repair)
         self.assembler = FragmentAssembler()
-        self.created = now
 
     # ---------------------------------------------------------------- network input
 

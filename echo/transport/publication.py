@@ -181,7 +181,6 @@ class NetworkPublication:
         self._probe_at = math.inf
         self._probe_delay = timers.tail_probe_delay
         self._rttm_replies: list[bytes] = []
-        self._created = now
 
     # ---------------------------------------------------------------- positions
 
