@@ -29,20 +29,27 @@ def _free_ports() -> tuple[int, int]:
     return found[0], found[1]
 
 
+class Arrivals:
+    """An `on_image_available` that keeps the images and says when `count` have come."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.images: list[Image] = []
+        self.all_in = trio.Event()
+
+    def __call__(self, image: Image) -> None:
+        self.images.append(image)
+        if len(self.images) >= self.count:
+            self.all_in.set()
+
+
 async def test_many_clients_share_two_server_ports_and_hear_only_their_answers() -> None:
     port, control = _free_ports()
     config = TransportConfig()
     async with open_transport(config) as server:
-        images: list[Image] = []
-        arrived = trio.Event()
-
-        def on_image(image: Image) -> None:
-            images.append(image)
-            if len(images) == CLIENTS:
-                arrived.set()
-
+        arrivals = Arrivals(CLIENTS)
         requests_in = await server.add_subscription(
-            f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM, on_image_available=on_image
+            f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM, on_image_available=arrivals
         )
         async with trio.open_nursery() as nursery:
             clients = []
@@ -58,9 +65,9 @@ async def test_many_clients_share_two_server_ports_and_hear_only_their_answers()
                 )
                 clients.append((transport, response_in, request_out))
             with trio.fail_after(20):
-                await arrived.wait()
+                await arrivals.all_in.wait()
             answers: dict[int, Publication] = {}
-            for image in images:
+            for image in arrivals.images:
                 assert image.requested_response
                 answers[image.session_id] = await server.add_publication(
                     f"aeron:udp?control-mode=response|control=127.0.0.1:{control}"
@@ -104,16 +111,9 @@ async def test_request_publications_of_one_transport_each_send_from_a_socket_of_
     # ports), so an SM for one is not a poll of all the others; each still hears its answer.
     port, control = _free_ports()
     async with open_transport() as server, open_transport() as client:
-        images: list[Image] = []
-        arrived = trio.Event()
-
-        def on_image(image: Image) -> None:
-            images.append(image)
-            if len(images) == 3:
-                arrived.set()
-
+        arrivals = Arrivals(3)
         requests_in = await server.add_subscription(
-            f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM, on_image_available=on_image
+            f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM, on_image_available=arrivals
         )
         pairs = []
         for _ in range(3):
@@ -127,15 +127,15 @@ async def test_request_publications_of_one_transport_each_send_from_a_socket_of_
             )
             pairs.append((response_in, request_out))
         with trio.fail_after(20):
-            await arrived.wait()
-            assert len({image.source_address for image in images}) == 3
+            await arrivals.all_in.wait()
+            assert len({image.source_address for image in arrivals.images}) == 3
             answers = {
                 image.session_id: await server.add_publication(
                     f"aeron:udp?control-mode=response|control=127.0.0.1:{control}"
                     f"|response-correlation-id={image.correlation_id}",
                     STREAM,
                 )
-                for image in images
+                for image in arrivals.images
             }
             for _, request_out in pairs:
                 await request_out.send(b"ask %d" % request_out.session_id)
@@ -156,15 +156,9 @@ async def test_request_publications_of_one_transport_each_send_from_a_socket_of_
 async def test_a_stranger_on_the_same_host_cannot_take_a_live_response_stream() -> None:
     port, control = _free_ports()
     async with open_transport() as server, open_transport() as client:
-        images: list[Image] = []
-        got_image = trio.Event()
-
-        def on_image(image: Image) -> None:
-            images.append(image)
-            got_image.set()
-
+        arrivals = Arrivals(1)
         await server.add_subscription(
-            f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM, on_image_available=on_image
+            f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM, on_image_available=arrivals
         )
         response_in = await client.add_subscription(
             f"aeron:udp?control-mode=response|control=127.0.0.1:{control}", STREAM
@@ -175,10 +169,10 @@ async def test_a_stranger_on_the_same_host_cannot_take_a_live_response_stream() 
             STREAM,
         )
         with trio.fail_after(20):
-            await got_image.wait()
+            await arrivals.all_in.wait()
         answer = await server.add_publication(
             f"aeron:udp?control-mode=response|control=127.0.0.1:{control}"
-            f"|response-correlation-id={images[0].correlation_id}",
+            f"|response-correlation-id={arrivals.images[0].correlation_id}",
             STREAM,
         )
         with trio.fail_after(20):
