@@ -4,7 +4,8 @@ It rebuilds the publication's log from DATA frames, and asks its parts what to s
 detector which gaps to NAK (loss.py), the status scheduler when to send a status message
 (status.py), the fragment assembler what messages are complete (assembly.py). Pure, like
 publication.py: `now` is passed in and output goes through an injected `send(datagram,
-address) -> int`; an image never sends a source more than it received from it (budgeted).
+address) -> int`; an image never sends a source more than AMPLIFICATION_FACTOR times what it
+received from it (budgeted).
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ _WINDOW_TERM_DIVISOR: Final = 2
 # i32 wrap of a term-id difference (compute_position, inlined on the per-datagram path)
 _I32_SIGN: Final = 0x80000000
 _U32: Final = 0xFFFFFFFF
+#: a budgeted image may send the (unvalidated) source of its SETUP at most this many times the
+#: bytes it received from it: RFC 9000 §8.1's bound for an unvalidated address. At 1 a 40-byte
+#: SETUP could not pay for a group-tagged (44-byte) first SM, which then waited for the next
+#: SETUP, nor for a first SM and an end-of-stream SM, so an image closed right after its SETUP
+#: left its publisher lingering. 3 keeps a forged source an amplifier of at most 3x.
+AMPLIFICATION_FACTOR: Final = 3
 
 
 class ImageState(enum.Enum):
@@ -108,7 +115,8 @@ class PublicationImage:
         join = compute_position(active_term_id, term_offset, self.bits, initial_term_id)
         self._start_receiving(join, now)
         # Anti-amplification: the source of a SETUP is not validated (it may be forged), so
-        # the image never sends it more bytes than it has received from it.
+        # the image never sends it more than AMPLIFICATION_FACTOR times the bytes it has
+        # received from it (`budget`: what it may still send).
         self.budgeted = budgeted
         self.budget = 0
         self.starved = False
@@ -316,7 +324,8 @@ class PublicationImage:
         ).encode()
 
     def credit(self, size: int) -> None:
-        self.budget += size
+        """`size` bytes came from the source: it may be sent AMPLIFICATION_FACTOR times that."""
+        self.budget += AMPLIFICATION_FACTOR * size
         self.starved = False
 
     def _send(self, datagram: bytes, send: Send) -> int:

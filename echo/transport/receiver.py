@@ -33,6 +33,7 @@ from echo.transport.frames import (
     parse_datagram_untrusted,
 )
 from echo.transport.image import (
+    AMPLIFICATION_FACTOR,
     Deliver,
     ImageState,
     PublicationImage,
@@ -236,7 +237,7 @@ class ReceiveEndpoint:
             heartbeat = frame_length == 0 and frame_type == FrameType.DATA
             image = self.images.get(key)
             if image is not None:
-                image.budget += len(data)
+                image.budget += AMPLIFICATION_FACTOR * len(data)  # image.credit, inlined
                 starved = image.starved
                 image.starved = False
                 if not heartbeat:
@@ -288,7 +289,7 @@ class ReceiveEndpoint:
         image = self.images.get(key)
         if image is None:
             return 0
-        image.budget += len(data)
+        image.budget += AMPLIFICATION_FACTOR * len(data)  # image.credit, inlined
         starved = image.starved
         image.starved = False
         self.fresh.add(key)

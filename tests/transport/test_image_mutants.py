@@ -19,7 +19,9 @@ from echo.transport.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
+    SETUP_LENGTH,
     SM_EOS_FLAG,
+    SM_GTAG_LENGTH,
     SM_LENGTH,
     UNFRAGMENTED_FLAGS,
     FrameType,
@@ -28,7 +30,7 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.image import ImageState, PublicationImage
+from echo.transport.image import AMPLIFICATION_FACTOR, ImageState, PublicationImage
 from echo.transport.loss import group_nak_delay
 from echo.transport.message import Message
 
@@ -480,9 +482,11 @@ def test_a_window_update_for_a_sender_at_the_edge_is_due_at_once() -> None:
 # ----------------------------------------------------------------------- the budget
 
 
-def test_a_budgeted_image_sends_no_byte_more_than_it_received() -> None:
+def test_a_budgeted_image_sends_no_byte_more_than_three_times_what_it_received() -> None:
+    assert AMPLIFICATION_FACTOR == 3  # RFC 9000 §8.1's bound for an unvalidated address
     image, wire = make_image(budgeted=True), Wire()
-    image.credit(SM_LENGTH - 1)
+    image.credit(SM_LENGTH // 3 - 1)  # 11 bytes received: 33 may be sent, not an SM's 36
+    assert image.budget == 33
     image.poll(0.0, wire)
     assert wire.sent == []
     assert image.starved
@@ -490,6 +494,7 @@ def test_a_budgeted_image_sends_no_byte_more_than_it_received() -> None:
     # only the source can unblock it: it waits for nothing but its liveness
     assert image.next_deadline(0.0) == ReceiverTimers().liveness_timeout
     image.credit(1)  # now exactly one SM's worth
+    assert not image.starved
     image.poll(0.001, wire)
     assert len(wire.sms()) == 1
     assert image.budget == 0
@@ -498,15 +503,54 @@ def test_a_budgeted_image_sends_no_byte_more_than_it_received() -> None:
 
 def test_credits_add_up_and_each_refusal_is_counted() -> None:
     image, wire = make_image(budgeted=True), Wire()
-    image.credit(10)
+    image.credit(5)
     image.poll(0.0, wire)
-    image.credit(10)
+    image.credit(5)
     image.poll(0.001, wire)
     assert image.counters.amplification_limited == 2
     assert image.counters.status_messages_sent == 0
-    image.credit(SM_LENGTH - 20)
+    image.credit(2)  # 12 bytes in all: 36 may go out
     image.poll(0.002, wire)
     assert len(wire.sms()) == 1
+
+
+def test_a_group_tagged_image_answers_its_first_setup_at_once() -> None:
+    # A 44-byte tagged SM for a 40-byte SETUP: at factor 1 it waited for the next SETUP.
+    image, wire = make_image(budgeted=True, group_tag=0x1234), Wire()
+    image.credit(SETUP_LENGTH)
+    image.poll(0.0, wire)
+    assert [len(data) for data, _ in wire.sent] == [SM_GTAG_LENGTH] == [44]
+    assert wire.sms()[0].group_tag == 0x1234
+    assert image.counters.amplification_limited == 0
+    assert image.budget == 3 * SETUP_LENGTH - SM_GTAG_LENGTH
+
+
+def test_an_image_closed_right_after_its_setup_still_says_goodbye() -> None:
+    # The first SM and the end-of-stream SM (72 bytes) both come out of one SETUP's credit.
+    image, wire = make_image(budgeted=True), Wire()
+    image.credit(SETUP_LENGTH)
+    image.poll(0.0, wire)
+    image.close(wire)
+    assert [sm.flags for sm in wire.sms()] == [0, SM_EOS_FLAG]
+    assert image.state is ImageState.CLOSED
+    assert image.counters.amplification_limited == 0
+    assert image.counters.status_messages_sent == 2
+
+
+def test_a_budgeted_image_never_sends_more_than_three_times_one_setup() -> None:
+    # One SETUP and then silence (a forged source never sends more): however often the image
+    # is polled, until its liveness runs out, it sends at most 120 bytes, then waits starved.
+    image, wire = make_image(budgeted=True), Wire()
+    image.credit(SETUP_LENGTH)
+    now = 0.0
+    while image.state is ImageState.ACTIVE:
+        image.poll(now, wire)
+        now += 0.01
+    sent = sum(len(data) for data, _ in wire.sent)
+    assert sent <= 3 * SETUP_LENGTH
+    assert len(wire.sms()) == 3  # 108 of the 120 bytes: a fourth SM would be 144
+    assert image.starved and image.counters.amplification_limited >= 1
+    assert image.state is ImageState.TIMED_OUT
 
 
 # ----------------------------------------------------------------------- RSP_SETUP

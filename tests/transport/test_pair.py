@@ -911,8 +911,8 @@ def test_many_images_each_time_out_at_its_own_liveness_deadline() -> None:
     for session, when in gone.items():
         assert 10.0 <= when - created[session] <= 10.0 + 1e-3, (session, when, created[session])
     assert endpoint.images == {}
-    # Each image answered its SETUP (40 bytes) with one SM (36 bytes) and then, its
-    # amplification budget spent, stayed silent: its deadline stopped moving, and it was still
-    # polled when its liveness ran out.
-    assert len(sent) == 60
+    # Each image's SETUP (40 bytes) paid for three times its size (120 bytes): three SMs (36
+    # bytes each) and then, its amplification budget spent, it stayed silent: its deadline
+    # stopped moving, and it was still polled when its liveness ran out.
+    assert len(sent) == 60 * 3
     assert all(size == 36 for _, size in sent)

@@ -22,8 +22,10 @@ from echo.transport.frames import (
     DATA_HEADER_STRUCT,
     MAX_UDP_PAYLOAD_LENGTH,
     SETUP_GROUP_FLAG,
+    SETUP_LENGTH,
     SETUP_SEND_RESPONSE_FLAG,
     SM_EOS_FLAG,
+    SM_GTAG_LENGTH,
     SM_SETUP_FLAG,
     UNFRAGMENTED_FLAGS,
     FrameType,
@@ -219,8 +221,8 @@ def test_an_image_takes_the_group_flag_and_the_endpoints_rng_and_timers() -> Non
 
 def test_sms_carry_the_subscriptions_group_tag_else_the_endpoints() -> None:
     tagged = StreamInterest(stream_id=OTHER_STREAM, group_tag=0x77)
-    # (unbudgeted: a 44-byte tagged SM is more than a 40-byte SETUP's credit)
-    ep, wire = endpoint(ALL, tagged, group_tag=0x55, limit_amplification=False), Wire()
+    # (budgeted: a 40-byte SETUP pays for a 44-byte tagged SM, AMPLIFICATION_FACTOR)
+    ep, wire = endpoint(ALL, tagged, group_tag=0x55), Wire()
     ep.on_datagram(setup(1), SOURCE, 0.0)
     ep.on_datagram(setup(2, OTHER_STREAM), SOURCE, 0.0)
     ep.poll(0.0, wire)
@@ -228,6 +230,8 @@ def test_sms_carry_the_subscriptions_group_tag_else_the_endpoints() -> None:
         (STREAM, 0x55),
         (OTHER_STREAM, 0x77),
     ]
+    assert [len(datagram) for datagram, _ in wire.sent] == [SM_GTAG_LENGTH] * 2
+    assert ep.counters.amplification_limited == 0
 
 
 def test_an_image_is_a_request_image_only_if_its_setup_says_so() -> None:
@@ -309,7 +313,8 @@ def test_closing_the_endpoint_says_goodbye_to_every_image() -> None:
 
 
 def test_a_rejected_image_says_goodbye_and_its_session_cools_down() -> None:
-    ep, wire = endpoint(ALL, limit_amplification=False), Wire()
+    # Budgeted: one 40-byte SETUP pays for the first SM and the goodbye (72 <= 3 * 40).
+    ep, wire = endpoint(ALL), Wire()
     ep.on_datagram(setup(1), SOURCE, 0.0)
     ep.poll(0.0, wire)
     ep.events.clear()
@@ -319,7 +324,8 @@ def test_a_rejected_image_says_goodbye_and_its_session_cools_down() -> None:
     assert [(type(e), e.image, e.reason) for e in ep.events] == [  # type: ignore[union-attr]
         (ImageUnavailable, image, ImageState.CLOSED)
     ]
-    assert wire.sms()[-1].flags == SM_EOS_FLAG
+    assert [sm.flags for sm in wire.sms()] == [0, SM_EOS_FLAG]
+    assert ep.counters.amplification_limited == 0
     cooldown = ReceiverTimers().cooldown
     ep.on_datagram(setup(1), SOURCE, 0.2)
     ep.on_datagram(data(1, 0, size=64), SOURCE, 0.3)  # no SETUP elicited either
@@ -347,7 +353,8 @@ def test_a_timed_out_session_cools_down_too() -> None:
 
 
 def test_a_finished_image_answers_only_end_of_stream_heartbeats_even_after_clean_ups() -> None:
-    ep, wire = endpoint(ALL, limit_amplification=False), Wire()
+    # Budgeted: each 32-byte end-of-stream heartbeat pays for a 36-byte goodbye (3 * 32).
+    ep, wire = endpoint(ALL), Wire()
     ep.on_datagram(setup(1), SOURCE, 0.0)
     ep.poll(0.0, wire)
     ep.on_datagram(heartbeat(1, 0, BEGIN_END_AND_EOS_FLAGS), SOURCE, 0.01)
@@ -367,6 +374,7 @@ def test_a_finished_image_answers_only_end_of_stream_heartbeats_even_after_clean
     assert ep.next_deadline(1.7) == 1.7
     ep.poll(1.7, wire)
     assert [sm.flags for sm in wire.sms()][eos_sms:] == [SM_EOS_FLAG]
+    assert ep.counters.amplification_limited == 0
 
 
 # ----------------------------------------------------------------------- elicitation
@@ -461,11 +469,25 @@ def test_a_gro_run_credits_a_starved_image_which_then_answers() -> None:
     assert image.starved and wire.sent == []
     run = data(1, 0) + data(1, FRAME)
     ep.on_datagram_run(run, FRAME, SOURCE, 0.001)
-    assert image.budget == 10 + 2 * FRAME and not image.starved
+    assert image.budget == 10 + 3 * 2 * FRAME and not image.starved
     assert not ep.quiet()
     ep.poll(0.001, wire)
     assert len(wire.sms()) == 1
-    assert image.budget == 10 + 2 * FRAME - len(wire.sent[0][0])
+    assert image.budget == 10 + 3 * 2 * FRAME - len(wire.sent[0][0])
+
+
+def test_a_datagram_credits_its_image_three_times_its_size() -> None:
+    ep = endpoint(ALL)
+    ep.on_datagram(setup(1), SOURCE, 0.0)
+    image = ep.images[(1, STREAM)]
+    assert image.budget == 3 * SETUP_LENGTH
+    image.budget = 0
+    ep.on_datagram(heartbeat(1, 0), SOURCE, 0.001)
+    assert image.budget == 3 * DATA_HEADER_LENGTH
+    ep.on_datagram(data(1, 0, size=64), SOURCE, 0.002)
+    assert image.budget == 3 * (DATA_HEADER_LENGTH + 64)
+    ep.on_datagram(setup(1), SOURCE, 0.003)
+    assert image.budget == 3 * (DATA_HEADER_LENGTH + 64 + SETUP_LENGTH)
 
 
 def test_a_plain_sm_on_the_receive_channel_is_invalid_even_from_the_control_host() -> None:
