@@ -13,10 +13,11 @@ echo, so they choose their own idle cadence (the plain transport keeps Aeron's):
   (a lost echo) is NAKed and repaired in milliseconds instead of after an idle interval;
 - so the idle heartbeat's remaining jobs are liveness (an image ends 10 s after the last
   datagram) and the rare tail whose probe was lost too: every 0.5 s. It could not be much
-  calmer. The anti-amplification budget (image.py: an image sends its source no more bytes than
-  it received from it) lets an idle stream's 36-byte status messages be paid for only by its
-  32-byte heartbeats, so they must come at least 36/32 times as often (0.89 s at most against
-  one SM a second); and a server cannot see its peers' liveness timeouts: the lobby client's
+  calmer. The anti-amplification budget (image.py: an image sends its source at most
+  AMPLIFICATION_FACTOR = 3 times the bytes it received from it) lets an idle stream's 36-byte
+  status messages be paid for only by its 32-byte heartbeats, so they must come at least 36/96
+  times as often (2.67 s at most against one SM a second): not the bound that binds. But a
+  server cannot see its peers' liveness timeouts: the lobby client's
   images end after 1.5 s (echo.lobby.client.CLIENT_LIVENESS), which 0.5 s heartbeats cover
   three times. 0.8 s was tried (issue 13 item 5): it saved nothing at B4's one echo a second
   per client (a 1 s data interval still has one idle heartbeat in it) and would have left the
@@ -33,12 +34,14 @@ import attrs
 
 from echo.transport import TransportConfig
 from echo.transport.frames import DATA_HEADER_LENGTH, SM_LENGTH
+from echo.transport.image import AMPLIFICATION_FACTOR
 
 ECHO_STATUS_MESSAGE_INTERVAL = 1.0
 ECHO_HEARTBEAT_INTERVAL = 0.5
-#: the longest idle heartbeat interval whose heartbeats (a bare 32-byte data header) still pay
-#: for one status message (36 bytes) per status message interval (see above)
-MAX_BUDGETED_HEARTBEAT_RATIO = DATA_HEADER_LENGTH / SM_LENGTH
+#: the longest idle heartbeat interval, over the status message interval, whose heartbeats (a
+#: bare 32-byte data header, credited AMPLIFICATION_FACTOR times) still pay for one status
+#: message (36 bytes) per status message interval (see above)
+MAX_BUDGETED_HEARTBEAT_RATIO = AMPLIFICATION_FACTOR * DATA_HEADER_LENGTH / SM_LENGTH
 #: an image's liveness timeout spans at least this many idle heartbeats
 HEARTBEATS_PER_LIVENESS = 3
 
