@@ -67,6 +67,11 @@ class StatusScheduler:
         probing = position == self._heartbeat_position and now - self._heartbeat_time < PROBE_REPEAT
         self._heartbeat_position = position
         self._heartbeat_time = now
+        unconfirmed = self._unconfirmed_edge
+        if unconfirmed is not None and position > unconfirmed:
+            # The sender has sent beyond the old edge, so it has our window-opening SM (the data
+            # itself may have been lost: a NAK repairs that), as data beyond it would prove.
+            self._unconfirmed_edge = None
         if (
             edge >= self.last_sm_position + self.window
             or edge >= self._previous_grant
@@ -134,8 +139,8 @@ class StatusScheduler:
         interval = self.interval
         if opens and hwm + self.mtu >= old_grant:
             # This SM frees a sender that used up its window. If it is lost, the sender waits
-            # for it: repeat it after a repair time (backing off) until data from beyond the
-            # old edge shows it arrived.
+            # for it: repeat it after a repair time (backing off) until data or a heartbeat
+            # from beyond the old edge shows it arrived.
             self._unconfirmed_edge = old_grant
             self._confirm_delay = retry_delay
         elif self._unconfirmed_edge is not None:

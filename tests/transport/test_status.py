@@ -180,3 +180,35 @@ def test_before_any_sm_no_earlier_window_update_holds_one_back() -> None:
     assert status.window_update_at(100, at_edge) <= 5.0
     status.on_heartbeat(at_edge, 100, now=5.0)
     assert status.deadline == 5.0
+
+
+def test_a_heartbeat_beyond_the_old_edge_confirms_a_window_opening_sm() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.sent(WINDOW // 2, WINDOW - MTU, 1.0, retry_delay=0.003)  # frees a sender at the edge
+    assert status.deadline == pytest.approx(1.003)  # repeated after a repair time
+    # The sender heartbeats from beyond the old edge: it sent past it, so it had our SM (the
+    # data in between was lost and will be NAKed). The repeats stop: back to the interval.
+    status.on_heartbeat(WINDOW + 100, WINDOW // 2, now=1.002)
+    status.sent(WINDOW // 2, WINDOW - MTU, 1.003, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.003 + INTERVAL)
+    status.sent(WINDOW // 2, WINDOW - MTU, 1.203, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.203 + INTERVAL)
+
+
+def test_a_heartbeat_at_or_below_the_old_edge_does_not_confirm_it() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.sent(WINDOW // 2, WINDOW - MTU, 1.0, retry_delay=0.003)
+    # The old grant let the sender reach WINDOW without our SM: a heartbeat there (or short of
+    # it) says nothing about the SM, which is still repeated, backing off.
+    status.on_heartbeat(WINDOW, WINDOW // 2, now=1.001)
+    status.sent(WINDOW // 2, WINDOW, 1.003, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.003 + 0.006)
+    status.on_heartbeat(WINDOW - MTU, WINDOW // 2, now=1.005)
+    status.sent(WINDOW // 2, WINDOW, 1.009, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.009 + 0.012)
+    # One byte beyond it does.
+    status.on_heartbeat(WINDOW + 32, WINDOW // 2, now=1.01)
+    status.sent(WINDOW // 2, WINDOW + 32, 1.021, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.021 + INTERVAL)
