@@ -68,9 +68,12 @@ class StatusScheduler:
         self._heartbeat_position = position
         self._heartbeat_time = now
         unconfirmed = self._unconfirmed_edge
-        if unconfirmed is not None and position > unconfirmed:
+        granted = self.last_sm_position + self.window
+        if unconfirmed is not None and unconfirmed < position <= granted:
             # The sender has sent beyond the old edge, so it has our window-opening SM (the data
             # itself may have been lost: a NAK repairs that), as data beyond it would prove.
+            # (Not beyond the window we granted: no sender of ours is there, so that heartbeat
+            # is forged or corrupt and proves nothing.)
             self._unconfirmed_edge = None
         if (
             edge >= self.last_sm_position + self.window

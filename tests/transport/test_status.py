@@ -212,3 +212,18 @@ def test_a_heartbeat_at_or_below_the_old_edge_does_not_confirm_it() -> None:
     status.on_heartbeat(WINDOW + 32, WINDOW // 2, now=1.01)
     status.sent(WINDOW // 2, WINDOW + 32, 1.021, retry_delay=0.003)
     assert status.deadline == pytest.approx(1.021 + INTERVAL)
+
+
+def test_a_heartbeat_beyond_the_granted_window_does_not_confirm_it() -> None:
+    status = scheduler()
+    status.sent(0, 0, 0.0, retry_delay=0.01)
+    status.sent(WINDOW // 2, WINDOW - MTU, 1.0, retry_delay=0.003)
+    # Our last SM granted up to WINDOW // 2 + WINDOW: no sender of ours can be beyond it, so a
+    # heartbeat from there (forged) leaves the SM being repeated.
+    status.on_heartbeat(WINDOW // 2 + WINDOW + 32, WINDOW // 2, now=1.001)
+    status.sent(WINDOW // 2, WINDOW, 1.003, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.003 + 0.006)
+    # At the granted edge itself it does.
+    status.on_heartbeat(WINDOW // 2 + WINDOW, WINDOW // 2, now=1.004)
+    status.sent(WINDOW // 2, WINDOW, 1.009, retry_delay=0.003)
+    assert status.deadline == pytest.approx(1.009 + INTERVAL)
