@@ -17,6 +17,7 @@ import trio
 
 from echo.transport.destinations import Address
 from echo.transport.message import Message, Origin, format_address
+from echo.transport.offering import OfferGate
 from echo.transport.receiver import ImageAvailable, ImageEvent, PublicationImage
 from echo.transport.sender import NetworkPublication
 from echo.transport.sockets import LEND_IDLE
@@ -27,9 +28,6 @@ if TYPE_CHECKING:
 
 #: `close` waits this long past the linger for the last status messages before it gives up
 _CLOSE_GRACE = 1.0
-#: offers closer together than this are a burst: batch them instead of sending each at once
-#: (Driver.flush)
-BURST_GAP = 0.0002
 
 class Waiters:
     """Wakes every task waiting for 'something changed' on a channel."""
@@ -65,6 +63,18 @@ class PublicationChannel:
         self.max_payload_length = state.max_payload
         self.term_length = state.term_length
         self.mtu = state.mtu
+        #: the offer path, compiled (offering.py): `offer(data, flush=True)` appends one
+        #: message and tells the driver if it must send or wake
+        self.offer: Callable[..., int] = OfferGate(
+            state,
+            udp,
+            udp.burst,
+            driver.pending,
+            driver.ticker,
+            driver.clock,
+            driver.flush,
+            driver.wake,
+        ).offer
 
     @property
     def position(self) -> int:
@@ -83,28 +93,6 @@ class PublicationChannel:
 
     def is_closed(self) -> bool:
         return not self.state.is_active
-
-    def offer(self, data: bytes | bytearray | memoryview, flush: bool) -> int:
-        driver = self._driver
-        now = driver.now()
-        result = self.state.offer(data, now)
-        if result > 0:
-            udp = self.socket
-            if udp in driver.pending and (
-                not flush or (udp.flush_tick == driver.tick and now - udp.last_flush < BURST_GAP)
-            ):
-                # The timer loop already has this socket to service on its next pass, and this
-                # offer is not one to send at once (flush=False, or the middle of a burst):
-                # what flush/wake would do is done. (The rest of a burst of offers costs no
-                # call into the driver: two calls per message, interpreted, were a third of
-                # an offer's cost.)
-                return result
-            if flush:
-                driver.flush(udp, self.state, now)
-            else:
-                # The caller has more to offer right away: let them share datagrams.
-                driver.wake(udp)
-        return result
 
     def offer_many(self, messages: Iterable[bytes | bytearray | memoryview], flush: bool) -> int:
         driver = self._driver

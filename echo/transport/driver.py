@@ -19,11 +19,12 @@ from typing import Any
 import structlog
 import trio
 
-from echo.transport.channels import BURST_GAP, PublicationChannel, SubscriptionChannel
+from echo.transport.channels import PublicationChannel, SubscriptionChannel
 from echo.transport.config import TransportConfig
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
 from echo.transport.lending import LendingDriver
+from echo.transport.offering import Clock, Ticker
 from echo.transport.readiness import Readiness, open_readiness
 from echo.transport.receiver import ReceiveEndpoint
 from echo.transport.sender import NetworkPublication, SendEndpoint
@@ -59,6 +60,16 @@ _RECV_BUFFER = 65536
 _LOGGED_INTERNAL_ERRORS = 10
 
 
+def _clock_reading(clock: trio.abc.Clock) -> tuple[Callable[[], float], float | None]:
+    """How to read `clock`: trio's own system clock is its offset plus perf_counter, which the
+    compiled offer path adds itself (offering.Clock); any other is called."""
+    system = getattr(trio._core._run, "SystemClock", None)
+    offset = getattr(clock, "offset", None)
+    if system is not None and type(clock) is system and isinstance(offset, float):
+        return clock.current_time, offset
+    return clock.current_time, None
+
+
 class Driver(LendingDriver):
     def __init__(
         self,
@@ -80,9 +91,10 @@ class Driver(LendingDriver):
         self._view = memoryview(self._buffer)
         #: the buffer as recvmsg_into takes it (a list, made once rather than on every read)
         self._buffers = [self._buffer]
-        #: self.now() without its two lookups: read on every datagram and offer.
-        #: (The run's clock: a MockClock under tests, so virtual time works the same.)
-        self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
+        #: the run's clock (a MockClock under tests, so virtual time works the same), read on
+        #: every datagram and offer: trio's system clock without a call into its method
+        self.clock = Clock(*_clock_reading(trio.lowlevel.current_clock()))
+        self.now: Callable[[], float] = self.clock.now
         self._dirty: set[DriverSocket] = set()
         #: the same set, read by the offer path (PublicationChannel.offer): a socket in it is
         #: serviced on the timer loop's next pass, so an offer in a burst need not call `wake`
@@ -91,7 +103,7 @@ class Driver(LendingDriver):
         self._woken = False
         #: advanced whenever a driver task wakes (a socket was readable, a timer was due):
         #: offers made between two ticks were made without the network having a say
-        self.tick = 0
+        self.ticker = Ticker()
         #: every open socket by its wiring key (wiring.py: a channel's socket is shared by the
         #: streams whose URIs name the same address)
         self.endpoints: dict[Any, DriverSocket] = {}
@@ -118,6 +130,10 @@ class Driver(LendingDriver):
 
     def release_subscription(self, subscription: SubscriptionChannel) -> None:
         release_subscription(self, subscription)
+
+    @property
+    def tick(self) -> int:
+        return self.ticker.tick
 
     def shut_down(self) -> None:
         """Close every stream at once, telling peers (end-of-stream), then every socket."""
@@ -197,12 +213,13 @@ class Driver(LendingDriver):
         if udp.blocked or udp.closed:
             self.wake(udp)
             return
-        tick = self.tick
-        if tick == udp.flush_tick and now - udp.last_flush < BURST_GAP:
+        burst = udp.burst
+        tick = self.ticker.tick
+        if burst.in_burst(tick, now):
             self.wake(udp)
             return
-        udp.flush_tick = tick
-        udp.last_flush = now
+        burst.flush_tick = tick
+        burst.last_flush = now
         udp.endpoint.flush(publication, now, udp.send)
         if udp.blocked:
             self._await_writable_soon(udp)
@@ -292,7 +309,7 @@ class Driver(LendingDriver):
                     timers.sleeping(alarm)
                     await self._wakeup.park()
             timers.awake()
-            self.tick += 1
+            self.ticker.tick += 1
 
     def _await_writable_soon(self, udp: DriverSocket) -> None:
         if not udp.awaiting_writable and not udp.closed:
@@ -325,7 +342,7 @@ class Driver(LendingDriver):
         """Handle every datagram waiting on the socket (up to a budget), then service the
         socket; returns how many were handled. Never blocks. (`now`: the clock just read by
         the caller, so that one read serves both.)"""
-        self.tick += 1
+        self.ticker.tick += 1
         if now is None:
             now = self.now()
         endpoint = udp.endpoint
@@ -390,7 +407,7 @@ class Driver(LendingDriver):
         more queued: the borrower's next wait asks first (Lending.unasked), after the
         application has answered this one. (Its own method, without `_drain`'s loop, budget
         and question: one read per message of an echo, each side.)"""
-        self.tick += 1
+        self.ticker.tick += 1
         busy = now - udp.read_at < _READ_QUIET
         udp.read_at = now
         endpoint = udp.endpoint

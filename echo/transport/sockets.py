@@ -20,6 +20,7 @@ import trio
 
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
+from echo.transport.offering import Burst
 from echo.transport.receiver import ImageEvent, ReceiveEndpoint
 from echo.transport.response import ResponseSendEndpoint
 from echo.transport.sender import WOULD_BLOCK, NetworkPublication, Send, SendEndpoint
@@ -170,11 +171,8 @@ class DriverSocket:
         self.queued = math.inf
         #: that entry is in the timer heap's lazy slots (timerheap.LAZY_AHEAD)
         self.queued_lazy = False
-        self.last_flush = -math.inf
         #: when the driver last read the socket (driver._drain: a quiet one is read once)
         self.read_at = -math.inf
-        #: the driver's tick when an offer last sent from this socket at once
-        self.flush_tick = -1
         #: the socket buffer was full: nothing is sent until it is writable again
         self.blocked = False
         #: a task waits for the socket to become writable again (blocked is set)
@@ -304,6 +302,8 @@ class SendSocket(DriverSocket):
     def __init__(self, sock: socket.socket, key: Any, endpoint: SendEndpoint) -> None:
         self.endpoint = endpoint
         super().__init__(sock, key, endpoint.counters)
+        #: when an offer last sent from this socket at once (Driver.flush, offering.OfferGate)
+        self.burst = Burst()
         #: told each time the endpoint has been serviced (a publication's waiters)
         self.channels: list[PublicationChannel] = []
         #: the channels a task waits on now (PublicationChannel.wait): a service tells only

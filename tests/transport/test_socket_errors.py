@@ -19,7 +19,7 @@ import trio
 import trio.testing
 
 from echo.transport import Transport, open_transport
-from echo.transport.channels import BURST_GAP
+from echo.transport.offering import BURST_GAP
 from echo.transport.sockets import DriverSocket
 
 STREAM = 1001
