@@ -29,6 +29,8 @@ _ALIGN: Final = FRAME_ALIGNMENT - 1  # (length + _ALIGN) & ~_ALIGN: the 32-byte 
 _PAD: Final = int(FrameType.PAD)
 #: BEGIN and END set, as they sit in a header's first word (TermBuffers.words)
 _UNFRAGMENTED_WORD: Final = UNFRAGMENTED_FLAGS << FLAGS_SHIFT
+#: the most of the term one copy for whole messages takes at a time (FragmentAssembler._poll)
+_CHUNK: Final = 16384
 
 
 class FragmentAssembler:
@@ -88,23 +90,21 @@ class FragmentAssembler:
         deliver: Callable[[Any], object],
         origin: Origin | None,
     ) -> tuple[int, int]:
-        # The origin's fields as plain objects: typed as ints, compiled code would box the
-        # ids anew for every message.
-        session_id: object = None
-        stream_id: object = None
-        source: object = None
-        source_ip: object = None
-        source_port: object = None
+        session_id = stream_id = source_port = 0
+        source = source_ip = ""
         if origin is not None:
             session_id, stream_id, source, source_ip, source_port = origin
-        # A whole message is one slice of the mmap (a bytes copy in one step); fragments are
-        # kept as views of the term until the last one arrives. A header's length, flags and
-        # type are read as one int64 word (TermBuffers.words); the rebuilt log holds only frames
-        # the receiver validated, DATA or PAD with a positive length, so no sign to extend.
+        # A whole message is a slice of `chunk`, a bytes copy of the frames ahead made in one
+        # step (slicing bytes costs a fraction of slicing the mmap); fragments are kept as
+        # views of the term until the last one arrives. A header's length, flags and type are
+        # read as one int64 word (TermBuffers.words); the rebuilt log holds only frames the
+        # receiver validated, DATA or PAD with a positive length, so no sign to extend.
         whole = log.maps[index]
         words = log.words[index]
         offset = start
         fragments = 0
+        chunk = b""
+        chunk_start = chunk_end = start
         while offset < end and fragments < fragment_limit:
             word = words[offset >> 3]
             frame_length = word & FRAME_LENGTH_MASK
@@ -114,7 +114,18 @@ class FragmentAssembler:
                 continue
             message: bytes | None
             if word & _UNFRAGMENTED_WORD == _UNFRAGMENTED_WORD:
-                message = whole[offset + DATA_HEADER_LENGTH : offset + frame_length]
+                if offset + frame_length > chunk_end:
+                    # The next chunk: as many frames of this one's size as may still be
+                    # delivered, within _CHUNK (and at least this frame), so that a poll
+                    # copies little more than it delivers.
+                    chunk_start = offset
+                    chunk_end = min(
+                        end,
+                        offset + max(aligned, min(_CHUNK, aligned * (fragment_limit - fragments))),
+                    )
+                    chunk = whole[chunk_start:chunk_end]
+                at = offset - chunk_start
+                message = chunk[at + DATA_HEADER_LENGTH : at + frame_length]
             else:
                 message = self._on_fragment(
                     log.terms[index][offset + DATA_HEADER_LENGTH : offset + frame_length],
@@ -128,12 +139,7 @@ class FragmentAssembler:
                 if origin is None:
                     deliver(message)
                 else:
-                    deliver(
-                        _new_tuple(
-                            _MESSAGE,
-                            (message, session_id, stream_id, source, source_ip, source_port),
-                        )
-                    )
+                    deliver(Message(message, session_id, stream_id, source, source_ip, source_port))
         return offset, fragments
 
     def _on_fragment(
@@ -162,10 +168,3 @@ class FragmentAssembler:
     def in_progress(self) -> bool:
         """Is a message part-way assembled (its BEGIN seen, its END not yet)?"""
         return self._fragments is not None
-
-
-# Message(data, *origin) without the named tuple's own __new__, a Python function: tuple's,
-# called from C. One per message delivered. (The class as a Final: compiled, a static, where an
-# imported name is a lookup in the module's globals per use.)
-_new_tuple: Final[Callable[..., Any]] = tuple.__new__
-_MESSAGE: Final[type[Message]] = Message

@@ -47,6 +47,8 @@ COMPILED_MODULES: Final = (
     "echo.transport.publication",
     "echo.transport.receiver",
     "echo.transport.sender",
+    "echo.transport.offering",
+    "echo.transport.message",
 )
 
 #: written by the build beside this file: {"echo.transport.frames": "<sha256 of frames.py>", ...}

@@ -1,0 +1,168 @@
+"""The offer path (offering.py) and the Message a subscription delivers (message.py), without a
+driver: the gate's three outcomes (send now, wake the timer loop, nothing) and its clocks."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from echo.transport.compiled import loaded_compiled
+from echo.transport.message import Message
+from echo.transport.offering import BURST_GAP, Burst, Clock, OfferGate, Ticker
+from echo.transport.publication import NetworkPublication
+
+
+class FakePublication(NetworkPublication):
+    """What the gate asks of a NetworkPublication: `offer(data, now)`. (A subclass, as the
+    compiled gate takes only that type; nothing of the real one is set up or read.)"""
+
+    def __init__(self, result: int = 64) -> None:  # (no super().__init__: not needed)
+        self.result = result
+        self.offers: list[tuple[bytes, float]] = []
+
+    def offer(self, data: bytes | bytearray | memoryview, now: float) -> int:
+        assert isinstance(data, bytes)
+        self.offers.append((data, now))
+        return self.result
+
+
+class Driver:
+    def __init__(self) -> None:
+        self.pending: set[Any] = set()
+        self.ticker = Ticker()
+        self.time = 10.0
+        self.flushed: list[tuple[Any, Any, float]] = []
+        self.woken: list[Any] = []
+
+    def flush(self, socket: Any, publication: Any, now: float) -> None:
+        self.flushed.append((socket, publication, now))
+
+    def wake(self, socket: Any) -> None:
+        self.woken.append(socket)
+
+
+def gate(result: int = 64) -> tuple[OfferGate, Driver, FakePublication, Burst, object]:
+    driver, publication, burst, socket = Driver(), FakePublication(result), Burst(), object()
+    clock = Clock(lambda: driver.time, None)
+    g = OfferGate(
+        publication,
+        socket,
+        burst,
+        driver.pending,
+        driver.ticker,
+        clock,
+        driver.flush,
+        driver.wake,
+    )
+    return g, driver, publication, burst, socket
+
+
+def test_an_offer_to_a_quiet_socket_is_flushed_at_once_with_the_clocks_time() -> None:
+    g, driver, publication, _, socket = gate()
+    assert g.offer(b"hello") == 64
+    assert publication.offers == [(b"hello", 10.0)]
+    assert driver.flushed == [(socket, publication, 10.0)]
+    assert driver.woken == []
+
+
+def test_flush_false_wakes_the_timer_loop_instead() -> None:
+    g, driver, _, _, socket = gate()
+    assert g.offer(b"x", False) == 64
+    assert driver.woken == [socket] and driver.flushed == []
+    assert g.offer(b"y", flush=False) == 64
+    assert driver.woken == [socket, socket]
+
+
+def test_a_socket_already_pending_needs_no_wake_for_a_flush_false_offer() -> None:
+    g, driver, _, _, socket = gate()
+    driver.pending.add(socket)
+    g.offer(b"x", False)
+    assert driver.woken == [] and driver.flushed == []
+
+
+def test_the_middle_of_a_burst_is_left_to_the_timer_loop() -> None:
+    g, driver, _, burst, socket = gate()
+    driver.pending.add(socket)
+    burst.flush_tick, burst.last_flush = driver.ticker.tick, driver.time - BURST_GAP / 2
+    g.offer(b"x")
+    assert driver.flushed == [] and driver.woken == []
+    # A burst is offers with nothing between them: a driver tick since, or a gap, ends it.
+    driver.ticker.tick += 1
+    g.offer(b"y")
+    assert len(driver.flushed) == 1
+    burst.flush_tick = driver.ticker.tick
+    burst.last_flush = driver.time - 2 * BURST_GAP
+    g.offer(b"z")
+    assert len(driver.flushed) == 2
+
+
+def test_a_pending_socket_outside_a_burst_is_still_flushed() -> None:
+    g, driver, _, _, socket = gate()
+    driver.pending.add(socket)
+    g.offer(b"x")
+    assert len(driver.flushed) == 1
+
+
+@pytest.mark.parametrize("code", [-1, -2, -3, -4, -5])
+def test_a_refused_offer_tells_the_driver_nothing(code: int) -> None:
+    g, driver, _, _, _ = gate(result=code)
+    assert g.offer(b"x") == code
+    assert g.offer(b"x", False) == code
+    assert driver.flushed == [] and driver.woken == []
+
+
+def test_burst_bounds() -> None:
+    burst = Burst()
+    assert burst.flush_tick == -1 and burst.last_flush == -math.inf
+    assert not burst.in_burst(0, 0.0)
+    burst.flush_tick, burst.last_flush = 3, 1.0
+    assert burst.in_burst(3, 1.0 + BURST_GAP / 2)
+    assert not burst.in_burst(3, 1.0 + 2 * BURST_GAP)
+    assert not burst.in_burst(4, 1.0)
+
+
+def test_the_system_clock_is_its_offset_plus_perf_counter() -> None:
+    import time
+
+    calls: list[int] = []
+
+    def read() -> float:
+        calls.append(1)
+        return 0.0
+
+    clock = Clock(read, 1000.0)
+    before = 1000.0 + time.perf_counter()
+    now = clock.now()
+    assert before <= now <= 1000.0 + time.perf_counter()
+    assert calls == []  # not called: the offset is added here
+    other = Clock(lambda: 42.5, None)
+    assert other.now() == 42.5
+
+
+# ----------------------------------------------------------------------------- Message
+
+
+def test_messages_compare_and_hash_by_value() -> None:
+    a = Message(b"data", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)
+    b = Message(b"data", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != Message(b"datb", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)
+    assert a != Message(b"data", 8, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)
+    assert a != Message(b"data", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40001)
+    assert a != (b"data", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)
+    assert (a.data, a.session_id, a.stream_id) == (b"data", 7, 1001)
+    assert (a.source, a.source_ip, a.source_port) == ("10.0.0.1:40000", "10.0.0.1", 40000)
+    assert repr(a) == (
+        "Message(data=b'data', session_id=7, stream_id=1001, source='10.0.0.1:40000')"
+    )
+
+
+@pytest.mark.skipif(
+    not loaded_compiled().get("echo.transport.message"), reason="read-only only when compiled"
+)
+def test_a_compiled_message_is_read_only() -> None:
+    a = Message(b"data", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)
+    with pytest.raises(AttributeError):
+        a.data = b"other"  # type: ignore[misc]
