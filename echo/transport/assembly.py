@@ -114,18 +114,24 @@ class FragmentAssembler:
                 continue
             message: bytes | None
             if word & _UNFRAGMENTED_WORD == _UNFRAGMENTED_WORD:
-                if offset + frame_length > chunk_end:
+                if offset + frame_length <= chunk_end:
+                    at = offset - chunk_start
+                    message = chunk[at + DATA_HEADER_LENGTH : at + frame_length]
+                else:
                     # The next chunk: as many frames of this one's size as may still be
-                    # delivered, within _CHUNK (and at least this frame), so that a poll
-                    # copies little more than it delivers.
-                    chunk_start = offset
+                    # delivered, within _CHUNK, so that a poll copies little more than it
+                    # delivers; just this frame (one message, an echo) is sliced on its own.
                     chunk_end = min(
-                        end,
-                        offset + max(aligned, min(_CHUNK, aligned * (fragment_limit - fragments))),
+                        end, offset + min(_CHUNK, aligned * (fragment_limit - fragments))
                     )
-                    chunk = whole[chunk_start:chunk_end]
-                at = offset - chunk_start
-                message = chunk[at + DATA_HEADER_LENGTH : at + frame_length]
+                    if chunk_end < offset + aligned + FRAME_ALIGNMENT:
+                        # (chunk_end now ends short of the next frame's header, so the next
+                        # message makes a chunk)
+                        message = whole[offset + DATA_HEADER_LENGTH : offset + frame_length]
+                    else:
+                        chunk_start = offset
+                        chunk = whole[chunk_start:chunk_end]
+                        message = chunk[DATA_HEADER_LENGTH:frame_length]
             else:
                 message = self._on_fragment(
                     log.terms[index][offset + DATA_HEADER_LENGTH : offset + frame_length],

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from echo.transport.assembly import FragmentAssembler
 from echo.transport.frames import DATA_HEADER_STRUCT, UNFRAGMENTED_FLAGS, FrameType
 from echo.transport.logbuffer import TermBuffers, append_message, write_pad
@@ -122,3 +125,37 @@ def test_a_message_with_a_fragment_padded_over_is_dropped_not_delivered_with_a_h
     assert got == [b"next"]
     assert offset == offsets[-1] and fragments == 3  # BEGIN, the orphan END, the next message
     assert not assembler.in_progress
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 40_000), min_size=1, max_size=40),
+    limits=st.lists(st.integers(1, 12), min_size=1, max_size=8),
+    payload=st.integers(32, 9000),
+)
+def test_any_mix_of_sizes_comes_out_whole_whatever_the_fragment_limits(
+    sizes: list[int], limits: list[int], payload: int
+) -> None:
+    # Whole messages are sliced out of chunks of the frames ahead (sized by the fragment limit
+    # and the first message's size, within _CHUNK): messages of other sizes, bigger than a
+    # chunk, fragmented, or polled a few at a time, cross chunk boundaries anywhere.
+    log = TermBuffers(TERM * 16)
+    messages: list[bytes] = []
+    offset = 0
+    for n, size in enumerate(sizes):
+        message = bytes((n + i) & 0xFF for i in range(size))
+        if offset + size + 32 * (size // payload + 2) > TERM * 16:
+            break
+        offset = append_message(log.terms[0], offset, message, payload, **IDS)
+        messages.append(message)
+    end = offset
+    assembler = FragmentAssembler()
+    got: list[bytes] = []
+    position = 0
+    polls = 0
+    while position < end:
+        limit = limits[polls % len(limits)]
+        position, fragments = assembler.poll(log, 0, position, end, limit, got.append)
+        assert 0 < fragments <= limit
+        polls += 1
+    assert got == messages
