@@ -31,6 +31,8 @@ _PAD: Final = int(FrameType.PAD)
 _UNFRAGMENTED_WORD: Final = UNFRAGMENTED_FLAGS << FLAGS_SHIFT
 #: the most of the term one copy for whole messages takes at a time (FragmentAssembler._poll)
 _CHUNK: Final = 16384
+#: `poll`'s origin, which it does not use (it hands the handler bare payloads)
+_NO_ORIGIN: Final[Origin] = (0, 0, "", "", 0)
 
 
 class FragmentAssembler:
@@ -90,10 +92,9 @@ class FragmentAssembler:
         deliver: Callable[[Any], object],
         origin: Origin | None,
     ) -> tuple[int, int]:
-        session_id = stream_id = source_port = 0
-        source = source_ip = ""
-        if origin is not None:
-            session_id, stream_id, source, source_ip, source_port = origin
+        session_id, stream_id, source, source_ip, source_port = (
+            _NO_ORIGIN if origin is None else origin
+        )
         # A whole message is a slice of `chunk`, a bytes copy of the frames ahead made in one
         # step (slicing bytes costs a fraction of slicing the mmap); fragments are kept as
         # views of the term until the last one arrives. A header's length, flags and type are

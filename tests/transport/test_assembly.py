@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo.transport.assembly import FragmentAssembler
+from echo.transport.assembly import _CHUNK, FragmentAssembler
+from echo.transport.compiled import loaded_compiled
 from echo.transport.frames import DATA_HEADER_STRUCT, UNFRAGMENTED_FLAGS, FrameType
 from echo.transport.logbuffer import TermBuffers, append_message, write_pad
 
@@ -159,3 +161,54 @@ def test_any_mix_of_sizes_comes_out_whole_whatever_the_fragment_limits(
         assert 0 < fragments <= limit
         polls += 1
     assert got == messages
+
+
+class RecordingMap:
+    """A term's mmap that records the size of every copy sliced out of it."""
+
+    def __init__(self, whole: object) -> None:
+        self.whole = whole
+        self.copied: list[int] = []
+
+    def __getitem__(self, span: slice) -> bytes:
+        data: bytes = self.whole[span]  # type: ignore[index]
+        self.copied.append(len(data))
+        return data
+
+
+@pytest.mark.skipif(
+    bool(loaded_compiled().get("echo.transport.assembly")),
+    reason="compiled, the term must be a real mmap: the copies are counted interpreted",
+)
+def test_a_poll_copies_little_more_than_it_delivers() -> None:
+    # 64-byte messages are 96-byte frames, 32-byte ones 64, empty ones 32
+    messages = [bytes([i]) * 64 for i in range(6)] + [b"s" * 32, b"b" * 96, b"b" * 96, b"b" * 96]
+    messages += [b"x" * 64, b""] + [bytes([i]) * 64 for i in range(200)]
+    log, offsets = term_of(messages)
+    recording = RecordingMap(log.maps[0])
+    log.maps[0] = recording  # type: ignore[call-overload]
+
+    def poll(start: int, limit: int, end: int = offsets[-1]) -> tuple[list[bytes], int]:
+        recording.copied.clear()
+        got, offset, _ = poll_all(FragmentAssembler(), log, start, end, limit)
+        return got, offset
+
+    # One message a poll (an echo): sliced on its own, no chunk.
+    got, offset = poll(0, 1)
+    assert got == messages[:1] and recording.copied == [64]
+    # Five: one chunk of exactly their five frames, each message sliced out of it.
+    got, offset = poll(offset, 5)
+    assert got == messages[1:6] and recording.copied == [5 * 96]
+    # Sizes change: the chunk is sized by the frame that starts it and the fragments left, so
+    # a 64-byte frame then 128-byte ones need a second chunk, for the two left.
+    got, offset = poll(offset, 4)
+    assert got == messages[6:10] and recording.copied == [4 * 64, 2 * 128]
+    # A frame and an empty message, two fragments, the end of what has arrived: a chunk of
+    # exactly 96 + 32 bytes, the two frames (the least a chunk holds).
+    got, offset = poll(offset, 2, end=offsets[12])
+    assert got == messages[10:12] and recording.copied == [96 + 32]
+    # Many: no copy bigger than _CHUNK, and little more copied than delivered.
+    got, offset = poll(offset, 1000)
+    assert got == messages[12:] and offset == offsets[-1]
+    assert max(recording.copied) == _CHUNK
+    assert sum(recording.copied) <= 200 * 96 + 96 * len(recording.copied)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from echo.transport.compiled import loaded_compiled
-from echo.transport.message import Message
+from echo.transport.message import Message, format_address
 from echo.transport.offering import BURST_GAP, Burst, Clock, OfferGate, Ticker
 from echo.transport.publication import NetworkPublication
 
@@ -121,6 +121,8 @@ def test_burst_bounds() -> None:
     assert burst.in_burst(3, 1.0 + BURST_GAP / 2)
     assert not burst.in_burst(3, 1.0 + 2 * BURST_GAP)
     assert not burst.in_burst(4, 1.0)
+    burst.last_flush = 0.0  # (exactly BURST_GAP after it is no longer a burst)
+    assert not burst.in_burst(3, BURST_GAP) and burst.in_burst(3, BURST_GAP / 2)
 
 
 def test_the_system_clock_is_its_offset_plus_perf_counter() -> None:
@@ -152,6 +154,8 @@ def test_messages_compare_and_hash_by_value() -> None:
     assert a != Message(b"data", 8, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)
     assert a != Message(b"data", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40001)
     assert a != (b"data", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)
+    # (by value: messages that differ hash apart, as their fields do)
+    assert len({hash(Message(bytes([i]), 7, 1001, "s", "i", 1)) for i in range(50)}) == 50
     assert (a.data, a.session_id, a.stream_id) == (b"data", 7, 1001)
     assert (a.source, a.source_ip, a.source_port) == ("10.0.0.1:40000", "10.0.0.1", 40000)
     assert repr(a) == (
@@ -166,3 +170,9 @@ def test_a_compiled_message_is_read_only() -> None:
     a = Message(b"data", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)
     with pytest.raises(AttributeError):
         a.data = b"other"  # type: ignore[misc]
+
+
+def test_addresses_are_formatted_with_ipv6_in_brackets() -> None:
+    assert format_address(("10.0.0.1", 40000)) == "10.0.0.1:40000"
+    assert format_address(("::1", 40000)) == "[::1]:40000"
+    assert format_address(("fe80::1", 9)) == "[fe80::1]:9"
