@@ -9,7 +9,7 @@ raw echo server), and N clients in a few processes, each with its own socket, ec
 once a second at a moment of its own (the steady part of bench.scale, without a handshake).
 
 Datagrams are counted by the kernel: `udp_datagrams()` reads /proc/net/snmp, which counts the
-whole network namespace. In a namespace of its own (`ip netns exec`, see the README) every
+whole network namespace. In a namespace of its own (`ip netns exec`: docs/benchmarking.md) every
 datagram counted is the benchmark's, and since server and clients share it, OutDatagrams is
 exactly the datagrams the server handled (each one either sent by it or sent to it). Outside
 one, other programs' traffic is counted too: the figures then say `private_netns: false`.

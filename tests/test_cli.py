@@ -1,4 +1,4 @@
-"""echo-server and echo-client as processes, the way the README runs them."""
+"""echo-server and echo-client as processes, the way the README and docs/cli.md run them."""
 
 from __future__ import annotations
 

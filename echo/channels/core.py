@@ -13,7 +13,7 @@ A peer violation sets `failure` (a sentence for the session's close reason) and 
 no exception escapes `receive`. Local misuse (an unknown channel, a bound that loosens) raises
 `ChannelUsageError`.
 
-Interpretations of the seed (the README repeats them):
+Interpretations of the seed (docs/channels.md repeats them):
 
 * Sizes are `wire.message_size`: payload bytes (+2 per handle reference, at least 1).
 * Server state per incoming channel: capacity C, buffered bytes U (including a message the

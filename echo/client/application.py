@@ -27,7 +27,7 @@ the previous one was *sent*, or as soon as its reply arrives when that took long
 ``interval`` (immediately when ``interval == 0``), as ``ping -i`` and a game's tick do. A cadence
 clocked by the reply instead (the next ``interval`` after the reply) lets a server's slow moment
 gather clients into step: every client answered late sends late next time, together, and the
-bursts grow (measured in B4, README). Waiting for a reply is bounded by ``timeout``.
+bursts grow (B4: CHANGELOG.md). Waiting for a reply is bounded by ``timeout``.
 
 Events that come late (a message after the end, a second open) are ignored and return ``[]``;
 calls only a driver bug explains (a message before the session opened) raise

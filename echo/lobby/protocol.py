@@ -26,7 +26,7 @@ opt u64     u8 flag + u64 if the flag is 1
 
 `_MESSAGES` is the message table: per message type its type byte, channel, class and fields
 in order (name -> field codec); records inside messages (a snapshot, a member, a listing, a
-filter) are described the same way. The README's lobby section has the same table for people.
+filter) are described the same way. docs/lobby-protocol.md has the same table for people.
 
 ``parse_*_untrusted`` take bytes straight from the network and raise only
 `LobbyProtocolError`; they cost O(len(data)) (every count is bounded by the bytes that remain).

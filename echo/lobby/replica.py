@@ -8,9 +8,9 @@ for a snapshot again (a `JoinLobby` for a lobby one is in answers with one).
 
 When the lobby's home dies, the member sends `recreate_request()` to the next server of the
 ring (`echo.lobby.home`); the server's merge rule is `LobbyRegistry._recreate` (state.py) and
-the README. The copy carries the seats' tags (`SeatTags`, keyed hashes of the secrets of the
-clients that hold them), so that the next server gives each seat back to its own client even if
-that client never learned its seat.
+docs/lobby-protocol.md. The copy carries the seats' tags (`SeatTags`, keyed hashes of the
+secrets of the clients that hold them), so that the next server gives each seat back to its own
+client even if that client never learned its seat.
 
 Pure module: no trio, no clock.
 """

@@ -11,7 +11,7 @@ The driver (next step: sessions + logical channels) calls
 A remote's bad request is never an exception: it is a `Refusal` with an `ErrorCode`, counted in
 ``refusals``. ``member_id`` is the authenticated identity the driver got from the session.
 
-Rules a reader needs (also in the README):
+Rules a reader needs (also in docs/lobby.md):
 
 - A member is in at most one lobby of a server. A lobby with no member is deleted.
 - Owner: always a member; whenever any member is connected, the owner is a connected member.
@@ -27,7 +27,7 @@ Rules a reader needs (also in the README):
   members, so a member's `LobbyReplica` detects a gap and asks for a snapshot.
 - Search lists public, unlocked lobbies in ascending lobby id; the cursor is the last id of a
   page, so paging is stable: a lobby that exists throughout is seen exactly once.
-- Recreate (the home died): see `RecreateLobby` handling below and the README.
+- Recreate (the home died): see `RecreateLobby` handling below and docs/lobby-protocol.md.
 
 Pure module: no trio, no clock.
 """

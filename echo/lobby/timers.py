@@ -1,4 +1,4 @@
-"""The idle cadence of lobby sessions (README "Lobby", "L1, the lobby benchmark").
+"""The idle cadence of lobby sessions (docs/lobby.md, "Idle cadence").
 
 A lobby member's session carries a few messages a second at most, and most of the time none:
 what it costs a server to keep thousands of members is the transport's idle traffic. With

@@ -1,4 +1,4 @@
-"""Transport timers for session servers and clients (Echo 2.0 and others; README "Configuration").
+"""Transport timers for session servers and clients (Echo 2.0 and others; docs/configuration.md).
 
 Aeron's defaults (heartbeat every 100 ms idle, status message every 200 ms) were made for a few
 busy streams. A server with 1,000 duologues runs 2,000 streams that are idle most of the time:

@@ -39,7 +39,7 @@ class TransportConfig:
     unicast_retransmit_linger: float = 0.00025
     #: the soonest a unicast receiver NAKs a gap again (it waits for its measured repair time)
     nak_retry_min: float = 0.0005
-    #: send one heartbeat a couple of milliseconds after each burst of data (see README)
+    #: send one heartbeat a couple of milliseconds after each burst of data (docs/configuration.md)
     probe_after_data: bool = False
     #: retransmits in flight per publication (Aeron: 1 unicast, 16 group; more keep heavy loss
     #: from costing a linger period per gap: one per gap a receiver NAKs, see loss.MAX_GAPS)

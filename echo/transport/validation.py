@@ -7,7 +7,7 @@ that is not yet a destination is answered with one *cookie challenge*, no larger
 and only a registration SM that echoes the cookie adds the address. The cookie is a keyed hash
 of the address, the receiver id and the time, so the publisher keeps no state per stranger.
 
-On the wire (still valid Aeron frames, see README): the challenge is an SM from the publisher to
+On the wire (valid Aeron frames, docs/security.md): the challenge is an SM from the publisher to
 the receiver with flags COOKIE (0x20), session 0, stream 0, the cookie in the consumption
 term-id/offset fields and the receiver's id; the receiver's registration SM (session 0, stream
 0, SETUP flag) carries the cookie in the same two fields, which plain Aeron leaves zero.

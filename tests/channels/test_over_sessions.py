@@ -80,7 +80,7 @@ async def test_bulk_saturated_by_a_slow_consumer_while_control_keeps_answering()
 async def test_a_control_channel_on_its_own_stream_of_a_real_session() -> None:
     """own_stream over echo.session: the second stream uses the session's channel URIs (its
     ports) with stream id and session id + 1. Per-client duologue ports only: with shared
-    ports the server's second stream never connects (README, known limit)."""
+    ports the server's second stream never connects (docs/channels.md: not done)."""
     ports = "per-client"
     specs = [ChannelSpec(CONTROL, capacity=4096, own_stream=True),
              ChannelSpec(BULK, capacity=64 * 1000, priority=1)]

@@ -47,7 +47,7 @@ def test_round_trip(batch):
 
 
 def test_known_bytes():
-    """The table in the README, byte for byte."""
+    """The table in docs/channels.md (Wire encoding), byte for byte."""
     assert wire.encode(Data(1, b"hi")) == bytes([0x01, 1, 2]) + b"hi"
     assert wire.encode(Data(1, b"", (HandleRef(2, 3, True),))) == bytes([0x02, 1, 1, 2, 7, 0])
     assert wire.encode(Bind(2, b"v")) == bytes([0x03, 2, 1]) + b"v"

@@ -231,7 +231,7 @@ def test_timeout_waiting_for_echo_names_the_message() -> None:
 
 def test_the_cadence_is_the_sends_not_the_replies() -> None:
     # A slow reply does not shift the next ECHO's moment: clients answered late together would
-    # otherwise send late together ever after (README, B4).
+    # otherwise send late together ever after (B4: CHANGELOG.md, 2026-11-28).
     m = make(interval=1.0, timeout=10.0, count=None)
     assert to_echoing(m, 10.0) == [SendEcho(1, b"ECHO msg-1")]
     m.on_message(echo("msg-1"), 10.3)

@@ -23,8 +23,8 @@ def payload(index: int, size: int) -> bytes:
 
 
 def config(args: argparse.Namespace) -> TransportConfig:
-    # Aeron cannot answer echo's address-validation cookie (dynamic MDC): off, as the
-    # README says for plain Aeron peers.
+    # Aeron cannot answer echo's address-validation cookie (dynamic MDC): off, as
+    # docs/transport.md says for plain Aeron peers.
     return TransportConfig(validate_addresses=False, linger=args.linger)
 
 

@@ -90,7 +90,7 @@ def lose_joined_reply(server: LobbyServer, member: str, *, drop_session: bool) -
 
 
 def hello_bytes(member: str, secret: bytes) -> bytes:
-    """A hello with no seat and `secret`, spelled out as the wire has it (README, Lobby)."""
+    """A hello with no seat and `secret`, as the wire has it (docs/lobby-protocol.md)."""
     name = member.encode()
     return b"LOBBY1" + bytes((len(name),)) + name + b"\x00\x00" + bytes((len(secret),)) + secret
 

@@ -21,7 +21,7 @@ from echo.server.server import echo_application
 from echo.topics import ClientConfig, open_topic_client
 from tests.lobby.servers import GAME_KEY, cluster, session_config, until
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+LOBBY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "lobby.md"
 
 
 async def game_server(
@@ -133,11 +133,12 @@ async def test_start_without_a_game_server_is_refused() -> None:
             assert refused.value.code is ErrorCode.NO_GAME_SERVER
 
 
-async def test_the_readme_example_runs(tmp_path: Path) -> None:
-    """The README's library example, as written, against real servers: alice runs it, bob
-    joins and readies; alice starts and takes her ticket to the game server."""
-    readme = README.read_text()
-    section = readme[readme.index("### The library", readme.index("\n## Lobby\n")) :]
+async def test_the_documented_example_runs(tmp_path: Path) -> None:
+    """The library example of the lobby's documentation page, as written, against real
+    servers: alice runs it, bob joins and readies; alice starts and takes her ticket to the
+    game server."""
+    page = LOBBY_PAGE.read_text()
+    section = page[page.index("\n## The library\n") :]
     code = section[section.index("```python") + len("```python") : section.index("```\n", 10)]
     code = code.replace("trio.run(main)", "")
     key_file = write_key(tmp_path, GAME_KEY)
@@ -156,7 +157,7 @@ async def test_the_readme_example_runs(tmp_path: Path) -> None:
         server.admit = counting
         await until(lambda: c.lobby[0].games.live(trio.current_time()) != [])
         namespace: dict[str, object] = {}
-        exec(compile(code, "README.md", "exec"), namespace)
+        exec(compile(code, "docs/lobby.md", "exec"), namespace)
         namespace["SERVERS"] = c.names
         async with trio.open_nursery() as nursery:
             nursery.start_soon(namespace["main"])  # type: ignore[arg-type]

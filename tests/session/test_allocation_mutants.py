@@ -1,4 +1,4 @@
-"""Unit tests written to kill surviving mutants (./dev mutate); see README, Mutation testing.
+"""Unit tests written to kill surviving mutants (./dev mutate); see docs/mutation.md.
 
 Covers echo.session.allocators (the exact errors an operator reads, range boundaries, which
 draws the session scan makes), echo.session.limits (ipv6_prefix validation and its messages,

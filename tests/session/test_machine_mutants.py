@@ -1,4 +1,4 @@
-"""Unit tests written to kill surviving mutants (./dev mutate); see README, Mutation testing.
+"""Unit tests written to kill surviving mutants (./dev mutate); see docs/mutation.md.
 
 They pin what a driver of `echo.session.machine` sees: the exact `Failure` (kind, message,
 detail, phase) and actions for every way `HandshakeMachine` and `ResumeMachine` fail, the

@@ -1,4 +1,4 @@
-"""Unit tests written to kill surviving mutants (./dev mutate); see README, Mutation testing.
+"""Unit tests written to kill surviving mutants (./dev mutate); see docs/mutation.md.
 
 They pin what `echo.session.resume` promises at its edges: the exact wire bytes at the largest
 and smallest valid session ids, counters and message counts, the 1024-byte message limit both

@@ -1,4 +1,4 @@
-"""Unit tests written to kill surviving mutants (./dev mutate); see README, Mutation testing.
+"""Unit tests written to kill surviving mutants (./dev mutate); see docs/mutation.md.
 
 Covers echo.session.shared: SharedPorts (every duologue gets the same two ports, holders are
 counted per pair, a pair is freed data port first, double frees and foreign ports are refused
