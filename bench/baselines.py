@@ -3,10 +3,10 @@
     python -m bench.baselines echo [--size 64] [--duration 5]
     python -m bench.baselines oneway [--size 64 --size 1408 ...] [--duration 5]
 
-Each side runs in its own spawned process. Both use the fast trio pattern of DESIGN.md §7: a
-plain non-blocking socket, `trio.lowlevel.wait_readable` and then non-blocking `recvfrom_into`
-into one reused buffer until BlockingIOError; non-blocking sends that wait writable only on
-EAGAIN. Anything echo's transport does is measured against these in the same run.
+Each side runs in its own spawned process. Both use the fast trio pattern of docs/architecture.md,
+Performance rules: a plain non-blocking socket, `trio.lowlevel.wait_readable` and then non-blocking
+`recvfrom_into` into one reused buffer until BlockingIOError; non-blocking sends that wait writable
+only on EAGAIN. Anything echo's transport does is measured against these in the same run.
 """
 
 from __future__ import annotations

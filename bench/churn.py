@@ -3,7 +3,7 @@ datagrams sprayed at all its ports, and the server's RSS slope over the run.
 
     python -m bench.churn [--seconds 120] [--concurrency 16] [--spray-rate 200]
 
-Issue 14 saw RSS grow 39 -> 44 MiB over a 10-minute churn (~0.5 MiB a minute); this measures
+An earlier run saw RSS grow 39 -> 44 MiB over a 10-minute churn (~0.5 MiB a minute); this measures
 that figure. `--concurrency` workers each loop: connect (the session library's HELLO, CONNECT,
 join), three ECHO round trips, close. A sprayer sends `--spray-rate` random datagrams a second
 (random lengths, some with an Aeron header's first bytes) at the all-clients ports and the

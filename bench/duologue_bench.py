@@ -11,7 +11,7 @@ pinned to the first CPU. Two clients take turns on the second CPU:
    decrypted, the duologue channels opened with it), then echoes 64-byte `ECHO <text>` messages
    in a tight loop: `pub.send`, `sub.receive`, check that the reply is the ECHO of what was
    sent. After a warm-up, round trips/s and p50 / p99 / p99.9, compared to `raw_echo_64` of the
-   same run; the issue's targets (issue 13) are >= 0.8 x raw round trips/s and p99 <= 1.5 x raw
+   same run; the targets are >= 0.8 x raw round trips/s and p99 <= 1.5 x raw
    p99. The server's CPU is sampled from /proc around exactly the measured part.
 2. `echo_client_cli_64`: `echo-client --interval 0 --count N --json` against the same server,
    what a user of the CLI sees: its `rtt_ms` p50 / p99, and round trips/s as N over the time
@@ -55,7 +55,7 @@ _FILLER = "." * (MESSAGE_SIZE - len("ECHO ") - 16)
 #: duologue may still be closing when the second says HELLO.
 MAX_CLIENTS = 4
 HANDSHAKE_TIMEOUT = 10.0
-#: The issue's goals for B1 (ratios to raw trio UDP echo of the same run; issue 13).
+#: The goals for B1 (ratios to raw trio UDP echo of the same run).
 TARGETS = {"round trips/s": (">=", 0.8, "ratio"), "p99": ("<=", 1.5, "ratio")}
 
 

@@ -6,7 +6,8 @@ parent only orchestrates: it starts the children, waits for them to say "ready",
 their results together with the CPU time and peak RSS each one used.
 
 A report prints every figure next to its ratio to the raw trio UDP baseline measured in the
-same run (DESIGN.md §7: absolute figures drift run to run, ratios are what compare).
+same run (docs/architecture.md, Performance rules: absolute figures drift run to run, ratios
+are what compare).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Skip(Exception):
 
 @attrs.frozen
 class Target:
-    """A goal the issue sets for one figure: `figure op threshold`.
+    """A goal set for one figure: `figure op threshold`.
 
     `of="ratio"` checks the figure's ratio to its raw baseline of the same run (`0.6` = 0.6 x
     raw), `of="value"` the figure itself in its own unit. A Result accepts the plain tuple too:
@@ -61,7 +62,7 @@ class Target:
     op: Literal[">=", "<="]
     threshold: float
     of: Literal["value", "ratio"] = "value"
-    #: how the issue put it, when the report's unit differs (e.g. "600 MB" for a MiB figure)
+    #: how the goal was put, when the report's unit differs (e.g. "600 MB" for a MiB figure)
     note: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -109,7 +110,7 @@ class Result:
     #: True when a smaller value is better (latency): the ratio is still value / baseline,
     #: but the report says so.
     lower_is_better: bool = False
-    #: the issue's goal for this figure, shown as met / missed in the report (see Target)
+    #: the goal for this figure, shown as met / missed in the report (see Target)
     target: Target | None = attrs.field(default=None, converter=as_target)
     #: True for the raw trio UDP figures themselves (shown as "baseline"); a figure with
     #: neither `raw` nor a `baseline` has no raw counterpart (scale: CPU, RSS, handshakes/s)
@@ -812,7 +813,7 @@ def markdown(
         "datagram per message), MB/s to raw datagrams of the MTU used (1408 B, Aeron's "
         "default; 8192 B for `mtu8192`); `—` marks a figure with no raw counterpart (server "
         "CPU, RSS, handshakes/s). A ratio that names a row (`x loss_0pct`) is to that row of "
-        "this same run. Targets are the issue's; a ratio target is checked against this run's "
+        "this same run. Targets are the project's; a ratio target is checked against this run's "
         "baseline.",
         "",
         "| benchmark | metric | figure | vs raw | target | met | CPU (% of a core) / peak RSS |",

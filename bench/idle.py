@@ -6,8 +6,8 @@ sessions, their CPU over fixed idle windows, and the datagrams that CPU went on.
     python -m bench.idle --smoke                          # seconds: it runs at all
     python -m bench.idle --profile /tmp/idle-prof         # py-spy --native of both sides, 1 window
 
-A lobby server of thousands of mostly idle members (issue 18's L1), or an echo server of
-thousands of quiet clients (issue 13's B4), spends its CPU on the transport's idle traffic:
+A lobby server of thousands of mostly idle members (the lobby's L1), or an echo server of
+thousands of quiet clients (B4), spends its CPU on the transport's idle traffic:
 heartbeats, status messages, liveness and expiry checks, the timer loop and the reader that
 serve them. This measures exactly that and nothing else: the server runs `echo.session`'s
 `SessionServer` with an application that waits on each session's `receive` (as a lobby's or an

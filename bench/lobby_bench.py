@@ -1,4 +1,4 @@
-"""L1 (issue 18, Benchmark): lobbies of members on ONE lobby server, bots in other processes.
+"""L1 (the lobby benchmark): lobbies of members on ONE lobby server, bots in other processes.
 
 For each target, in the same run:
 - echo: `echo-lobby` (python -m echo.lobby.cli server) and bots on `echo.lobby.connect`

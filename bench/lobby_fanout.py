@@ -1,4 +1,4 @@
-"""The lobby server's chat fan-out alone, for instruction counts (issue 18, L1).
+"""The lobby server's chat fan-out alone, for instruction counts (L1).
 
 `LobbyServer._deliver` of chat lines to the 8 members of a lobby, each member a real
 `Channels` (with the lobby's own two reader tasks per member) over a stand-in session whose

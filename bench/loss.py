@@ -9,8 +9,8 @@ publisher runs in one and the subscriber in the other, each in its own process (
 the *input* hook of BOTH namespaces (`Host.set_loss`): that share of UDP datagrams is dropped at
 random whichever way it goes, so data, heartbeats, status messages and NAKs are all lost, as on
 a real path. An output-hook drop would be wrong: sendto fails with EPERM, which is not loss
-(DESIGN.md §6). The veths have `gso_max_segs 1`, so should the transport batch datagrams with
-UDP GSO, each datagram still crosses as its own packet and is dropped on its own.
+(docs/architecture.md, Test layers). The veths have `gso_max_segs 1`, so should the transport batch
+datagrams with UDP GSO, each datagram still crosses as its own packet and is dropped on its own.
 
 Per level, the publisher offers 1 KiB messages as fast as flow control allows for `duration`
 seconds, each carrying its sequence number in its first and last 8 bytes; the subscriber fails
@@ -20,7 +20,7 @@ counts), in messages and MB of payload, compared to the 0 % level of the same ru
 sent, retransmits, datagrams dropped by the nft rules (their counters) and the loss measured
 from them, per direction.
 
-Uses only the public surface of DESIGN.md §4.
+Uses only the public surface (docs/architecture.md, Public names).
 """
 
 from __future__ import annotations
@@ -388,7 +388,7 @@ def _results(percent: float, run: dict[str, Any]) -> list[Result]:
     extra.update(run["usage"])
     name = level_name(percent)
     base = percent != 0
-    # The issue's targets: goodput at 5 % loss >= 70 % of lossless, at 20 % >= 40 %.
+    # The targets: goodput at 5 % loss >= 70 % of lossless, at 20 % >= 40 %.
     target = {5: (">=", 0.7, "ratio"), 20: (">=", 0.4, "ratio")}
     return [
         Result(

@@ -50,7 +50,7 @@ parts per N:
    80 ms against 18 ms now.) Once every one has connected (or
    failed), they echo for `--seconds`; the server's CPU (% of one core, from /proc) and the
    clients' round trips (as `EchoClient` reports them) are taken from `min(5, seconds / 4)`
-   seconds into that phase to its end, the server's RSS at its end. The issue's targets apply
+   seconds into that phase to its end, the server's RSS at its end. The targets apply
    to these figures and to the storm's handshakes/s.
 
 The server holds up to 2 N duologues, so the storm's may still be closing while the steady
@@ -94,7 +94,7 @@ from bench.harness import (
 from bench.scale_raw import client_address, per_datagram, udp_datagrams
 
 DEFAULT_CLIENTS = (100, 500, 1000)
-#: issue 13's extra row (not in the defaults: it takes minutes, and shared ports only)
+#: an extra row (not in the defaults: it takes minutes, and shared ports only)
 LARGE_CLIENTS = 5000
 DEFAULT_SECONDS = 30.0
 #: Seconds the storm's clients echo after the last one is in (`echo p99 after storm`).
@@ -117,7 +117,7 @@ STORM_CLOSE_TIMEOUT = 15.0
 AFTER_STORM_SKIP = 2.0
 #: A collector pause at least this long is reported with its time (shorter ones only counted).
 GC_PAUSE_REPORTED = 0.001
-#: The issue's goals, at 1,000 clients.
+#: The goals, at 1,000 clients.
 TARGET_CLIENTS = 1000
 TARGETS: dict[str, Target] = {
     "handshakes/s": Target(">=", 200),

@@ -2,7 +2,7 @@
 
     python -m bench.scale_raw [--clients 1000] [--seconds 20] [--pin 0,1]
 
-The issue's B4 target is a ratio: the echo-server's CPU per datagram at N clients against raw
+The B4 target is a ratio: the echo-server's CPU per datagram at N clients against raw
 trio UDP's per-datagram CPU in the same run. This is that raw program: one trio UDP socket
 that echoes every datagram back (`await sock.recvfrom` / `await sock.sendto`, as bench.quick's
 raw echo server), and N clients in a few processes, each with its own socket, echoing 64 bytes

@@ -7,7 +7,7 @@ every Result
 
 - a `baseline=(name, metric)` of a raw figure (or `raw=True` if it is one; a figure with
   neither has no raw counterpart, like B4's server CPU);
-- optionally the issue's `target`: `target=(">=", 0.6, "ratio")` is at least 0.6 x its
+- optionally a `target`: `target=(">=", 0.6, "ratio")` is at least 0.6 x its
   baseline of the same run, `target=("<=", 20)` at most 20 in the figure's own unit (see
   `harness.Target`); the report marks it met or missed.
 

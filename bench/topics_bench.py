@@ -1,4 +1,4 @@
-"""Topics benchmarks (issue 17): T1 fan-out against raw trio UDP, T2 publish-to-receive p99.
+"""Topics benchmarks: T1 fan-out against raw trio UDP, T2 publish-to-receive p99.
 
     python -m bench.topics_bench [--duration 5] [--repeat 3] [--subscribers 1000]
 

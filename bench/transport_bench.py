@@ -10,8 +10,8 @@
 - echo: each process has a publication and a subscription (A pub -> B sub on one port,
   B pub -> A sub on another); round trips/s and p50/p99/p99.9 of 64-byte messages.
 
-Uses only the public surface of DESIGN.md §4 (`open_transport`, `offer`, `offer_many`, `send`,
-`poll`, `receive`, `wait_connected`).
+Uses only the public surface (docs/architecture.md, Public names): `open_transport`, `offer`,
+`offer_many`, `send`, `poll`, `receive`, `wait_connected`.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ DEFAULT_MTU = 1408
 #: The larger MTU 16 KiB messages are also measured with (the raw baseline has 8192 B too).
 LARGE_MTU = 8192
 
-#: The issue's goals for the one-way figures (B2; issue 13: 64 B at >= 1,000,000 msg/s and
-#: >= 3 x raw datagrams/s, the ratio shown beside it; 16 KiB from issue 6).
+#: The goals for the one-way figures (B2: 64 B at >= 1,000,000 msg/s and
+#: >= 3 x raw datagrams/s, the ratio shown beside it; and a goal for 16 KiB).
 ONEWAY_TARGETS: dict[tuple[int, str], Target] = {
     (64, "msgs/s"): Target(">=", 1_000_000, "value", note="and >= 3 x raw datagrams/s"),
     (16384, "MB/s"): Target(">=", 0.8, "ratio"),
@@ -282,7 +282,7 @@ def _oneway(
         "receiver_counters": got["counters"],
     }
     extra.update(usage_extra(sender=sender, receiver=receiver))
-    # The issue's targets are for the default MTU; the mtu=8192 run is reported beside it.
+    # The targets are for the default MTU; the mtu=8192 run is reported beside it.
     targets = ONEWAY_TARGETS if mtu is None else {}
     return [
         Result(

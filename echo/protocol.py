@@ -1,8 +1,8 @@
-"""Echo 2.0 messages: parse and format (seed 000 §4.4, reference aeron-protocol.md §7.4).
+"""Echo 2.0 messages: parse and format (the io7m Aeron guide §4.4 and its example code).
 
 Every message is one UTF-8 string carried as one transport message. The grammar is the io7m
 guide's Java regexes applied with ``Matcher.matches()`` (the whole string must match), made
-strict where the guide was lax or crashed (§7.9):
+strict where the guide's code was lax or crashed:
 
 ================  ============================================  =====================
 channel           wire form                                     record
@@ -42,13 +42,13 @@ from typing import Final, TypeAlias
 
 import attrs
 
-# The stream id the guide uses for every channel (§7.1).
+# The stream id the guide's code uses for every channel.
 ECHO_STREAM_ID: Final = 0x2044F002
 # Duologue session ids are chosen by the server from this range; the transport's automatically
-# assigned session ids must stay outside it (i.e. <= 0) so they never collide (seed §4.5).
+# assigned session ids must stay outside it (i.e. <= 0) so they never collide (the guide §4.5).
 RESERVED_SESSION_LOW: Final = 1
 RESERVED_SESSION_HIGH: Final = 2147483647
-# The guide's send buffer (§7.1); we bound both directions by it.
+# The guide's send buffer (its code's constant); we bound both directions by it.
 MAX_MESSAGE_BYTES: Final = 1024
 
 ERROR_BAD_MESSAGE: Final = "bad message"
@@ -81,7 +81,7 @@ _LINE_TERMINATORS: Final = re.compile("[\n\r\u0085\u2028\u2029]")
 class Hello:
     """Client -> server on the all-clients channel: introduces the client and carries its pad."""
 
-    key: int  # u32 one-time pad (§4.3); fresh per connection attempt
+    key: int  # u32 one-time pad (the guide §4.3); fresh per connection attempt
     #: opaque bytes for the server's admission hook (session extension); empty in Echo 2.0
     credentials: bytes = b""
 
@@ -129,7 +129,7 @@ Message: TypeAlias = Hello | Connect | AllClientsError | Echo | DuologueError
 
 
 def encrypt_session(session: int, pad: int) -> int:
-    """One-time-pad a duologue session id (seed §4.3): the int32 `session` taken as u32, XOR `pad`.
+    """One-time-pad a duologue session id (the guide §4.3): the int32 `session` as u32, XOR `pad`.
 
     Raises ValueError if `session` is not an int32 or `pad` not a u32.
     """
@@ -201,7 +201,7 @@ def parse_server_message_untrusted(data: bytes | bytearray | memoryview) -> Hell
     if m is None:
         return BadMessage("not a HELLO")
     # At most 8 hex digits, so the value is always <= 0xFFFFFFFF: the guide's parseUnsignedInt
-    # overflow exception (§7.4) cannot happen here.
+    # overflow exception (in the guide's code) cannot happen here.
     return Hello(int(m.group(1), 16))
 
 
@@ -239,7 +239,7 @@ def parse_all_clients_reply_untrusted(
     """Parse a server reply on the all-clients channel (client side). Never raises.
 
     The caller still has to compare `client_session` with its own session: replies to every
-    client are broadcast on this channel (seed §4.3).
+    client are broadcast on this channel (the guide §4.3).
     """
     text = _decode(data)
     if isinstance(text, BadMessage):

@@ -1,4 +1,4 @@
-"""Fuzz a running echo-server on all its ports while a real client echoes (seeds/000 §4.2).
+"""Fuzz a running echo-server on all its ports while a real client echoes (io7m Aeron guide §4.2).
 
     python -m tests.fuzz --datagrams 1000000      # the long run: 1M datagrams per port
     python -m tests.fuzz --datagrams 20000        # what the test suite runs

@@ -5,8 +5,8 @@
 MODULE is a name (`frames`), a dotted name or a path (`echo/transport/frames.py`); none means
 every module of `[tool.mutmut] only_mutate` in pyproject.toml, which also names the fast unit
 tests mutmut may run. mutmut works in `.mutation/` (git-ignored), a scratch directory that links
-to the sources, the tests and shared/ (the codec tests read the reference captures beside the
-repo), so its copy of the tree never lands in the checkout. Results are kept there between
+to the sources and the tests (which hold the reference captures the codec tests read), so its
+copy of the tree never lands in the checkout. Results are kept there between
 runs: mutmut re-checks only mutants of functions that changed.
 
 `--recheck` runs only the mutants that were not killed last time (after new tests were
@@ -58,10 +58,7 @@ def prepare() -> None:
     """The scratch directory mutmut runs in, linked to the current sources and tests."""
     WORK.mkdir(exist_ok=True)
     shutil.copy(ROOT / "pyproject.toml", WORK / "pyproject.toml")
-    sys.path.insert(0, str(ROOT))
-    from tests.transport.pcapng import captures_dir
-
-    links = {"echo": ROOT / "echo", "tests": ROOT / "tests", "shared": captures_dir().parents[1]}
+    links = {"echo": ROOT / "echo", "tests": ROOT / "tests"}
     for name, target in links.items():
         link = WORK / name
         if link.is_symlink() and link.resolve() == target.resolve():

@@ -47,7 +47,7 @@ def test_constants() -> None:
     assert MAX_MESSAGE_BYTES == 1024
 
 
-# ---- the guide's example lines (seed §4.7) ---------------------------------------------------
+# ---- the guide's example lines (io7m Aeron guide §4.7) ----------------------------------------
 
 
 def test_guide_hello() -> None:

@@ -1,4 +1,7 @@
-"""echo.channels: logical channels with buffer guarantees, and data handles (seed 003).
+"""echo.channels: logical channels with buffer guarantees, and data handles.
+
+The design is the resource-management note ("Resource Management": logical communication
+channels over one physical channel).
 
 Many independent, bounded message buffers over one reliable ordered session, so that a slow kind
 of message never stalls a cheap one and no peer can overrun the other's memory. The receiver

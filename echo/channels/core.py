@@ -1,7 +1,8 @@
-"""The pure state machine of one peer of seed 003 (logical channels, guarantees, data handles).
+"""The pure state machine of one peer of the resource-management note (logical channels,
+guarantees, data handles: the note "Resource Management").
 
 No trio, no clock: nothing in the protocol depends on time. The peer is symmetric: every
-declared channel exists in both directions; for its *incoming* direction this peer is the seed's
+declared channel exists in both directions; for its *incoming* direction this peer is the note's
 "server" (it buffers, issues guarantees, pleads, bounds what it accepts, drops and announces),
 for its *outgoing* direction it is the "client" (it spends guarantees, absolves, bounds what it
 sends, apologises, retransmits). A control message's kind says which direction it concerns
@@ -13,7 +14,7 @@ A peer violation sets `failure` (a sentence for the session's close reason) and 
 no exception escapes `receive`. Local misuse (an unknown channel, a bound that loosens) raises
 `ChannelUsageError`.
 
-Interpretations of the seed (docs/channels.md repeats them):
+Interpretations of the note (docs/channels.md repeats them):
 
 * Sizes are `wire.message_size`: payload bytes (+2 per handle reference, at least 1).
 * Server state per incoming channel: capacity C, buffered bytes U (including a message the
@@ -34,7 +35,7 @@ Interpretations of the seed (docs/channels.md repeats them):
   a protocol error.
 * Bounds are carried as absolute totals since the channel opened: LIMIT_SENDING(n) means
   "accepted bytes + absolved bytes will never exceed n", LIMIT_RECEIVING(n) "accepted bytes will
-  never exceed n". This is the seed's relative bound plus what was already counted, and it
+  never exceed n". This is the note's relative bound plus what was already counted, and it
   removes the ambiguity of bytes in flight when the bound is sent. Dropped bytes do not count
   (they are refunded, and retransmitted). "Strictly tightening" = a smaller total.
   A client estimates its usage pessimistically (bytes in flight count as accepted), so it never
@@ -231,7 +232,7 @@ class _Handle:
 
 @attrs.define
 class _Incoming:
-    """The seed's server side of one channel."""
+    """The note's server side of one channel."""
 
     spec: ChannelSpec
     capacity: int
@@ -257,7 +258,7 @@ class _Incoming:
 
 @attrs.define
 class _Outgoing:
-    """The seed's client side of one channel."""
+    """The note's client side of one channel."""
 
     spec: ChannelSpec
     guarantees: int = 0
@@ -284,7 +285,7 @@ class ChannelPeer:
 
     def __init__(self, specs: Iterable[ChannelSpec], *, auto_issue: bool = True) -> None:
         """auto_issue=False: guarantees go out only through `issue` (and the cover that must
-        precede an ANNOUNCE_DROPPING), which lets tests replay the seed's diagrams step by step.
+        precede an ANNOUNCE_DROPPING), which lets tests replay the note's diagrams step by step.
         """
         specs = list(specs)
         self.auto_issue = auto_issue
@@ -367,7 +368,7 @@ class ChannelPeer:
         self._issue(ch, force=True)
 
     def _issue(self, ch: _Incoming, force: bool = False, amount: int | None = None) -> None:
-        """Send guarantees for issuable space, aggregated (the seed allows occasional updates)."""
+        """Send guarantees for issuable space, aggregated (the note allows occasional updates)."""
         if ch.dropping or ch.issuable <= 0 or (amount is None and not self.auto_issue):
             return
         amount = ch.issuable if amount is None else min(amount, ch.issuable)
@@ -892,7 +893,7 @@ class ChannelPeer:
         if ch.guarantees > frame.target:
             amount = ch.guarantees - frame.target
             if ch.sending_bound is not None:
-                # Absolution counts against our own sending bound (seed): never past it.
+                # Absolution counts against our own sending bound (the note): never past it.
                 amount = min(amount, ch.sending_bound - ch.sent - ch.queued_bytes - ch.absolved)
             if amount <= 0:
                 return

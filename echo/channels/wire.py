@@ -15,10 +15,10 @@ followed by unsigned LEB128 varints (and, for DATA and BIND, the payload bytes):
     APOLOGISE          16 channel
     FREE_HANDLE        17 handle_type handle*2+mine
 
-DATA, DATA_REFS and BIND belong to a logical channel; the other kinds are the seed's control
-messages and belong to none. The size of a channel message, the unit of every guarantee, is
-`message_size`: its payload bytes plus 2 per handle reference, at least 1 (so an empty message
-still costs buffer space). Framing bytes do not count: they are never buffered.
+DATA, DATA_REFS and BIND belong to a logical channel; the other kinds are the resource-management
+note's control messages and belong to none. The size of a channel message, the unit of every
+guarantee, is `message_size`: its payload bytes plus 2 per handle reference, at least 1 (so an empty
+message still costs buffer space). Framing bytes do not count: they are never buffered.
 
 `decode_frames` parses untrusted bytes and raises nothing but `WireError`.
 """

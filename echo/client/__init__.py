@@ -1,4 +1,4 @@
-"""Echo 2.0 client (seed 000 §4.6): the ECHO application as a pure state machine
+"""Echo 2.0 client (the io7m Aeron guide §4.6): the ECHO application as a pure state machine
 (`echo.client.application`), its trio driver on `echo.session.connect()` (`echo.client.client`)
 and the CLI.
 

@@ -1,4 +1,4 @@
-"""The ECHO application, client side, as a pure state machine (seed 000 §4.4 "The client").
+"""The ECHO application, client side, as a pure state machine (the io7m guide §4.4, "The client").
 
 `echo-client` is this application on a session of `echo.session.connect()`: the session library
 runs the handshake (HELLO, CONNECT, the duologue) and hands over a `Session`; this machine

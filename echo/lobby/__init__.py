@@ -1,4 +1,4 @@
-"""The lobby service (issue 18): lobbies over echo's sessions, logical channels and topics.
+"""The lobby service: lobbies over echo's sessions, logical channels and topics.
 
 `echo.lobby.connect(servers, member=...)` is the library a game embeds (`echo.lobby.client`);
 `echo.lobby.server.LobbyServer` is what `echo-lobby` runs. The pure core (registry, tickets,

@@ -1,4 +1,4 @@
-"""The lobby library a game embeds (issue 18 item 6)::
+"""The lobby library a game embeds::
 
     import echo.lobby
 
@@ -661,7 +661,7 @@ class LobbyClient:
 
         A member who joins while the home is failing over is not lost: past a dead home, the
         next server of the ring says NO_SUCH_LOBBY until the lobby's members have re-created
-        it there (within the issue's 5 s), so the join is asked again there, every
+        it there (within the 5 s failover bound), so the join is asked again there, every
         `JOIN_RETRY_INTERVAL`, for up to `FAILOVER_WAIT`."""
         self._not_in_a_lobby(allowed=lobby_id)
         last: Exception | None = None

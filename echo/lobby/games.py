@@ -1,6 +1,6 @@
-"""Game servers as the lobby sees them (issue 18 item 2): announcements and the choice at start.
+"""Game servers as the lobby sees them: announcements and the choice at start.
 
-Game servers announce themselves and their free capacity on a topic (soft state, seed 002):
+Game servers announce themselves and their free capacity on a topic (soft state, as in echo.topics):
 each announcement lives `ttl` seconds unless repeated, so a game server that dies simply stops
 being chosen. The owner's `StartGame` picks the live server with the most free slots that fits
 the lobby (ties: the lowest server id), and counts those slots as taken until that server's next

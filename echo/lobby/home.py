@@ -1,6 +1,7 @@
-"""Which lobby server is a lobby's home (issue 18 item 4): consistent hashing of its id.
+"""Which lobby server is a lobby's home: consistent hashing of its id.
 
-The ring itself is the topics service's (`echo.topics.ring.HashRing`, seed 002); this module
+The ring itself is the topics service's (`echo.topics.ring.HashRing`, the soft-state
+publish/subscribe note's CH); this module
 only asks it, through the `Ring` protocol, so any object with ``servers_for`` fits (the tests
 use a tiny fake). Every member and every server computes the same answer from the same server
 list, so when a home dies its members agree, without talking, on where to recreate the lobby.

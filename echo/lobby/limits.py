@@ -1,6 +1,6 @@
 """The lobby's configuration of sizes and rates, and the token bucket that enforces the rates.
 
-Defaults follow what the services developers already know (reference lobby-anchors.md §1):
+Defaults follow what the services developers already know (their public documentation):
 Unity Lobby's per-player rates (create 2 per 6 s, update 5 per 5 s, query 1 per s) and its data
 sizes (20 lobby properties, 128 B for an indexed one, 10 player properties), PlayFab's 4 KiB of
 lobby data, Steam's 50 results per search.
@@ -80,7 +80,7 @@ class LobbyConfig:
     # A dropped member keeps its seat this long (the session library's resume window).
     reconnect_grace: float = 20.0
     # After a lobby is recreated here from a member's copy, further copies are merged into it
-    # for this long (issue 18 item 4: members re-create within 5 s).
+    # for this long (members re-create within 5 s of losing the home).
     recreate_window: float = 10.0
     create_limit: RateLimit = RateLimit(rate=2 / 6, burst=2)
     update_limit: RateLimit = RateLimit(rate=1.0, burst=5)

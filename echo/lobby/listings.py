@@ -1,8 +1,8 @@
-"""Listings of other lobby servers' lobbies, so that a search sees every server (issue 18 item 4).
+"""Listings of other lobby servers' lobbies, so that a search sees every server.
 
 Each lobby server publishes, on a topic, a record per listed lobby (public and unlocked) when it
-changes and again before `ttl` runs out (soft state, seed 002), and a "gone" record when a lobby
-stops being listed. Every lobby server keeps a `ListingBoard` of the records it receives; its
+changes and again before `ttl` runs out (soft state, as in echo.topics), and a "gone" record when a
+lobby stops being listed. Every lobby server keeps a `ListingBoard` of the records it receives; its
 registry's search walks its own lobbies and the board together, in lobby-id order, so one
 cursor pages through both. A server that dies stops refreshing and its listings expire.
 

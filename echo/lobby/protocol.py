@@ -1,10 +1,10 @@
-"""Lobby messages and their compact binary codec (issue 18 items 1, 3 and 4).
+"""Lobby messages and their compact binary codec.
 
 Every message is one transport message: a one-byte type, then its fields in the order of the
 record, big-endian. Requests carry a client-chosen u32 ``request_id`` that the one reply to
 them repeats. Each message belongs to one of three logical channels (`Channel`): requests and
 replies, state updates, chat. This module only tags them; carrying them with credit is the
-channels layer's job (seed 003), so a member flooding chat cannot delay lobby state.
+channels layer's job (echo.channels), so a member flooding chat cannot delay lobby state.
 
 Field encodings (each a field codec below, used by both directions):
 
@@ -63,7 +63,7 @@ class LobbyProtocolError(Exception):
 
 
 class Channel(enum.IntEnum):
-    """The logical channel a message travels on (issue 18 item 3)."""
+    """The logical channel a message travels on."""
 
     REQUESTS = 0  # requests and their replies
     UPDATES = 1  # lobby state updates, in version order

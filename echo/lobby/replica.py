@@ -1,4 +1,4 @@
-"""A member's own copy of its lobby (issue 18 item 4): the soft state that outlives the home.
+"""A member's own copy of its lobby: the soft state that outlives the home.
 
 Every member keeps a `LobbyReplica`, starts it from the `LobbySnapshot` the server sends when it
 joins, and feeds it every update of the updates channel. Updates carry the version they

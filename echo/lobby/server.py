@@ -1,4 +1,4 @@
-"""The lobby server: one trio driver around `LobbyRegistry` (issue 18).
+"""The lobby server: one trio driver around `LobbyRegistry`.
 
 A `SessionServer` application. Each member's session starts with the hello of
 `echo.lobby.hello` (who it is; its seat if it sits in a lobby here), then carries the lobby's
@@ -18,7 +18,7 @@ Why the pieces are shaped as they are:
   member and message was still more than the send). A member's
   incoming chat is read at its chat rate (the registry's `chat_limit`): while the reader
   waits, that channel's guarantees run out and the flooding member's `send` is held back by
-  credit (seed 003), on its own channel only.
+  credit (echo.channels), on its own channel only.
 - **A slow member does not slow the others.** Sending to a member never blocks the driver: a
   chat line that finds `chat_backlog` bytes waiting for that member is dropped for it
   (counted); an update that finds `updates_backlog` closes its session (it comes back with a

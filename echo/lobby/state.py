@@ -1,4 +1,4 @@
-"""The lobby registry of one lobby server (issue 18 items 1, 4 and 5): a pure state machine.
+"""The lobby registry of one lobby server: a pure state machine.
 
 The driver (next step: sessions + logical channels) calls
 
@@ -760,7 +760,7 @@ class LobbyRegistry:
         self.counters["games_started"] += 1
         return Done(req.request_id)
 
-    # --- recreate (issue 18 item 4) ------------------------------------------------------------
+    # --- recreate (a lobby rebuilt from its members' copies) ----------------------------------
 
     def _recreate(self, member_id: str, req: RecreateLobby, now: float) -> Reply:
         """A member's copy of a lobby whose home died arrives at the next server of the ring.

@@ -1,4 +1,4 @@
-"""Signed game tickets (issue 18 item 2): the lobby's `start` hands one to every member, and the
+"""Signed game tickets: the lobby's `start` hands one to every member, and the
 game server checks it at admission, before it opens a session.
 
 Wire form (big-endian), at most 4 + 8 + 8 + 2 x 256 + 32 bytes:

@@ -8,7 +8,7 @@ call and a wake-up. Each of the four idle flows of a lobby session has one job, 
 interval follows from that job alone:
 
 - **server -> member heartbeats** are how a member notices its home died (image liveness,
-  `CLIENT_LIVENESS`), which starts the failover that must end within 5 s (issue 18 item 4):
+  `CLIENT_LIVENESS`), which starts the failover that must end within 5 s:
   liveness + one retry of the home (`RETRY_TIMEOUT`) + the next server's handshake and the
   re-creation. `SERVER_HEARTBEAT` 0.8 s keeps three heartbeats in the 2.5 s liveness (one lost
   heartbeat on a real network is no drop) and the failover near 3.5-4 s.

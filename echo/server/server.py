@@ -1,4 +1,4 @@
-"""The Echo 2.0 server: the ECHO application on the session library (seed 000 §4.4-§4.5).
+"""The Echo 2.0 server: the ECHO application on the session library (io7m Aeron guide §4.4-§4.5).
 
 Admission, duologues, allocators, limits, expiry and goodbyes are `echo.session`'s; what is
 Echo here is the application alone: every valid ``ECHO <text>`` is sent back, anything else

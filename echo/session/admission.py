@@ -1,4 +1,4 @@
-"""Admission and lifecycle bookkeeping of a session server (seed 000 §4.3-§4.5), pure.
+"""Admission and lifecycle bookkeeping of a session server (the io7m Aeron guide §4.3-§4.5), pure.
 
 `Admission` owns everything a duologue holds besides its streams: two ports, a session id, a
 per-address slot. It decides whether a HELLO is admitted (which never-joined duologues to evict
@@ -124,7 +124,7 @@ class Admission:
 
         Full server: the oldest never-joined duologue of anyone is evicted, or "server full".
         Then the per-address limit: the oldest never-joined duologue of this key is evicted, or
-        "too many connections for IP address". Joined duologues are never evicted (seed §4.3's
+        "too many connections for IP address". Joined duologues are never evicted (the guide §4.3's
         lock-out attack is beaten by evicting the spoofer's unjoined ones, not real clients).
         """
         config = self.config
@@ -226,7 +226,7 @@ class Admission:
     def join(self, slot: Slot, source_ip: str, *, has_stream: bool) -> JoinVerdict:
         """May a stream from `source_ip` join `slot`? Marks it joined if so.
 
-        Only the address that said HELLO may join (§7.9: the guide accepted anyone who knew or
+        Only the address that said HELLO may join (the guide's code accepted anyone who knew or
         guessed the session id), and only one stream at a time.
         """
         if source_ip != slot.owner_ip:

@@ -1,8 +1,8 @@
-"""Port and session-id allocators for duologues (seed 000 §4.5, reference aeron-protocol.md §7.6).
+"""Port and session-id allocators for duologues (the io7m Aeron guide §4.5 and its EchoServer).
 
 Both hand out random values so a client cannot predict the next duologue's ports or session id,
 and both refuse double frees and foreign values instead of silently corrupting their state (the
-guide's port allocator appended any freed in-range port, duplicates included, §7.6).
+guide's port allocator appended any freed in-range port, duplicates included).
 
 Pure module: no trio, no clock; randomness comes from an injected `RandomSource`
 (`random.Random(seed)` in tests, `secrets.SystemRandom()` at the edge).
@@ -31,7 +31,7 @@ class AllocationError(ValueError):
 class PortAllocator:
     """Random UDP ports from [base, base + count), each handed out at most once until freed.
 
-    The server needs two ports per duologue, so count = 2 * max_clients (seed §4.5).
+    The server needs two ports per duologue, so count = 2 * max_clients (the guide §4.5).
     allocate / allocate_pair / free are O(1): free ports live in a list (a random index is
     swap-removed), allocated ones in a set.
     """
@@ -78,7 +78,7 @@ class PortAllocator:
     def allocate_pair(self) -> tuple[int, int]:
         """Two distinct random ports (data, control), or AllocationError and nothing allocated."""
         # Checked up front so a failure never leaves one port of a pair allocated (the guide's
-        # allocateNewDuologue leaked on partial failure, §7.9).
+        # allocateNewDuologue leaked on partial failure in the guide's code).
         if len(self._free) < 2:
             raise AllocationError(
                 f"need 2 free ports, {len(self._free)} left in {self._describe()}"
@@ -110,7 +110,7 @@ class PortAllocator:
 class SessionAllocator:
     """Random session ids from [low, high] inclusive, each handed out at most once until freed.
 
-    The guide drew from [low, high - 1] (`nextInt(max - min) + min`, §7.6); both ends count here.
+    The guide drew from [low, high - 1] (`nextInt(max - min) + min`); both ends count here.
     Memory is proportional to the number allocated (a set), not to the range, so the default
     range of 2**31 - 1 ids costs nothing up front. `allocate` makes a bounded number of random
     probes and then scans linearly from a random start; the scan steps over allocated ids only,

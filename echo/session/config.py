@@ -1,8 +1,8 @@
-"""Echo 2.0 server configuration (the guide's EchoServerConfiguration, reference §7.2).
+"""Echo 2.0 server configuration (the io7m Aeron guide's EchoServerConfiguration).
 
 Validation happens at construction so a bad command line fails before any socket is bound, with
 a message naming the CLI flag to change. The guide hard-coded the per-address limit (3) and the
-duologue expiry (10 s) (§7.9); both are options here.
+duologue expiry (10 s) in its code; both are options here.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class ServerConfig:
 
     @property
     def clients_port_count(self) -> int:
-        """Two ports per duologue: data and control (seed §4.5); two in all when shared."""
+        """Two ports per duologue: data and control (the guide §4.5); two in all when shared."""
         return 2 if self.shared else 2 * self.max_clients
 
     @property

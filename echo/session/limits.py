@@ -1,7 +1,8 @@
-"""Per-address duologue limits (seed 000 §4.4 "at most m duologues per IP address", §5.1).
+"""Per-address duologue limits (the io7m Aeron guide §4.4: "at most m duologues per IP
+address").
 
 Clients are counted by an *address key*, not by the raw address: an IPv6 host usually owns a
-whole /64 (seed §5.1: "every client has access to 18446744073709551616 addresses"), so counting
+whole /64 (the guide §5.1: "every client has access to 18446744073709551616 addresses"), so counting
 per IPv6 address would make the limit useless. IPv6 addresses are grouped by a configurable
 prefix (default /64); IPv4 and IPv4-mapped IPv6 addresses count as the IPv4 address, so a
 dual-stack socket does not give one host two budgets.

@@ -1,4 +1,4 @@
-"""The client's handshake as a pure state machine: HELLO, CONNECT, join (seed 000 §4.4).
+"""The client's handshake as a pure state machine: HELLO, CONNECT, join (the io7m Aeron guide §4.4).
 
 Sans-I/O in the style of aioquic: the machine owns no sockets, tasks or clock. The driver
 (`echo.session.client.connect`) feeds it what the transport reports, each with ``now``, and
@@ -254,7 +254,7 @@ class HandshakeMachine:
         ):
             raise LocalProtocolError(f"client_session must be an int32, got {client_session!r}")
         self._client_session = client_session
-        # Replies to every client share the channel; ours start with "<our session> " (§4.4).
+        # Replies to every client share the channel; ours start with "<our session> " (guide §4.4).
         self._prefix = f"{client_session} ".encode()
         self._state = HandshakeState.AWAITING_CONNECT
         self._deadline = now + self._timeout
@@ -296,7 +296,7 @@ class HandshakeMachine:
         session = decrypt_session(reply.encrypted_session, self._pad)
         if not RESERVED_SESSION_LOW <= session <= RESERVED_SESSION_HIGH:
             # Duologue ids come from the reserved range; anything else would collide with the
-            # transport's automatic session ids (seed §4.5).
+            # transport's automatic session ids (the guide §4.5).
             return self._fail(
                 FailureKind.PROTOCOL,
                 f"server assigned duologue session {session}, outside the reserved range "

@@ -23,8 +23,8 @@ S-> all-clients    ``<session> ERROR <reason>``                        (Echo 2.0
 
 The all-clients channel is multicast: every client in its handshake sees every reply. So the
 128-bit secret travels one-time-padded with a 128-bit pad that only the HELLO (client to server,
-unicast) carried, as seed 000 §4.3 pads the duologue session id with the HELLO's 32-bit key.
-The proof is ``HMAC-SHA256(secret, "echo-resume|<session>|<n>|<received>")`` cut to 128 bits;
+unicast) carried, as the io7m Aeron guide §4.3 pads the duologue session id with the HELLO's 32-bit
+key. The proof is ``HMAC-SHA256(secret, "echo-resume|<session>|<n>|<received>")`` cut to 128 bits;
 ``n`` starts at 1 and the server accepts each value at most once, in increasing order.
 
 ``<received>`` (both ways) is how many messages of the peer's stream this end has read: each end

@@ -1,13 +1,13 @@
 """The session server on trio: Echo 2.0's admission and duologues for any application.
 
 One task reads the all-clients subscription and answers HELLOs on the all-clients MDC
-publication (seed 000 §4.4-§4.5); each admitted HELLO gets a duologue, whose task waits for the
-client to join (or for the expiry) and then runs the application with a `Session`, in that task.
-All state lives in this one trio thread: no locks, no executor (the guide's §3.3.5). The
+publication (the io7m Aeron guide §4.4-§4.5); each admitted HELLO gets a duologue, whose task waits
+for the client to join (or for the expiry) and then runs the application with a `Session`, in that
+task. All state lives in this one trio thread: no locks, no executor (the guide's §3.3.5). The
 decisions (admit, evict, reserve, who may join, expiry, release exactly once) are the pure
 `echo.session.admission.Admission`; this module only executes them.
 
-Fixed relative to the guide (reference §7.9), as the Echo server did before it was split out:
+Fixed relative to the guide's code, as the Echo server did before it was split out:
 the owner of a duologue is the source address of the message that carried the HELLO (no race
 with image callbacks); IPv6 clients are limited per prefix; ports, session and per-IP slot are
 freed exactly once on every path; an image from the wrong address is rejected; the expiry is
@@ -137,7 +137,7 @@ def _url_host(address: str) -> str:
 
 
 class Duologue:
-    """One client's publication + subscription pair (§4.3), and its session once joined."""
+    """One client's publication + subscription pair (guide §4.3), and its session once joined."""
 
     def __init__(self, slot: Slot) -> None:
         self.slot = slot
@@ -364,7 +364,7 @@ class SessionServer:
             self.all_clients_pub.has_destination_host(source_ip)
         ):
             # A HELLO from an address that never proved, by the MDC cookie exchange, that it
-            # can receive our replies: most likely forged (seed §4.3's spoofer). Drop it
+            # can receive our replies: most likely forged (the guide §4.3's spoofer). Drop it
             # silently: a reply could not reach it anyway, and a duologue would only hold the
             # victim's per-IP slots.
             self.unvalidated_hellos += 1
@@ -391,7 +391,7 @@ class SessionServer:
             return
         for victim in decision.evict:
             # A duologue nobody joined, most likely a spoofer's: freeing it lets the real
-            # client in at once instead of after the expiry (seed §4.3's lock-out attack).
+            # client in at once instead of after the expiry (the guide §4.3's lock-out attack).
             evicted = self.duologues.get(victim.slot_id)
             if evicted is not None:
                 await self._delete(evicted, "evicted")
@@ -715,7 +715,7 @@ class SessionServer:
         while duologue.image is None:
             if duologue.ever_connected:
                 return "client gone"  # joined and left before this task looked
-            # Nobody joined yet: wait for a join or the expiry (§4.3: spoofed HELLOs die here).
+            # Not joined yet: wait for a join or the expiry (guide §4.3: spoofed HELLOs die here).
             if admission.is_expired(duologue.slot, trio.current_time()):
                 return "expired"
             with trio.move_on_at(expires):

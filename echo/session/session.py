@@ -9,12 +9,12 @@ window (2 MiB of term buffer): an application that reads slowly, or not at all, 
 its status messages stop opening the window, and the peer's publication is back-pressured
 (`offer` returns BACK_PRESSURED) — the flow control of the Aeron protocol, not a growing list.
 
-Closing: `close(reason)` sends ``ERROR <reason>`` (Echo 2.0's duologue error, seed 000 §4.4)
-when a reason is given, then ends the stream; a peer's ``ERROR <text>`` closes the session on
+Closing: `close(reason)` sends ``ERROR <reason>`` (Echo 2.0's duologue error, the io7m Aeron guide
+§4.4) when a reason is given, then ends the stream; a peer's ``ERROR <text>`` closes the session on
 this end with that reason. So messages that start with ``ERROR `` are reserved and `send`
 refuses them.
 
-Later layers (logical channels, issue 16) add more streams, by stream id, to the same two
+Later layers (logical channels, echo.channels) add more streams, by stream id, to the same two
 ports and session id; a `Session` carries the transport and addresses they need
 (`transport`, `stream_id`), and this module does not assume it owns the only stream.
 """

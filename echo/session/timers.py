@@ -19,7 +19,7 @@ echo, so they choose their own idle cadence (the plain transport keeps Aeron's):
   times as often (2.67 s at most against one SM a second): not the bound that binds. But a
   server cannot see its peers' liveness timeouts: the lobby client's
   images end after 1.5 s (echo.lobby.client.CLIENT_LIVENESS), which 0.5 s heartbeats cover
-  three times. 0.8 s was tried (issue 13 item 5): it saved nothing at B4's one echo a second
+  three times. 0.8 s was tried: it saved nothing at B4's one echo a second
   per client (a 1 s data interval still has one idle heartbeat in it) and would have left the
   lobby's clients one lost heartbeat from losing their server.
   With a shorter image liveness timeout than the default the heartbeat follows it, at most a

@@ -487,7 +487,7 @@ class _LobbySim:
             refuse(self.member(), "JoinLobby", "LOBBY_FULL")
         if len(self.server_ids) > 1 and len(roster) >= 2 and rng.random() < 0.03:
             # The home died: the members re-create the lobby on the next server of the ring
-            # within the 5 s the issue allows; the new home logs each of them as a join.
+            # within the 5 s failover bound; the new home logs each of them as a join.
             t += 1 + int(rng.uniform(0.5, 4.0) * _US)
             s = (s + 1) % len(self.server_ids)
             for i, m in enumerate(roster, start=1):

@@ -95,7 +95,7 @@ EVENT_FIELDS: Final[Mapping[str, Mapping[str, FieldType]]] = {
         "lifetime_s": _F,
         "messages": _I,
     },
-    # The lobby service (issue 18): `echo-lobby --events` writes these next to the same common
+    # The lobby service: `echo-lobby --events` writes these next to the same common
     # fields; `lobby_id` is the lobby's 63-bit id, `member_id` the authenticated member name.
     "lobby_server_started": {"address": _S, "port": _I, "control_port": _I},
     "lobby_server_stopped": {"reason": _S, "lobbies_open": _I},

@@ -1,4 +1,7 @@
-"""Topics: soft-state publish/subscribe over many dumb servers for smart clients (seed 002).
+"""Topics: soft-state publish/subscribe over many dumb servers for smart clients.
+
+The design is Kragen Sitaker's note on decentralized application-layer multicast (the
+soft-state publish/subscribe note; docs/architecture.md lists the sources).
 
 Servers (``echo-topics``) keep subscriptions for N seconds and forward publishes; clients
 (``echo-topic``, or this library) pick each topic's servers by consistent hashing, refresh,

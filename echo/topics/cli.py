@@ -69,7 +69,7 @@ Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host
     default=0,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Fixed-size FIFO subscriber table (the seed's variant): the oldest subscription is "
+    help="Fixed-size FIFO subscriber table (the note's variant): the oldest subscription is "
     "evicted when full, and confirmations tell clients the estimated lifetime. 0: off, "
     "subscriptions live N seconds.",
 )
@@ -158,7 +158,7 @@ def server_main(
     log_format: str,
     log_level: str,
 ) -> None:
-    """Run a topics server: soft-state publish/subscribe on one UDP port (seed 002)."""
+    """Run a topics server: soft-state publish/subscribe on one UDP port."""
     from echo.log import configure_logging
 
     configure_logging(log_format, log_level)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""The topics client: smart clients for dumb servers (seed 002). Pure core, then a trio driver.
+"""The topics client: smart clients for dumb servers (pub/sub note). Pure core, then a trio driver.
 
 What a server does not do, the client does:
 
@@ -12,7 +12,7 @@ What a server does not do, the client does:
 - it answers the server's cookie, with proof of work if asked.
 
 Clients whose server lists differ still meet as long as one of the publisher's servers for a
-topic is one of the subscriber's (seed 002: "As long as one of your K matches one of my K, your
+topic is one of the subscriber's (the note: "As long as one of your K matches one of my K, your
 message will reach me").
 """
 
@@ -249,7 +249,7 @@ class ClientCore:
             self._refresh(self.servers[name], now)
 
     def unsubscribe(self, topics: Iterable[bytes]) -> None:
-        """Stop refreshing (seed 002: the server forgets it N seconds later)."""
+        """Stop refreshing (the note: the server forgets it N seconds later)."""
         for topic in topics:
             encoded = encode(topic)
             for name in self.subscriptions.pop(encoded, []):
@@ -531,7 +531,7 @@ class TopicClient:
                 sendto(datagram, self._addresses[name])
             except OSError:
                 # A full buffer or an unreachable server: lost as UDP may lose it; the
-                # resends and refreshes are the reliability (seed 002).
+                # resends and refreshes are the reliability (the pub/sub note).
                 self.send_errors += 1
         if self._scope is not None:
             # A new subscribe or publish may need the loop awake before it planned to be.

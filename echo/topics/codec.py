@@ -1,8 +1,8 @@
-"""The topics wire format (seed 002): %-encoded text lines packed into UDP datagrams. Pure.
+"""The topics wire format (the pub/sub note): %-encoded text lines packed into UDP datagrams. Pure.
 
 Every datagram is a sequence of lines, each ended by ``\\n``. Fields are separated by one
 space; %-encoding guarantees that no field contains a space or a newline, which is what lets
-several lines share one datagram (seed 002: "which also allows us to pack several messages
+several lines share one datagram (the note: "which also allows us to pack several messages
 together into a single UDP packet").
 
 ====================  ===============  ==========================================================
@@ -337,7 +337,7 @@ def pack(lines: Iterable[bytes], max_size: int) -> list[bytes]:
 
 
 # --------------------------------------------------------------------------------------------
-# Handshake: stateless cookies (seed 002 first fix) and proof of work (second fix)
+# Handshake: stateless cookies (the note's first fix) and proof of work (second fix)
 
 
 def make_cookie(secret: bytes, epoch: int, host: str, port: int) -> bytes:

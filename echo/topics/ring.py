@@ -1,17 +1,18 @@
 """Consistent hashing (CH) and random consistent hashing (RCH) of topics onto servers.
 
-Seed 002 (``shared/seeds/002_4e946a8c869edf4d.txt``): "Hash each server's address into a
-thousand bit strings. Hash the topic into a bit string. Sort the list of bit strings. Take the K
-bit strings in the sorted list [next to] the topic (wrapping around ...) and use the
-corresponding servers. As long as one of your K matches one of my K, your message will reach
-me." RCH then uses a random K' of those K for publishing or for subscribing (not both).
+The soft-state publish/subscribe note (Kragen Sitaker's, on application-layer multicast):
+"Hash each server's address into a thousand bit strings. Hash the topic into a bit string. Sort
+the list of bit strings. Take the K bit strings in the sorted list [next to] the topic (wrapping
+around ...) and use the corresponding servers. As long as one of your K matches one of my K,
+your message will reach me." RCH then uses a random K' of those K for publishing or for
+subscribing (not both).
 
 Everything here is pure and deterministic. Points are blake2b digests, never Python's
 ``hash()``: that one is salted per process (PYTHONHASHSEED), and two clients that must agree
 on a topic's servers are two processes, often on two machines. The ring depends only on the
 *set* of server names, not on the order a client happens to list them in.
 
-The seed takes the K points "right before" the topic; we walk the other way (increasing hash,
+The note takes the K points "right before" the topic; we walk the other way (increasing hash,
 "clockwise"). The two are mirror images with the same distribution; what matters is that every
 client walks the same way, and all clients use this module.
 """
@@ -70,7 +71,7 @@ class HashRing:
     server's share of topics.
 
     An empty list is allowed and gives an empty ring whose ``servers_for`` returns ``[]``:
-    the seed's "if an attacker can empty your server list, then it will cut you off from the
+    the note's "if an attacker can empty your server list, then it will cut you off from the
     world" is a state a client can be in, and the caller decides how to report it.
     """
 
@@ -170,7 +171,7 @@ class HashRing:
 def choose_random(servers: Sequence[str], k_prime: int, rng: random.Random) -> list[str]:
     """RCH: a uniformly random ``k_prime`` of ``servers`` (all of them if fewer).
 
-    The randomness is the point (seed 002: "there's no way to tell which K' servers a
+    The randomness is the point (the note: "there's no way to tell which K' servers a
     subscriber has subscribed to, so you still have to flood all K servers"), so the caller
     passes an ``rng``: a ``random.SystemRandom`` in production, a seeded ``random.Random``
     in tests and the simulation.

@@ -1,10 +1,10 @@
-"""The topics server core (seed 002): soft-state subscriptions, forwarding, handshake. Pure.
+"""The topics server core (the pub/sub note): soft-state subscriptions, forwarding, handshake. Pure.
 
 No sockets, no clock: the driver calls ``on_datagram(data, source, now)`` for each datagram
 received, ``on_timer(now)`` at ``next_deadline()``, and sends what ``datagrams_to_send()``
 returns. Every malformed line, refused request and drop is a counter, never an exception.
 
-Forgery and amplification (seed 002's three fixes):
+Forgery and amplification (the note's three fixes):
 
 1. A subscribe is accepted only with a ``!confirm`` line carrying the cookie the server gave
    that source address. The cookie is a keyed MAC of (epoch, address), so the server keeps no
@@ -51,8 +51,8 @@ Address = tuple[str, int]
 class ServerConfig:
     """Everything a topics server decides, declared once.
 
-    ``lifetime`` is the seed's N: a subscription lasts N seconds after its last refresh.
-    ``table_size`` > 0 turns on the seed's variant: a fixed-size FIFO subscriber table that
+    ``lifetime`` is the note's N: a subscription lasts N seconds after its last refresh.
+    ``table_size`` > 0 turns on the note's variant: a fixed-size FIFO subscriber table that
     evicts the oldest subscription when full, and tells clients in every confirmation how long
     a subscription made now is expected to survive (at most N).
     """
@@ -114,7 +114,7 @@ class Counters:
     publishes_too_large: int = 0
     deliveries: int = 0
     #: What sources without a valid cookie sent, and what the server sent them: the
-    #: amplification factor is the second over the first (seed 002: must not exceed 1).
+    #: amplification factor is the second over the first (the note: must not exceed 1).
     unconfirmed_bytes_received: int = 0
     unconfirmed_bytes_sent: int = 0
     malformed: dict[str, int] = attrs.field(factory=lambda: dict.fromkeys(MALFORMED_REASONS, 0))
@@ -177,7 +177,7 @@ class TopicServerCore:
 
         N, unless the FIFO table is full: then a new entry lives until as many newer ones have
         pushed it out as there are entries, and the oldest entry's age is how long that took
-        for the entry now at the front. Clients refresh every estimate / M (seed 002: "this
+        for the entry now at the front. Clients refresh every estimate / M (the note: "this
         holds N/M constant for a fixed number of clients, and shrinks N as the number of
         clients grows").
         """
@@ -292,7 +292,7 @@ class TopicServerCore:
             cookie = make_cookie(self.secret, self._epoch(now), host, port)
             reply = format_cookie(cookie, self.config.work_difficulty)
             if len(reply) > size:
-                # Answering would amplify: an honest client pads its first request (seed 002
+                # Answering would amplify: an honest client pads its first request (the note's
                 # third fix: "request packets should be no smaller ... than their responses").
                 counters.cookies_withheld += 1
                 return

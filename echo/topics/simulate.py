@@ -1,4 +1,4 @@
-"""Internet scale on paper: seed 002's figures for 100,000 servers, K = 1,000, K' = 3.
+"""Internet scale on paper: the pub/sub note's figures for 100,000 servers, K = 1,000, K' = 3.
 
 Run ``python -m echo.topics.simulate --out docs/`` (about a minute) to regenerate
 ``docs/topics-sim.md`` (tables) and ``docs/topics-sim.svg`` (chart); ``--short`` is the few-second
@@ -10,7 +10,7 @@ protocol itself on the real :class:`~echo.topics.ring.HashRing` of 100,000 serve
 sends a message to its target servers, each server that is up forwards it to the subscribers it
 holds, and we count what arrives.
 
-Why the ring is built with fewer than the seed's 1,000 points per server (10 in the full run,
+Why the ring is built with fewer than the note's 1,000 points per server (10 in the full run,
 1 in the short one), and why that changes none of the figures below: a topic's K servers are
 the first K *distinct* servers met walking clockwise from the topic's point. Every server's
 points are independent uniform hashes and servers are interchangeable, so for a topic at a
@@ -69,7 +69,7 @@ def delivery_any_of(p_up: float, m: int) -> float:
 def flooded_fraction(f: int, k: int, k_prime: int) -> float:
     """RCH: share of subscribers (subscribe-to-K') or messages (publish-to-K') cut off when an
     attacker floods ``f`` of a topic's ``k`` servers. The K' are a uniform random subset the
-    attacker cannot see (seed 002), so all K' must fall among the f: C(f, K') / C(K, K').
+    attacker cannot see (the note), so all K' must fall among the f: C(f, K') / C(K, K').
     """
     return math.comb(f, k_prime) / math.comb(k, k_prime)
 
@@ -80,7 +80,7 @@ def flood_needed(share: float, k: int, k_prime: int) -> int:
 
 
 def delivery_random_subsets(n: int, r: int, p_up: float) -> float:
-    """Seed 002's R: publisher and subscriber each pick a random ``r`` of ``n`` servers.
+    """The note's R: publisher and subscriber each pick a random ``r`` of ``n`` servers.
 
     The overlap O is hypergeometric; the message arrives if any of the O common servers is up:
     1 - sum_o P(O = o) (1 - p)^o.
@@ -178,7 +178,7 @@ class Estimate:
         return cls(mean, math.sqrt(var / n), n)
 
 
-DEFAULT_SEED = 2004  # seed 002 was written in September 2004
+DEFAULT_SEED = 2004  # the pub/sub note was written in September 2004
 
 
 @attrs.frozen
@@ -583,7 +583,7 @@ def markdown(res: Results) -> str:
         f"{p.rounds:,} topics x {p.subscribers} subscribers per delivery figure. "
         "Simulation: mean ± 95 % interval over independent rounds.",
         "",
-        "| Figure | Seed 002 says | Closed form | Simulation |",
+        "| Figure | The soft-state pub/sub note says | Closed form | Simulation |",
         "|---|---|---|---|",
     ]
 
@@ -852,7 +852,7 @@ def svg(res: Results) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m echo.topics.simulate",
-        description="Seed 002's CH/RCH figures for 100,000 servers, K = 1,000, K' = 3.",
+        description="The pub/sub note's CH/RCH figures for 100,000 servers, K = 1,000, K' = 3.",
     )
     parser.add_argument("--out", type=Path, help="directory for topics-sim.md and .svg")
     parser.add_argument("--short", action="store_true", help="the few-second CI form")

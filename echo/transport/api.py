@@ -1,4 +1,4 @@
-"""The public surface of the transport (DESIGN.md §4).
+"""The public surface of the transport (docs/architecture.md, Public names).
 
     async with open_transport(TransportConfig()) as transport:
         pub = await transport.add_publication("aeron:udp?endpoint=127.0.0.1:9000", stream_id=1001)

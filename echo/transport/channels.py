@@ -338,7 +338,7 @@ class SubscriptionChannel:
         Reading the lent socket itself, the task goes on waiting while what arrived was not
         news for it: heartbeats, and on a shared port other sessions' datagrams. An idle
         stream's heartbeats would otherwise wake the application several times a second for
-        nothing (issue 13 item 5: at 1,000 clients that was most of their wake-ups).
+        nothing (docs/profile-b4.txt: at 1,000 clients that was most of their wake-ups).
 
         `unless_closed`: if the subscription is closed, return False at once instead
         (`receive`'s test before it waits, here without a call of its own).

@@ -1,4 +1,4 @@
-"""Every timer and size of the transport, declared once (issue 13).
+"""Every timer and size of the transport, declared once.
 
 `TransportConfig` is what an application sets; the pure cores read their timers from the two
 records derived from it, `SenderTimers` and `ReceiverTimers`, whose defaults are the config's:
@@ -20,7 +20,7 @@ DEFAULT_RECEIVER_WINDOW = 128 * 1024
 
 @attrs.frozen
 class TransportConfig:
-    """Every timer and size of the transport, with Aeron's defaults (reference §2.7)."""
+    """Every timer and size of the transport, with Aeron's defaults (its driver Configuration)."""
 
     mtu: int = 1408
     term_length: int = 16 * 1024 * 1024

@@ -1,4 +1,5 @@
-"""Transport counters: Aeron's system counters are the vocabulary (reference §5 of DESIGN.md).
+"""Transport counters: Aeron's system counters are the vocabulary (docs/architecture.md,
+Conventions).
 
 One mutable object per transport, shared by the pure state machines, which bump plain int
 attributes (cheap on the hot path); `snapshot()` gives a dict for logs, tests and metrics.

@@ -1,10 +1,10 @@
-"""Multi-destination-cast destination tracking (reference §3). Pure.
+"""Multi-destination-cast destination tracking (Aeron's SendChannelEndpoint). Pure.
 
 Dynamic mode: every status message that reaches a publication's control socket registers its
 *source address* as a destination. Behind a NAT that source is the NAT's public mapping of the
 receiver's data socket, so data sent there passes back through the hole the receiver punched
-(seeds/000 §4.1). A destination is matched by receiver id and address, refreshed by each SM and
-dropped after `timeout` seconds without one.
+(the io7m Aeron guide §4.1). A destination is matched by receiver id and address, refreshed by each
+SM and dropped after `timeout` seconds without one.
 """
 
 from __future__ import annotations

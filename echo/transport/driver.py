@@ -2,11 +2,11 @@
 
 It owns one non-blocking UDP socket per channel endpoint (sockets.py), one reader task for all
 of them (readiness.py: it waits on one epoll set and drains each ready socket until it would
-block, DESIGN.md §7; a task per socket where there is no epoll), and one timer loop for the
-whole transport that sleeps until the earliest deadline of any socket. The protocol itself
-lives in the pure endpoints of sender.py and receiver.py; the driver hands them datagrams with
-`now = trio.current_time()` and gives them a `send` that writes to the socket. Streams are
-wired by wiring.py, which hands the api a channel (channels.py).
+block, docs/architecture.md, Performance rules; a task per socket where there is no epoll), and one
+timer loop for the whole transport that sleeps until the earliest deadline of any socket. The
+protocol itself lives in the pure endpoints of sender.py and receiver.py; the driver hands them
+datagrams with `now = trio.current_time()` and gives them a `send` that writes to the socket.
+Streams are wired by wiring.py, which hands the api a channel (channels.py).
 """
 
 from __future__ import annotations

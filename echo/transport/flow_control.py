@@ -1,10 +1,10 @@
-"""Sender flow control: how status messages move a publication's sender limit (reference §4).
+"""Sender flow control: how status messages move a publication's sender limit (Aeron's FlowControl).
 
 Unicast publications use `UnicastFlowControl`. Multi-destination publications use one of the
-multicast strategies of seeds/004: `max` (fastest receiver wins; the default), `min` (slowest
-receiver wins) and `tagged` (slowest receiver among those whose SMs carry the group tag). `min`
-and `tagged` also know a minimum group size, which gates `is_connected`, and drop a receiver
-that has sent no SM for the receiver timeout.
+multicast strategies of Aeron ("Flow Control in Aeron"): `max` (fastest receiver wins; the default),
+`min` (slowest receiver wins) and `tagged` (slowest receiver among those whose SMs carry the group
+tag). `min` and `tagged` also know a minimum group size, which gates `is_connected`, and drop a
+receiver that has sent no SM for the receiver timeout.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class FlowControl:
     """What every strategy does (a base class, not a Protocol: compiled, a publication then
     calls its strategy directly, as it does on every offer)."""
 
-    #: how many receiver windows a retransmit may cover (reference §2.5)
+    #: how many receiver windows a retransmit may cover (Aeron's RetransmitHandler)
     retransmit_window_multiple = 16
 
     def on_status_message(

@@ -1,4 +1,4 @@
-"""Aeron UDP frame codecs (reference aeron-protocol.md §1, §2.3, §2.6): the decoders of untrusted
+"""Aeron UDP frame codecs (Aeron's wire-protocol page, its TermScanner): the decoders of untrusted
 datagrams, and every name of the wire format (wireformat.py) under one roof.
 
 The frame records, their constants and their encoders live in wireformat.py (local, trusted:
@@ -128,9 +128,9 @@ def parse_datagram_untrusted(data: Buffer) -> Frame:
     """Decode one UDP datagram received from the network (untrusted).
 
     Control frames (SETUP, SM, NAK, RTTM, ERR, RSP_SETUP) come one per datagram. A DATA/PAD
-    datagram is a chain of contiguous aligned frames copied from one term (§2.6): the whole chain
-    is checked and the first frame's header returned, because the receiver copies the datagram
-    into the term at that header's offset (TermRebuilder.insert). Raises only `FrameError`;
+    datagram is a chain of contiguous aligned frames copied from one term (Aeron's TermScanner): the
+    whole chain is checked and the first frame's header returned, because the receiver copies the
+    datagram into the term at that header's offset (TermRebuilder.insert). Raises only `FrameError`;
     O(len(data)).
     """
     length = len(data)
@@ -416,7 +416,7 @@ def _is_uniform_chain(
 
 
 def _parse_data_chain(data: Buffer, length: int) -> DataHeader:
-    """Check a DATA/PAD datagram frame by frame (§2.3, §2.6); return the first header."""
+    """Check a DATA/PAD datagram frame by frame (Aeron's TermScanner); return the first header."""
     if length < DATA_HEADER_LENGTH:
         raise FrameError(
             "too_short", f"data datagram of {length} bytes, needs {DATA_HEADER_LENGTH}"
@@ -482,7 +482,7 @@ def _check_following_frames(
     term_id: int,
 ) -> None:
     """The frames after a datagram's first, from `offset`: each of the first frame's stream
-    and term, where the one before ends, and whole (§2.3)."""
+    and term, where the one before ends, and whole (as TermAppender writes them)."""
     # Typed, so that compiled code compares the unpacked fields as ints, not as objects.
     fl: int
     version: int
@@ -534,7 +534,7 @@ def _check_chain_frame(frame_length: int, frame_type: int, offset: int, length: 
                 f" {length}-byte datagram",
             )
         return
-    # PAD: its frame_length covers the rest of the term, but only its header is sent (§2.6),
+    # PAD: its frame_length covers the rest of the term, but only its header is sent (TermScanner),
     # so it must be the datagram's last 32 bytes.
     if frame_length < DATA_HEADER_LENGTH:
         raise FrameError(

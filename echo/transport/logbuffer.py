@@ -1,4 +1,4 @@
-"""Term buffers and the position arithmetic of the Aeron log (reference §2).
+"""Term buffers and the position arithmetic of the Aeron log (Aeron's LogBufferDescriptor).
 
 A stream's log is three terms of a power-of-two length. A *position* is a 64-bit byte count
 from the start of the stream; `(term_id, term_offset)` is the same thing on the wire, with
@@ -88,7 +88,7 @@ def int_view(
 
 
 def i32(value: int) -> int:
-    """Wrap to a signed 32-bit int, as Java's int arithmetic does (reference §2.2)."""
+    """Wrap to a signed 32-bit int, as Java's int arithmetic does (LogBufferDescriptor)."""
     return ((value + 0x80000000) & 0xFFFFFFFF) - 0x80000000
 
 
@@ -132,7 +132,7 @@ def partition_index(position: int, bits: int) -> int:
 
 
 def compute_fragmented_length(length: int, max_payload: int) -> int:
-    """Bytes a message of `length` occupies in the term once fragmented (reference §2.3)."""
+    """Bytes a message of `length` occupies in the term once fragmented (FrameDescriptor)."""
     full, remainder = divmod(length, max_payload)
     total = full * align(max_payload + DATA_HEADER_LENGTH)
     if remainder > 0 or length == 0:
@@ -256,7 +256,7 @@ def append_message(
             term_id=term_id,
             payload=data,
         )
-    # Fragments (reference §2.3): full ones of `max_payload` bytes, then the rest. Written in
+    # Fragments (Aeron's TermAppender): full ones of `max_payload` bytes, then the rest. Written in
     # one loop with the header packed in place: this runs once per fragment.
     view = memoryview(data)
     pack_into = DATA_HEADER_STRUCT.pack_into

@@ -30,7 +30,7 @@ def group_nak_delay(rng: random.Random, max_backoff: float, group_size: int) -> 
     """Aeron's OptimalMulticastDelayGenerator: a random NAK delay in (0, max_backoff].
 
     Spreading the NAKs of a group over time lets one NAK (and its retransmit, which every
-    receiver sees) suppress the rest (reference §2.5).
+    receiver sees) suppress the rest (Aeron's LossDetector).
     """
     lam = math.log(group_size) + 1.0
     t = max_backoff

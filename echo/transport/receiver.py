@@ -147,7 +147,7 @@ class ReceiveEndpoint:
         #: images that received data since the socket's subscriptions were last told
         #: (sockets.ReceiveSocket.notify_subscriptions wakes only theirs). Heartbeats are not
         #: news for the application (nothing to poll), so they do not count: an idle stream's
-        #: heartbeats wake no subscriber (issue 13 item 5, docs/profile-b4.txt).
+        #: heartbeats wake no subscriber (docs/profile-b4.txt).
         self.fresh: set[tuple[int, int]] = set()
         #: data datagrams handed to images, ever: a task that read the socket itself
         #: (channels.SubscriptionChannel.wait) compares it to know whether anything came
@@ -303,7 +303,7 @@ class ReceiveEndpoint:
         interest = interests.get((stream_id, session_id)) or interests.get((stream_id, None))
         if interest is None:
             if stream_id in self._streams:
-                # A session filter is silent: the other session learns nothing (reference §5).
+                # A session filter is silent: the other session learns nothing (as in Aeron).
                 self.counters.session_filter_drops += 1
             else:
                 self.counters.unknown_session_drops += 1
@@ -410,7 +410,7 @@ class ReceiveEndpoint:
 
     def _elicitation(self, session_id: int, stream_id: int, cookie: tuple[int, int]) -> bytes:
         """A setup-eliciting SM (SETUP flag, window 0); session 0, stream 0 registers with an
-        MDC publisher (reference §3)."""
+        MDC publisher (Aeron's dynamic MDC)."""
         return StatusMessage(
             session_id=session_id,
             stream_id=stream_id,

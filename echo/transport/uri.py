@@ -1,4 +1,4 @@
-"""Aeron channel URIs for UDP (reference aeron-protocol.md §5, §4 for `fc=`).
+"""Aeron channel URIs for UDP (Aeron's Channel Configuration page; its flow control for `fc=`).
 
     aeron:udp?endpoint=127.0.0.1:9000|reliable=true|session-id=-17
 
@@ -148,7 +148,7 @@ def _check_group_min_size(
 
 @attrs.frozen
 class FlowControlSpec:
-    """`fc=` of an MDC publication (§4): max, min[,g:/N][,t:T], tagged[,g:TAG[/N]][,t:T].
+    """`fc=` of an MDC publication (as Aeron's): max, min[,g:/N][,t:T], tagged[,g:TAG[/N]][,t:T].
 
     `group_tag` None with "tagged" means the driver's default tag; `receiver_timeout` None
     means the default (5 s)."""
@@ -213,7 +213,7 @@ def _int64_problem(value: int) -> str | None:
 
 
 def _mtu_problem(value: int) -> str | None:
-    # Configuration.validateMtuLength (§2.1).
+    # Aeron's Configuration.validateMtuLength.
     if value <= FRAME_ALIGNMENT or value > MAX_UDP_PAYLOAD_LENGTH:
         return f"must be > {FRAME_ALIGNMENT} and <= {MAX_UDP_PAYLOAD_LENGTH}"
     if value % FRAME_ALIGNMENT:
@@ -222,7 +222,7 @@ def _mtu_problem(value: int) -> str | None:
 
 
 def _term_length_problem(value: int) -> str | None:
-    # LogBufferDescriptor.checkTermLength (§2.1).
+    # Aeron's LogBufferDescriptor.checkTermLength.
     if not TERM_MIN_LENGTH <= value <= TERM_MAX_LENGTH:
         return "outside 64k..1g"
     if value & (value - 1):
@@ -338,7 +338,7 @@ class ChannelUri:
                     " control=host:port|control-mode=dynamic, or control-mode=manual"
                 )
             if self.fc is not None:
-                # DefaultUnicastFlowControlSupplier rejects any fc= (§4).
+                # DefaultUnicastFlowControlSupplier rejects any fc= (Aeron).
                 raise UriError(
                     f"{self.build()}: unsupported unicast flow control strategy: fc={self.fc}"
                 )
@@ -447,7 +447,7 @@ def _parse_control_mode(value: str) -> ControlMode:
 
 
 def parse_flow_control(value: str) -> FlowControlSpec:
-    """Parse an `fc=` value (Aeron syntax, §4). Raises UriError."""
+    """Parse an `fc=` value (Aeron's syntax). Raises UriError."""
     strategy, *options = value.split(",")
     if strategy not in FC_STRATEGIES:
         raise UriError(f"unknown strategy {strategy!r}: expected one of {', '.join(FC_STRATEGIES)}")

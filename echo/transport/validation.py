@@ -1,7 +1,7 @@
 """Address validation for dynamic MDC: stateless cookies and per-source rate limits. Pure.
 
-Dynamic MDC is a reflection vector in Aeron (reference §8): one spoofed 36-byte SM sent to a
-control port makes the publication stream data, SETUPs and heartbeats to the forged address for
+Dynamic MDC is a reflection vector in Aeron (its SendChannelEndpoint): one spoofed 36-byte SM sent
+to a control port makes the publication stream data, SETUPs and heartbeats to the forged address for
 5 s. echo closes it the way DTLS (HelloVerifyRequest) and QUIC (Retry) do: an SM from an address
 that is not yet a destination is answered with one *cookie challenge*, no larger than the SM,
 and only a registration SM that echoes the cookie adds the address. The cookie is a keyed hash

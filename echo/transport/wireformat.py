@@ -1,10 +1,10 @@
-"""The Aeron wire format (reference aeron-protocol.md §1, §2.3, §2.6): lengths, type codes,
+"""The Aeron wire format (Aeron's wire-protocol page; Aeron's flyweights): lengths, type codes,
 flags, struct layouts, and the frame records that encode to exactly those bytes.
 
-Every multi-byte field is little-endian (§0). Each frame class encodes to the exact bytes an Aeron
-1.47 driver puts on the wire; the captures in shared/reference/aeron-captures re-encode byte for
-byte. This is the trusted, local half of the codecs: a field out of its wire range is a
-programming error (ValueError). Bytes from the network are decoded by frames.py, whose
+Every multi-byte field is little-endian (as Aeron's flyweights write them). Each frame class encodes
+to the exact bytes an Aeron 1.47 driver puts on the wire; the captures in tests/data/aeron-captures
+re-encode byte for byte. This is the trusted, local half of the codecs: a field out of its wire
+range is a programming error (ValueError). Bytes from the network are decoded by frames.py, whose
 functions raise only `FrameError`; everything here is importable from there too.
 
 Pure module: no trio, no clock, no sockets.
@@ -37,8 +37,8 @@ CURRENT_VERSION: Final = 0
 
 
 class FrameType(enum.IntEnum):
-    """Wire type codes (§1.2). PAD..RTTM and RSP_SETUP are decoded; the rest are rejected as
-    unknown."""
+    """Wire type codes (HeaderFlyweight). PAD..RTTM and RSP_SETUP are decoded; the rest are rejected
+    as unknown."""
 
     PAD = 0x00
     DATA = 0x01
@@ -55,21 +55,21 @@ class FrameType(enum.IntEnum):
     EXT = 0xFFFF
 
 
-# DATA / PAD flags (§1.3).
+# DATA / PAD flags (DataHeaderFlyweight).
 BEGIN_FLAG: Final = 0x80
 END_FLAG: Final = 0x40
 EOS_FLAG: Final = 0x20
 UNFRAGMENTED_FLAGS: Final = 0xC0
 BEGIN_END_AND_EOS_FLAGS: Final = 0xE0
-# SM flags (§1.5).
+# SM flags (StatusMessageFlyweight).
 SM_SETUP_FLAG: Final = 0x80
 SM_EOS_FLAG: Final = 0x40
-# SETUP flags (§1.4).
+# SETUP flags (SetupFlyweight).
 SETUP_GROUP_FLAG: Final = 0x40
 SETUP_SEND_RESPONSE_FLAG: Final = 0x80
-# RTTM flags (§1.7): set by the receiver on a request, cleared on the sender's answer.
+# RTTM flags (RttMeasurementFlyweight): set by the receiver on a request, cleared on the answer.
 RTTM_REPLY_FLAG: Final = 0x80
-# ERR flags (§1.8).
+# ERR flags (ErrorFlyweight).
 ERR_HAS_GROUP_TAG_FLAG: Final = 0x08
 
 COMMON_HEADER_STRUCT: Final = struct.Struct("<iBBH")
@@ -115,7 +115,7 @@ def _pack(frame: object, packer: struct.Struct, *values: int) -> bytes:
 
 @attrs.frozen(slots=True)
 class DataHeader:
-    """The 32-byte header of a DATA or PAD frame (§1.3). `frame_length` is unaligned."""
+    """The 32-byte header of a DATA or PAD frame (DataHeaderFlyweight); `frame_length` unaligned."""
 
     frame_length: int
     flags: int
@@ -158,7 +158,7 @@ class DataHeader:
 
 @attrs.frozen(slots=True)
 class Setup:
-    """SETUP (§1.4): sent by a publication until a receiver answers with an SM."""
+    """SETUP (SetupFlyweight): sent by a publication until a receiver answers with an SM."""
 
     term_offset: int
     session_id: int
@@ -191,7 +191,7 @@ class Setup:
 
 @attrs.frozen(slots=True)
 class StatusMessage:
-    """SM (§1.5). With a group tag the frame is 44 bytes, else 36."""
+    """SM (StatusMessageFlyweight). With a group tag the frame is 44 bytes, else 36."""
 
     session_id: int
     stream_id: int
@@ -245,7 +245,7 @@ class StatusMessage:
 
 @attrs.frozen(slots=True)
 class Nak:
-    """NAK (§1.6): the receiver asks for `length` bytes from `term_offset` of `term_id` again."""
+    """NAK (NakFlyweight): a receiver asks again for `length` bytes at `term_offset`, `term_id`."""
 
     session_id: int
     stream_id: int
@@ -272,7 +272,7 @@ class Nak:
 
 @attrs.frozen(slots=True)
 class Rttm:
-    """RTT measurement (§1.7). RTTM_REPLY_FLAG on a request, cleared on the answer."""
+    """RTT measurement (RttMeasurementFlyweight): RTTM_REPLY_FLAG on a request, not on answers."""
 
     session_id: int
     stream_id: int
@@ -308,7 +308,7 @@ def _check_error_message(message: str) -> None:
 
 @attrs.frozen(slots=True)
 class ErrorFrame:
-    """ERR (§1.8): a receiver's rejection of an image, 40 bytes + ASCII message.
+    """ERR (ErrorFlyweight): a receiver's rejection of an image, 40 bytes + ASCII message.
 
     The HAS_GROUP_TAG flag is kept equal to `group_tag is not None`: that is what decides whether
     the group tag field means anything on the wire, so the object can never contradict itself.

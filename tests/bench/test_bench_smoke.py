@@ -89,7 +89,7 @@ def test_duologue_echo_is_measured_against_the_same_runs_raw_echo(
     assert extra["server_duologue_messages"] >= extra["round_trips"] >= 100
     assert 0 < extra["server_cpu_pct"] <= 100
     assert cli["round trips/s"]["extra"]["count"] >= 100
-    # The two B1 targets, judged on this run's ratios.
+    # The two B1 targets, judged on this run's ratios.
     rate, p99 = lean["round trips/s"], lean["p99"]
     assert rate["target"] == {"op": ">=", "threshold": 0.8, "of": "ratio", "note": ""}
     assert rate["target_met"] is (rate["ratio_to_raw"] >= 0.8)

@@ -1,7 +1,7 @@
 """B3 (loss benchmark) end to end: the quick run as users start it, and its cleanup on Ctrl-C.
 
 Needs root and network namespaces; like tests/netlab it fails (never skips) without them
-(DESIGN.md §6).
+(docs/architecture.md, Test layers).
 """
 
 from __future__ import annotations

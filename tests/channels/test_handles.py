@@ -1,5 +1,6 @@
-"""Data handles as the seed describes them: consecutive numbers, three-step FreeHandle with
-reference counts, optimistic references resolved by processing pending binds first."""
+"""Data handles as the resource-management note describes them: consecutive numbers, three-step
+FreeHandle with reference counts, optimistic references resolved by processing pending binds
+first."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Random interleavings of two symmetric peers with the issue's invariants after every step."""
+"""Random interleavings of two symmetric peers with the channel invariants after every step."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ class TwoPeers(RuleBasedStateMachine):
 
     @rule(p=PEERS, count=st.integers(1, 5), channel=st.sampled_from(DATA_CHANNELS))
     def bind_and_use(self, p: int, count: int, channel: int) -> None:
-        """Optimistic binds and, at once, a message using the last: the seed's optimistic
+        """Optimistic binds and, at once, a message using the last: the note's optimistic
         reference, which the peer discards when that bind was dropped."""
         handles = [self.peers[p].bind(2, b"v" * 8, optimistic=True) for _ in range(count)]
         self._transmit_all(p)

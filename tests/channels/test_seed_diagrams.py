@@ -1,4 +1,5 @@
-"""Every diagram of seed 003, replayed with its exact numbers (sizes are payload bytes)."""
+"""Every diagram of the resource-management note, replayed with its exact numbers (sizes are
+payload bytes)."""
 
 from __future__ import annotations
 
@@ -151,7 +152,7 @@ def test_dropping_until_apology():
 
 
 def test_guarantees_precede_the_announcement():
-    """The seed's widest diagram: a partly optimistic 2-byte message survives, a 3-byte one not."""
+    """The note's widest diagram: a partly optimistic 2-byte message survives, a 3-byte one not."""
     client, server = peers(7)
     server.issue(0, 4)
     step(server, client)

@@ -88,7 +88,7 @@ async def test_send_nowait_queues_in_order_and_refuses_past_its_backlog(autojump
 
 
 async def test_slow_bulk_consumer_does_not_delay_control(autojump_clock):
-    """The issue's scenario: bulk saturated by a 10x slower consumer; control keeps answering."""
+    """The motivating scenario: bulk saturated by a 10x slower consumer; control keeps answering."""
     delay = 0.01
     a, b = pipe_pair(delay=delay)
     rtts: list[float] = []

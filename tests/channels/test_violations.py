@@ -1,4 +1,5 @@
-"""A peer that breaks the rules of seed 003 fails the session with a reason, never raises."""
+"""A peer that breaks the rules of the resource-management note fails the session with a reason,
+never raises."""
 
 from __future__ import annotations
 

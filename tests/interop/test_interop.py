@@ -175,7 +175,7 @@ def test_dynamic_mdc_aeron_publication_to_echo_subscription(
 
 
 def test_close_is_truthful_against_an_aeron_receiver(aeron_classpath: str, tmp_path: Path) -> None:
-    # Issue 15: close() said "not delivered" in 9 of 31 runs although every message arrived.
+    # A regression: close() said "not delivered" in 9 of 31 runs although every message arrived.
     # One Aeron subscriber; echo publications one after another, each 5 messages of 200 bytes,
     # then close(). 1 KiB is below a quarter of the receiver's window, so Aeron reports the
     # new position only on its SM timer, not when it consumes.
@@ -217,7 +217,8 @@ def test_nak_repair_across_implementations_with_ten_percent_kernel_loss(
     aeron_classpath: str, tmp_path: Path
 ) -> None:
     # Two namespaces joined by a veth; each drops 10 % of the UDP it receives (nftables input
-    # hook, DESIGN.md §6): data and control frames are lost both ways, in both directions.
+    # hook, docs/architecture.md, Test layers): data and control frames are lost both ways, in
+    # both directions.
     count, size = 400, 2000  # two fragments each
     with pair_lab() as lab:
         aeron_host, echo_host = lab.a, lab.b

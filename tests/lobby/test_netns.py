@@ -1,4 +1,4 @@
-"""Lobby servers and members as real processes in network namespaces (issue 18, Tests).
+"""Lobby servers and members as real processes in network namespaces.
 
 - Three `echo-lobby` servers on three public hosts (and an `echo-topics` server on a fourth),
   members on two public hosts and one behind a NAT router: the lobby's home is killed
@@ -49,7 +49,7 @@ PORT = 7600
 PREFIX = "elob"
 LOBBY_IPS = ("198.18.0.11", "198.18.0.12", "198.18.0.13")
 MEMBER_IPS = ("198.18.0.21", "198.18.0.22")
-RECREATE_LIMIT_S = 5.0  # issue 18 item 4
+RECREATE_LIMIT_S = 5.0  # members re-create a lost home's lobby within 5 s
 
 
 # ------------------------------------------------------------------------------ the lab

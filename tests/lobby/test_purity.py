@@ -1,4 +1,5 @@
-"""The lobby core is pure (DESIGN.md §3): no trio, no clock, no sockets, nothing above it.
+"""The lobby core is pure (docs/architecture.md, Pure cores and drivers): no trio, no clock, no
+sockets, nothing above it.
 
 Checked on the imports the modules really make (their AST), not on text, so a comment that
 mentions trio does not count and an aliased import does.

@@ -1,4 +1,4 @@
-"""A lobby recreated on the next server from its members' copies (issue 18 item 4).
+"""A lobby recreated on the next server from its members' copies.
 
 Server A holds the lobby; its members' replicas are fed from A's sends. A dies; the members send
 their copies (`LobbyReplica.recreate_request`) to server B, in any order, some copies older than

@@ -8,7 +8,7 @@ from echo.lobby import timers
 from echo.lobby.timers import lobby_client_timers, lobby_server_timers
 from echo.session.timers import echo_timers
 
-RECREATE_LIMIT_S = 5.0  # issue 18 item 4
+RECREATE_LIMIT_S = 5.0  # members re-create a lost home's lobby within 5 s
 
 
 def test_a_dead_home_is_noticed_and_left_within_the_failover_budget() -> None:
@@ -17,7 +17,7 @@ def test_a_dead_home_is_noticed_and_left_within_the_failover_budget() -> None:
     # is not a dead home.
     assert 3 * server.heartbeat_interval <= client.image_liveness_timeout
     # Silence, one retry of the home, and the next server's handshake and re-creation (half
-    # a second on a working network) fit the issue's 5 s.
+    # a second on a working network) fit the 5 s failover bound.
     assert client.image_liveness_timeout + timers.RETRY_TIMEOUT + 0.5 < RECREATE_LIMIT_S
 
 

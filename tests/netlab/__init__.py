@@ -1,4 +1,4 @@
 """Network-namespace test lab: a public server and clients behind real nftables NAT routers.
 
-See ``tests/netlab/lab.py`` (``nat_lab``) and DESIGN.md §6 layer 5.
+See ``tests/netlab/lab.py`` (``nat_lab``) and docs/architecture.md, Test layers.
 """

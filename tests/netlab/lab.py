@@ -14,10 +14,11 @@ inside a lab namespace (none in the root namespace), so interface names can be f
 to remove every veth, even after a crash.  The server has only the connected public route, so it
 cannot reach 10.77.x.x at all (as on the real internet).
 
-Each router runs the NAT of DESIGN.md §6 layer 5: ``masquerade random`` on ``wan0`` (source ports
-really change) and a forward chain with ``policy drop`` that accepts new traffic only from the
-private side and inbound only ``ct state established,related``.  Under that NAT the server can
-answer a client but cannot open a flow to a port the client named (seed §3.3.6, §4.1).
+Each router runs the NAT of docs/architecture.md, Test layers: ``masquerade random`` on ``wan0``
+(source ports really change) and a forward chain with ``policy drop`` that accepts new traffic only
+from the private side and inbound only ``ct state established,related``.  Under that NAT the server
+can answer a client but cannot open a flow to a port the client named (the io7m Aeron guide §3.3.6,
+§4.1).
 
 Naming: namespaces are ``<prefix><id>-<role>`` (<= 15 characters) where ``<id>`` is 4 random base-36
 characters.  Before creating namespaces a lab writes ``/run/echo-netlab/<prefix><id>.json`` with its
@@ -129,8 +130,8 @@ def _run(argv: Sequence[str], *, stdin: str | None = None, timeout: float = 30) 
 def require_netns_support() -> None:
     """Raise :class:`NetLabUnavailable` with the reason if this process cannot build a lab.
 
-    Tests must fail loudly (never skip) when the lab cannot be built: DESIGN.md §6 relies on root
-    being available here and in CI.
+    Tests must fail loudly (never skip) when the lab cannot be built: the namespace labs rely on
+    root being available here and in CI.
     """
     if not sys.platform.startswith("linux"):
         raise NetLabUnavailable(f"network namespaces need Linux, this is {sys.platform}")
@@ -197,8 +198,8 @@ class Host:
 
         The drop is on the input hook, so the sender's ``sendto`` still succeeds and the
         datagram is really lost in the network (an output-hook drop would surface as EPERM,
-        DESIGN.md §6).  ``forwarded=True`` also drops UDP *passing through* this host (useful on
-        a router to make the link of all its clients lossy, both directions).
+        docs/architecture.md, Test layers).  ``forwarded=True`` also drops UDP *passing through*
+        this host (useful on a router to make the link of all its clients lossy, both directions).
         """
         if not 0 <= percent <= 100:
             raise ValueError(f"loss percent must be within 0..100, got {percent}")
@@ -509,7 +510,7 @@ table inet {_NAT_TABLE} {{
   }}
   chain fwdfilter {{
     type filter hook forward priority filter; policy drop;
-    # Inbound only as an answer to something a client sent (seed §4.1).
+    # Inbound only as an answer to something a client sent (the io7m Aeron guide §4.1).
     ct state established,related accept
     iifname "{_ROUTER_LAN}" oifname "{_ROUTER_WAN}" accept
   }}

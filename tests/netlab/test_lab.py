@@ -1,5 +1,5 @@
 """The netns lab is real: NAT rewrites sources, blocks unsolicited traffic, loses packets on demand,
-and leaves nothing behind (DESIGN.md §6 layer 5)."""
+and leaves nothing behind (docs/architecture.md, Test layers)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Dynamic MDC through a real NAT (DESIGN.md §6 layer 5), and the control case that fails."""
+"""Dynamic MDC through a real NAT (docs/architecture.md, Test layers), and the control case that
+fails."""
 
 from __future__ import annotations
 

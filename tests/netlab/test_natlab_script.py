@@ -1,4 +1,4 @@
-"""deploy/natlab builds the seed's NAT topology (§4.1, §4.7) and tears it down completely."""
+"""deploy/natlab builds the io7m Aeron guide's NAT topology (§4.1, §4.7) and tears it all down."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resume across a NAT mapping change, in the NAT lab (issue 14, item 4).
+"""Resume across a NAT mapping change, in the NAT lab.
 
 A client behind the lab's NAT router (masquerade random) runs a numbered request/ack protocol
 over a resumable session, on per-client duologue ports and on shared ones (where the server

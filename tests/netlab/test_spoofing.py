@@ -1,4 +1,4 @@
-"""Spoofed HELLO floods against echo-server in the NAT lab (seeds/000 §4.2-§4.3)."""
+"""Spoofed HELLO floods against echo-server in the NAT lab (io7m Aeron guide §4.2-§4.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Spoofed HELLOs, evictions, dead peers: the server's defences of seeds/000 §4.2-§4.3."""
+"""Spoofed HELLOs, evictions, dead peers: the server's defences of the io7m
+Aeron guide §4.2-§4.3."""
 
 from __future__ import annotations
 

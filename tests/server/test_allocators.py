@@ -211,7 +211,7 @@ TestSessionModel.settings = settings(max_examples=150, stateful_step_count=40, d
 
 
 def test_session_range_is_inclusive() -> None:
-    # The guide's nextInt(max - min) + min never produced `max` (§7.6); both ends count here.
+    # The guide's nextInt(max - min) + min never produced `max`; both ends count here.
     alloc = SessionAllocator(7, 9, random.Random(3))
     assert {alloc.allocate() for _ in range(3)} == {7, 8, 9}
     with pytest.raises(AllocationError):

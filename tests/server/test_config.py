@@ -24,7 +24,7 @@ def test_defaults() -> None:
 
 
 def test_guide_example() -> None:
-    # EchoServer /tmp/aeron-server 5.6.7.8 9000 9001 9010 4 (seed §4.7)
+    # EchoServer /tmp/aeron-server 5.6.7.8 9000 9001 9010 4 (the io7m Aeron guide §4.7)
     c = ServerConfig(
         address="5.6.7.8", port=9000, control_port=9001, clients_base_port=9010, max_clients=4
     )

@@ -22,10 +22,10 @@ def test_fuzzing_every_port_neither_crashes_nor_starves_a_real_client() -> None:
     assert result["rss_kib_after"] - result["rss_kib_before"] < 20 * 1024
     # The echoing client is served all through the fuzz, not starved: it keeps echoing while
     # the fuzz runs and no echo waits anywhere near its timeout. The p99 ratio to the baseline
-    # (seeds/000 §4.2's "within 2x"; 1.42x in the long run) is a speed figure: it is printed by
-    # `python -m tests.fuzz` and reported, not asserted here, because on a loaded machine other
-    # work, not the fuzz, decides it (this test failed its 2x on a shared 2-core machine with the
-    # old and the new server alike).
+    # (the io7m Aeron guide §4.2's "within 2x"; 1.42x in the long run) is a speed figure: it is
+    # printed by `python -m tests.fuzz` and reported, not asserted here, because on a loaded machine
+    # other work, not the fuzz, decides it (this test failed its 2x on a shared 2-core machine with
+    # the old and the new server alike).
     assert result["client_samples_baseline"] >= 100
     assert result["client_samples_under_fuzz"] >= 100
     assert result["client_p99_ms_under_fuzz"] < 250, result

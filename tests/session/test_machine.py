@@ -295,7 +295,8 @@ def test_preview_cuts_at_80_characters() -> None:
 # ---- Echo 2.0's client handshake, as echo-client runs it (moved with the Echo client's own
 # machine, echo/client/machine.py, when echo-client became an application on connect()) ------
 
-# The guide's trace (seed §4.7): pad 611786D9, client session -555798973, duologue 1938340545.
+# The io7m Aeron guide's trace (§4.7): pad 611786D9, client session -555798973,
+# duologue 1938340545.
 GUIDE_PAD = 0x611786D9
 GUIDE_CLIENT = -555798973
 GUIDE_DUOLOGUE = 1938340545
@@ -359,7 +360,7 @@ def test_replies_to_others_are_not_parsed(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def _reference_meaning(data: bytes) -> str:
-    """What a reply on the all-clients channel means to the client (seed §4.4), by parsing
+    """What a reply on the all-clients channel means to the client (the guide §4.4), by parsing
     every one: the outcome the machine must reach however it gets there."""
     reply = parse_all_clients_reply_untrusted(data)
     if isinstance(reply, BadMessage):

@@ -1,4 +1,4 @@
-"""The Spark job's lobby report (issue 18): exact counts on a hand-written and a generated log.
+"""The Spark job's lobby report: exact counts on a hand-written and a generated log.
 
 Runs a real local Spark (the session fixture of conftest.py).
 """
@@ -175,7 +175,7 @@ def test_generated_lobby_log_equals_ground_truth(both: tuple[GroundTruth, Any, A
     assert {k: mixed[k] for k in expected} == expected
     lob = mixed["lobbies"]
     assert lob == truth.lobbies.expected_summary()
-    # the numbers the issue names, spelled out
+    # the headline numbers of the report, spelled out
     assert lob["created"] == 150 and lob["rehomed"] > 0
     assert sum(lob["sizes"]["at_start"].values()) == lob["started"] > 0
     assert lob["time_to_fill_s"]["p50"] <= lob["time_to_fill_s"]["p99"]

@@ -32,7 +32,7 @@ def test_summary_equals_ground_truth(analysed: tuple[GroundTruth, Any]) -> None:
     truth, summary = analysed
     expected = truth.expected_summary(top_n=10)
     assert {k: summary[k] for k in expected} == expected
-    # the numbers the issue names, spelled out
+    # the headline numbers of the report, spelled out
     assert summary["events_total"] == truth.events_total > 19_000
     assert summary["bad_lines"] == truth.bad_lines > 0
     assert summary["duologues_created"] == truth.duologues_created

@@ -1,4 +1,4 @@
-"""The topics codec: %-encoding, lines, packing, cookies and proof of work (seed 002)."""
+"""The topics codec: %-encoding, lines, packing, cookies and proof of work (pub/sub note)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Topics over real sockets between network namespaces (DESIGN.md §6 layer 5).
+"""Topics over real sockets between network namespaces (docs/architecture.md, Test layers).
 
 Five ``echo-topics`` servers on the public segment (198.18.0.11-15), subscribers and a
 publisher on other hosts behind NAT routers, a victim on the public segment and an attacker

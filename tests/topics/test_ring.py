@@ -1,4 +1,4 @@
-"""CH and RCH server choice (echo.topics.ring), seed 002's "Consistent Hashing" section."""
+"""CH and RCH server choice (echo.topics.ring): the pub/sub note's "Consistent Hashing"."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_a_thousand_points_per_server_balance_the_load() -> None:
     mean = 40_000 / len(servers)
     assert set(count) == set(servers)
     assert all(abs(c - mean) / mean < 0.12 for c in count.values()), count
-    # The same keys on one point per server: the seed's reason for "a thousand bit strings".
+    # The same keys on one point per server: the note's reason for "a thousand bit strings".
     # Arcs are then exponential and the largest of ten is ~3x the mean.
     count_1 = loads(HashRing(servers, 1), 40_000)
     assert max(count_1.values()) / mean > 1.5

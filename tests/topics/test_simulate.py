@@ -147,7 +147,7 @@ def test_short_form_reproduces_the_delivery_figures(short: Results) -> None:
     for name, (closed, est) in short.delivery.items():
         units = est.rounds * (2 if name.startswith("random") else p.subscribers)
         assert _within(est, closed, units), (name, closed, est)
-    # The seed's figure itself.
+    # The note's figure itself.
     assert short.delivery["sub_kprime"][0] == pytest.approx(0.999)
     assert short.delivery["pub_kprime"][0] == pytest.approx(0.999)
     assert short.delivery["single"][0] == pytest.approx(0.9)

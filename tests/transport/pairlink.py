@@ -1,4 +1,5 @@
-"""A pure sender/receiver pair wired by hand, with a scripted clock (DESIGN.md §6 layer 2).
+"""A pure sender/receiver pair wired by hand, with a scripted clock (docs/architecture.md,
+Test layers).
 
 `PairLink` owns a unicast `SendEndpoint` (one `NetworkPublication`, remote `RECEIVER_ADDRESS`) and a
 `ReceiveEndpoint` (one `StreamInterest`). Nothing moves unless the test moves it: `now` is a

@@ -2,7 +2,7 @@
 
 Reads Section Header, Interface Description and Enhanced Packet blocks (pcapng spec,
 draft-ietf-opsawg-pcapng); other block types are skipped. Each packet is Ethernet + IPv4 + UDP,
-so the Aeron bytes start at offset 42 (captures README).
+so the Aeron bytes start at offset 42 (tests/data/aeron-captures/README.md).
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ class Record:
 
 
 def captures_dir() -> Path:
-    """shared/reference/aeron-captures, beside the repo (/work/main and /work/shared; CI clones
-    the repo with shared/ beside it). Fails loudly: the captures are the codecs' test vectors."""
-    path = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "aeron-captures"
+    """tests/data/aeron-captures, in the repository (its README says how they were made).
+    Fails loudly: the captures are the codecs' test vectors."""
+    path = Path(__file__).resolve().parents[1] / "data" / "aeron-captures"
     if not path.is_dir():
         raise FileNotFoundError(f"Aeron reference captures not found at {path}")
     return path

@@ -1,4 +1,4 @@
-"""The receiver rebuilds the streams of the Aeron C driver captures (DESIGN.md §6 layer 1).
+"""The receiver rebuilds the streams of the Aeron C driver captures (tests/data/aeron-captures).
 
 The DATA/PAD/SETUP datagrams that reached the subscriber (for loss-nak: not those the packet
 comment marks as dropped by nftables) are fed to a ReceiveEndpoint in capture order, with `now`

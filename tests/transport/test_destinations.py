@@ -1,4 +1,4 @@
-"""MDC destination tables (reference §3): what is added, refreshed, refused and expired.
+"""MDC destination tables (as in Aeron's MDC): what is added, refreshed, refused and expired.
 
 test_mdc.py has the two regressions Aeron itself had; these pin the rest of the table's rules.
 """

@@ -1,5 +1,5 @@
-"""The trio driver through the public API (DESIGN.md §6 layer 4): over real loopback sockets
-where the kernel's part matters, over the in-memory network (echo.transport.testing) in
+"""The trio driver through the public API (docs/architecture.md, Test layers): over real loopback
+sockets where the kernel's part matters, over the in-memory network (echo.transport.testing) in
 virtual time where it is timers and loss that are tested."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sender flow control strategies (reference §4, seeds/004), driven by hand with a scripted clock.
+"""Sender flow control strategies ("Flow Control in Aeron"), driven by hand with a scripted clock.
 
 The driver tests in test_mdc.py show the strategies at work over sockets; these pin the rules
 themselves: which receiver sets the limit, which SMs count, when a receiver is forgotten.

@@ -1,4 +1,4 @@
-"""Frame codecs, checked against the Aeron C driver captures (shared/reference) and by rule."""
+"""Frame codecs, checked against the Aeron C driver captures (tests/data) and by rule."""
 
 from __future__ import annotations
 
@@ -601,7 +601,7 @@ def test_gtag_rttm_frames_to_look_at() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §9 minimal handshake traces
+# minimal handshake traces
 
 
 def test_unicast_handshake_trace() -> None:
@@ -625,7 +625,7 @@ def test_unicast_handshake_trace() -> None:
     )
     assert sm.consumption_term_offset == 0 and sm.flags == 0
     assert sm.receiver_window == min(128 * 1024, setup.term_length // 2)
-    # No data before the first SM (sender limit opens on SM, §2.4).
+    # No data before the first SM (sender limit opens on SM, as in Aeron).
     assert not any(isinstance(f, DataHeader) for f in frames[:first_sm])
     for record, frame in zip(records, frames, strict=True):
         if isinstance(frame, DataHeader):

@@ -1,4 +1,4 @@
-"""Idle streams cost their application nothing (issue 13 item 5, docs/profile-b4.txt).
+"""Idle streams cost their application nothing (docs/profile-b4.txt).
 
 An idle stream still carries the protocol's own traffic: heartbeats from its publisher, status
 messages from its receiver. None of it is anything the application can act on, so none of it

@@ -1,4 +1,4 @@
-"""The term log: position arithmetic, appender, scanner, rebuilder and gap scanner (reference §2).
+"""The term log: position arithmetic, appender, scanner, rebuilder and gap scanner (as in Aeron).
 
 Where a capture of the Aeron C driver shows the layout (fragmented, unicast, loss-nak), the
 term bytes written here are compared with the captured datagrams byte for byte.

@@ -1,8 +1,9 @@
-"""A publication and an image wired by hand with a scripted clock (DESIGN.md §6 layer 2).
+"""A publication and an image wired by hand with a scripted clock (docs/architecture.md, Test
+layers).
 
-Every timer of reference §2.4-§2.8 is checked against the times at which frames are handed to
-the network; loss, duplication and reordering are decided by packet index (tests/transport/
-pairlink.py).
+Every timer of Aeron's (its driver Configuration's defaults) is checked against the times at which
+frames are handed to the network; loss, duplication and reordering are decided by packet index
+(tests/transport/ pairlink.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Seeded random schedules (DESIGN.md §6 layer 3): whatever the network does, every message is
-delivered once, in order, intact.
+"""Seeded random schedules (docs/architecture.md, Test layers): whatever the network does, every
+message is delivered once, in order, intact.
 
 Random loss (at least 20 %, in both directions, so SMs and NAKs are lost too), duplication and
 reordering on a pure pair with a scripted clock; 64 KiB terms and messages up to the maximum of

@@ -1,6 +1,7 @@
-"""Issue 13's shape rules for the transport, kept true: no module in echo/transport over 600
-lines, no function or method over 60 lines of code (its docstring, comments and blank lines
-aside), and `api.py` touches no private member of the driver or the core (only its own)."""
+"""The transport's shape rules (docs/architecture.md, Conventions), kept true: no module in
+echo/transport over 600 lines, no function or method over 60 lines of code (its docstring,
+comments and blank lines aside), and `api.py` touches no private member of the driver or the core
+(only its own)."""
 
 from __future__ import annotations
 

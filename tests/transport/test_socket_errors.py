@@ -1,4 +1,4 @@
-"""ICMP port-unreachable on real sockets never ends a task (issue 7, seeds/000 §4.2).
+"""ICMP port-unreachable on real sockets never ends a task (the io7m Aeron guide §4.2).
 
 Linux reports an ICMP port-unreachable to a UDP socket only when the socket is *connected*
 (or has IP_RECVERR set): the error is stored on the socket and the next `recvfrom` or `sendto`

@@ -1,4 +1,5 @@
-"""Channel URI parsing, building and publication/subscription rules (reference §5, §4, §7.3)."""
+"""Channel URI parsing, building and publication/subscription rules (Aeron's Channel
+Configuration page; the io7m Aeron guide §4.4)."""
 
 from __future__ import annotations
 
@@ -576,7 +577,7 @@ def test_response_channel_params_round_trip() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The Echo 2.0 channels (reference §7.3) and the captures' channels
+# The Echo 2.0 channels (the io7m Aeron guide §4.4) and the captures' channels
 
 ECHO_PUBLICATIONS = [
     "aeron:udp?control=5.6.7.8:9001|control-mode=dynamic|reliable=true",  # server all-clients

@@ -1,8 +1,8 @@
 """Address validation for dynamic MDC: stateless cookies and the per-source rate limiter.
 
-These are the anti-reflection parts of the transport (reference §8): a cookie that an attacker
-could reuse for another address, or a limiter that never refills, would go unnoticed by the
-driver tests, which only ever see well-behaved peers.
+These are the anti-reflection parts of the transport (Aeron's dynamic MDC has none): a cookie that
+an attacker could reuse for another address, or a limiter that never refills, would go unnoticed by
+the driver tests, which only ever see well-behaved peers.
 """
 
 from __future__ import annotations

@@ -54,11 +54,11 @@ SEVERITY_NAMES = {
     SEVERITY_WARN: "warning",
     SEVERITY_ERROR: "error",
 }
-#: Aeron SM flags (reference §1.5) and echo's cookie flag (echo/transport/validation.py).
+#: Aeron SM flags (StatusMessageFlyweight) and echo's cookie flag (echo/transport/validation.py).
 SM_SETUP_FLAG = 0x80
 SM_EOS_FLAG = 0x40
 SM_COOKIE_FLAG = 0x20
-#: Frame kinds the issue requires the capture to hold.
+#: Frame kinds the capture must hold.
 REQUIRED_KINDS = ("SETUP", "DATA", "SM", "SM(setup)", "NAK", "HEARTBEAT", "PAD")
 DISSECTOR_PREFS = (
     "aeron.sequence_analysis:TRUE",
@@ -93,7 +93,7 @@ class Frame:
 
     @property
     def wire_length(self) -> int:
-        """Bytes this frame takes in the datagram, by the Aeron layout (reference §1)."""
+        """Bytes this frame takes in the datagram, by the Aeron layout."""
         if self.kind == "DATA":
             return align(self["frame_length"])
         if self.kind in ("PAD", "HEARTBEAT"):
@@ -314,7 +314,7 @@ class Report:
 def check(
     datagrams: list[Datagram], record: dict[str, Any], heuristic: list[str] | None = None
 ) -> Report:
-    """Everything the issue asks of the capture; each failed expectation is one problem line."""
+    """Everything asked of the capture; each failed expectation is one problem line."""
     problems: list[str] = []
     notes: list[str] = []
     low, high = record["ports"]

@@ -4,7 +4,7 @@
 
 One process runs an Echo 2.0 server and one client, each with its own transport (own sockets,
 own counters), on 127.0.0.1 ports 20100.. (see `PORTS`). The settings make one short exchange
-show every part of the protocol that the issue lists:
+show every part of the protocol that the capture test checks:
 
 * the all-clients handshake (dynamic MDC registration with its cookie, HELLO, CONNECT);
 * a duologue of `count` echoes;
