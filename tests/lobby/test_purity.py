@@ -33,7 +33,7 @@ PURE = [
 
 # The trio driver, the client library, the CLIs and the key-file reader: I/O by design; and
 # the sessions' transport timers (built on echo.session's).
-DRIVERS = ["cli", "client", "demo", "keyfile", "server", "timers"]
+DRIVERS = ["cli", "client", "keyfile", "server", "timers"]
 
 
 def test_every_module_is_classified() -> None:
