@@ -271,16 +271,6 @@ def plain_header(channel: int, length: int) -> bytes:
     return bytes(out)
 
 
-def encode_plain(channel: int, payload: bytes) -> bytes:
-    """encode(Data(channel, payload)) without making the record (the per-message path)."""
-    n = len(payload)
-    if channel < 0x80 and n < 0x4000:
-        if n < 0x80:
-            return bytes((Kind.DATA, channel, n)) + payload
-        return bytes((Kind.DATA, channel, (n & 0x7F) | 0x80, n >> 7)) + payload
-    return encode(Data(channel, payload))
-
-
 def decode_frames(data: bytes) -> list[Frame]:
     """Parse one session message (untrusted bytes) into its frames.
 

@@ -16,10 +16,10 @@ import structlog
 import trio
 
 from echo._cli import one_line, sole_error
-from echo.server.config import ServerConfig
 from echo.server.server import EchoServer, echo_application
+from echo.session.config import ServerConfig
 from echo.session.server import SessionServer
-from echo.timers import echo_timers
+from echo.session.timers import echo_timers
 from echo.transport import TransportConfig, UriError
 
 EPILOG = """\b
