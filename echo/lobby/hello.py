@@ -1,7 +1,7 @@
 """The lobby session's first exchange, before its logical channels open: who the member is.
 
 The client's first session message is ``LOBBY1`` + str8 member id + bytes16 seat (empty, or
-the seat of the lobby it sits in on that server: `echo.lobby.tickets.TicketSeats`), then,
+the seat of the lobby it sits in on that server: `echo.tickets.TicketSeats`), then,
 optionally, u8 length + the client's *secret* (16..64 random bytes, made once per client). The
 server answers ``LOBBY1 OK `` + its server id, then both sides open the lobby's channels; or it
 closes the session with the reason (the client's `Rejected`-like error). A member id is the

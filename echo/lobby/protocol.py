@@ -208,7 +208,7 @@ class LobbySnapshot:
 @attrs.frozen
 class SeatTag:
     """A seat's tag: the keyed hash of the hello secret of the client that holds the seat
-    (`echo.lobby.tickets.TicketSeats.tag`), never the secret. Members keep them in their copies
+    (`echo.tickets.TicketSeats.tag`), never the secret. Members keep them in their copies
     so that the next server gives each seat back to its own client, which may never have
     learned its seat (a lost LobbyJoined)."""
 
@@ -496,7 +496,7 @@ Update: TypeAlias = (
 
 @attrs.frozen
 class GameStarting:
-    """To one member: go to this game server and show it this ticket (`echo.lobby.tickets`).
+    """To one member: go to this game server and show it this ticket (`echo.tickets`).
 
     On the updates channel, after the state changes of the start, but not a state change
     itself (no version): each member's ticket is its own.

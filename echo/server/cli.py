@@ -258,11 +258,10 @@ async def trim_heap(interval: float = HEAP_TRIM_INTERVAL) -> None:
 
 def ticket_admission(path: str, ticket_server_id: str) -> Callable[[object, bytes], str | None]:
     """The admission hook of `--ticket-key`: a HELLO must carry a valid game ticket of the
-    lobby service (echo.lobby.tickets) for this server; the reason otherwise."""
+    lobby service (echo.tickets) for this server; the reason otherwise."""
     import time
 
-    from echo.lobby.keyfile import KeyFileError, read_key_file
-    from echo.lobby.tickets import TicketRefusal, verify
+    from echo.tickets import KeyFileError, TicketRefusal, read_key_file, verify
 
     try:
         keyring = {key.key_id: key.secret for key in read_key_file(path)}

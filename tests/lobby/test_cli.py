@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from echo.lobby.keyfile import new_key_text
 from echo.telemetry.schema import validate_event
+from echo.tickets import new_key_text
 from tests.lobby.servers import free_base, free_ports
 from tests.netlab.lab import LineReader
 

@@ -27,13 +27,12 @@ PURE = [
     "protocol",
     "replica",
     "state",
-    "tickets",
 ]
 
 
-# The trio driver, the client library, the CLIs and the key-file reader: I/O by design; and
+# The trio driver, the client library and the CLIs: I/O by design; and
 # the sessions' transport timers (built on echo.session's).
-DRIVERS = ["cli", "client", "keyfile", "server", "timers"]
+DRIVERS = ["cli", "client", "server", "timers"]
 
 
 def test_every_module_is_classified() -> None:

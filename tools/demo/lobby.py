@@ -47,7 +47,7 @@ def main(ctx: click.Context, port: int) -> None:
     processes: list[subprocess.Popen[str]] = []
     codes: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="echo-lobby-demo-") as tmp:
-        from echo.lobby.keyfile import new_key_text
+        from echo.tickets import new_key_text
 
         key = Path(tmp) / "game.key"
         key.write_text(new_key_text())

@@ -1,4 +1,4 @@
-"""Signed game tickets: what verifies, and everything that must not (echo.lobby.tickets)."""
+"""Signed game tickets: what verifies, and everything that must not (echo.tickets)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from echo.lobby.tickets import (
+from echo.tickets import (
     MAC_BYTES,
     TicketClaims,
     TicketError,
