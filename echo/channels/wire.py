@@ -29,11 +29,11 @@ import enum
 
 import attrs
 
-#: Varints are capped at 63 bits (at most 9 bytes): larger values are a malformed frame.
-MAX_VARINT = (1 << 63) - 1
+from echo.codec import MAX_VARINT as MAX_VARINT  # varints are capped at 63 bits (9 bytes)
+from echo.codec import Buffer, CodecError
 
 
-class WireError(Exception):
+class WireError(CodecError):
     """Bytes that are not a well-formed sequence of channel frames."""
 
 
@@ -160,15 +160,6 @@ def message_size(frame: Data | Bind) -> int:
     return max(1, len(frame.payload) + 2 * len(frame.refs))
 
 
-def _varint(value: int, out: bytearray) -> None:
-    if value < 0 or value > MAX_VARINT:
-        raise ValueError(f"varint out of range: {value}")
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def encode(frame: Frame) -> bytes:
     """The bytes of one frame. Raises ValueError for a value no frame can carry (local misuse)."""
     if type(frame) is Data and not frame.refs and frame.channel < 0x80:
@@ -178,84 +169,46 @@ def encode(frame: Frame) -> bytes:
             return bytes((Kind.DATA, frame.channel, n)) + frame.payload
         if n < 0x4000:
             return bytes((Kind.DATA, frame.channel, (n & 0x7F) | 0x80, n >> 7)) + frame.payload
-    out = bytearray()
+    out = Buffer()
     if isinstance(frame, Data):
         if frame.refs:
-            out.append(Kind.DATA_REFS)
-            _varint(frame.channel, out)
-            _varint(len(frame.refs), out)
+            out.push_uint8(Kind.DATA_REFS)
+            out.push_varint(frame.channel)
+            out.push_varint(len(frame.refs))
             for ref in frame.refs:
-                _varint(ref.handle_type, out)
-                _varint(ref.handle * 2 + int(ref.sender_created), out)
+                out.push_varint(ref.handle_type)
+                out.push_varint(ref.handle * 2 + int(ref.sender_created))
         else:
-            out.append(Kind.DATA)
-            _varint(frame.channel, out)
-        _varint(len(frame.payload), out)
-        out += frame.payload
+            out.push_uint8(Kind.DATA)
+            out.push_varint(frame.channel)
+        out.push_bytes_varint(frame.payload)
     elif isinstance(frame, Bind):
-        out.append(Kind.BIND)
-        _varint(frame.handle_type, out)
-        _varint(len(frame.value), out)
-        out += frame.value
+        out.push_uint8(Kind.BIND)
+        out.push_varint(frame.handle_type)
+        out.push_bytes_varint(frame.value)
     elif isinstance(frame, Guarantee | Absolve | LimitSending | LimitReceiving):
-        out.append(_AMOUNT_KINDS[type(frame)])
-        _varint(frame.channel, out)
-        _varint(frame.bound if isinstance(frame, LimitSending | LimitReceiving) else frame.amount,
-                out)
+        out.push_uint8(_AMOUNT_KINDS[type(frame)])
+        out.push_varint(frame.channel)
+        out.push_varint(
+            frame.bound if isinstance(frame, LimitSending | LimitReceiving) else frame.amount
+        )
     elif isinstance(frame, Plead):
-        out.append(Kind.PLEAD)
-        _varint(frame.channel, out)
-        _varint(frame.target, out)
+        out.push_uint8(Kind.PLEAD)
+        out.push_varint(frame.channel)
+        out.push_varint(frame.target)
     elif isinstance(frame, AnnounceDropping):
-        out.append(Kind.ANNOUNCE_DROPPING)
-        _varint(frame.channel, out)
+        out.push_uint8(Kind.ANNOUNCE_DROPPING)
+        out.push_varint(frame.channel)
     elif isinstance(frame, Apologise):
-        out.append(Kind.APOLOGISE)
-        _varint(frame.channel, out)
+        out.push_uint8(Kind.APOLOGISE)
+        out.push_varint(frame.channel)
     elif isinstance(frame, FreeHandle):
-        out.append(Kind.FREE_HANDLE)
-        _varint(frame.handle_type, out)
-        _varint(frame.handle * 2 + int(frame.mine), out)
+        out.push_uint8(Kind.FREE_HANDLE)
+        out.push_varint(frame.handle_type)
+        out.push_varint(frame.handle * 2 + int(frame.mine))
     else:  # pragma: no cover - the union is closed
         raise TypeError(f"not a channel frame: {frame!r}")
-    return bytes(out)
-
-
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def varint(self) -> int:
-        data, pos = self.data, self.pos
-        value = 0
-        shift = 0
-        while True:
-            if pos >= len(data):
-                raise WireError("truncated varint")
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                break
-            shift += 7
-            if shift > 56:
-                raise WireError("varint longer than 9 bytes")
-        if value > MAX_VARINT:
-            raise WireError("varint out of range")
-        self.pos = pos
-        return value
-
-    def payload(self) -> bytes:
-        length = self.varint()
-        end = self.pos + length
-        if end > len(self.data):
-            raise WireError(f"payload of {length} bytes runs past the end of the message")
-        chunk = self.data[self.pos : end]
-        self.pos = end
-        return chunk
+    return out.data
 
 
 def plain_header(channel: int, length: int) -> bytes:
@@ -265,20 +218,11 @@ def plain_header(channel: int, length: int) -> bytes:
             return bytes((Kind.DATA, channel, length))
         if length < 0x4000:
             return bytes((Kind.DATA, channel, (length & 0x7F) | 0x80, length >> 7))
-    out = bytearray((Kind.DATA,))
-    _varint(channel, out)
-    _varint(length, out)
-    return bytes(out)
-
-
-def encode_plain(channel: int, payload: bytes) -> bytes:
-    """encode(Data(channel, payload)) without making the record (the per-message path)."""
-    n = len(payload)
-    if channel < 0x80 and n < 0x4000:
-        if n < 0x80:
-            return bytes((Kind.DATA, channel, n)) + payload
-        return bytes((Kind.DATA, channel, (n & 0x7F) | 0x80, n >> 7)) + payload
-    return encode(Data(channel, payload))
+    out = Buffer()
+    out.push_uint8(Kind.DATA)
+    out.push_varint(channel)
+    out.push_varint(length)
+    return out.data
 
 
 def decode_frames(data: bytes) -> list[Frame]:
@@ -326,45 +270,46 @@ def decode_frame(raw: bytes, pos: int) -> tuple[Frame | tuple[int, bytes], int]:
                 n = -1
         if n >= 0 and start + n <= end:
             return (raw[pos + 1], raw[start : start + n]), start + n
-    reader = _Reader(raw)
-    reader.pos = pos + 1
+    reader = Buffer(raw, error=WireError)
+    reader.seek(pos + 1)
+    varint = reader.pull_varint
     frame: Frame
     if code == Kind.DATA:
-        channel = reader.varint()
-        return (channel, reader.payload()), reader.pos
+        channel = varint()
+        return (channel, reader.pull_bytes_varint()), reader.tell()
     elif code == Kind.DATA_REFS:
-        channel = reader.varint()
-        count = reader.varint()
+        channel = varint()
+        count = varint()
         # Every ref takes at least two bytes: a count beyond that is a lie, not a big loop.
-        if count == 0 or count * 2 > end - reader.pos:
+        if count == 0 or count * 2 > reader.remaining:
             raise WireError(f"bad reference count {count}")
         refs = []
         for _ in range(count):
-            handle_type = reader.varint()
-            packed = reader.varint()
+            handle_type = varint()
+            packed = varint()
             refs.append(HandleRef(handle_type, packed >> 1, bool(packed & 1)))
-        frame = Data(channel, reader.payload(), tuple(refs))
+        frame = Data(channel, reader.pull_bytes_varint(), tuple(refs))
     elif code == Kind.BIND:
-        handle_type = reader.varint()
-        frame = Bind(handle_type, reader.payload())
+        handle_type = varint()
+        frame = Bind(handle_type, reader.pull_bytes_varint())
     elif code == Kind.GUARANTEE:
-        frame = Guarantee(reader.varint(), reader.varint())
+        frame = Guarantee(varint(), varint())
     elif code == Kind.ABSOLVE:
-        frame = Absolve(reader.varint(), reader.varint())
+        frame = Absolve(varint(), varint())
     elif code == Kind.PLEAD:
-        frame = Plead(reader.varint(), reader.varint())
+        frame = Plead(varint(), varint())
     elif code == Kind.LIMIT_SENDING:
-        frame = LimitSending(reader.varint(), reader.varint())
+        frame = LimitSending(varint(), varint())
     elif code == Kind.LIMIT_RECEIVING:
-        frame = LimitReceiving(reader.varint(), reader.varint())
+        frame = LimitReceiving(varint(), varint())
     elif code == Kind.ANNOUNCE_DROPPING:
-        frame = AnnounceDropping(reader.varint())
+        frame = AnnounceDropping(varint())
     elif code == Kind.APOLOGISE:
-        frame = Apologise(reader.varint())
+        frame = Apologise(varint())
     elif code == Kind.FREE_HANDLE:
-        handle_type = reader.varint()
-        packed = reader.varint()
+        handle_type = varint()
+        packed = varint()
         frame = FreeHandle(handle_type, packed >> 1, bool(packed & 1))
     else:
         raise WireError(f"unknown frame kind 0x{code:02x}")
-    return frame, reader.pos
+    return frame, reader.tell()

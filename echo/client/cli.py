@@ -17,7 +17,7 @@ from echo.client.application import ClientState, EchoReceived, FailureKind
 from echo.client.client import ClientConfig, EchoClient
 from echo.protocol import Echo, format_message
 from echo.session.machine import HandshakeState
-from echo.timers import echo_timers
+from echo.session.timers import echo_timers
 from echo.transport import UriError
 
 EPILOG = """\b

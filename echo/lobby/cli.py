@@ -56,7 +56,7 @@ def _server_list(text: str | None, flag: str) -> tuple[str, ...]:
 
 
 def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
-    from echo.lobby.keyfile import KeyFileError, read_key_file
+    from echo.tickets import KeyFileError, read_key_file
 
     if path is None:
         return ()

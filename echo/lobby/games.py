@@ -18,6 +18,7 @@ from typing import Final
 
 import attrs
 
+from echo.codec import Buffer
 from echo.lobby.protocol import LobbyProtocolError
 
 ANNOUNCEMENT_VERSION: Final = 1
@@ -32,7 +33,8 @@ class GameServerAnnouncement:
 
 def encode_announcement(a: GameServerAnnouncement) -> bytes:
     """Raises LobbyProtocolError for fields that do not fit."""
-    out = bytearray((ANNOUNCEMENT_VERSION,))
+    buf = Buffer(error=LobbyProtocolError)
+    buf.push_uint8(ANNOUNCEMENT_VERSION)
     for text in (a.server_id, a.address):
         try:
             data = text.encode("utf-8")
@@ -40,11 +42,12 @@ def encode_announcement(a: GameServerAnnouncement) -> bytes:
             raise LobbyProtocolError("not encodable as UTF-8") from None
         if not 1 <= len(data) <= 255:
             raise LobbyProtocolError("server ids and addresses are 1..255 bytes")
-        out += bytes((len(data),)) + data
-    if isinstance(a.free_slots, bool) or not 0 <= a.free_slots <= 0xFFFF:
+        buf.push_bytes8(data)
+    slots = a.free_slots
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 0 <= slots <= 0xFFFF:
         raise LobbyProtocolError("free slots is a u16")
-    out += a.free_slots.to_bytes(2, "big")
-    return bytes(out)
+    buf.push_uint16(a.free_slots)
+    return buf.data
 
 
 def parse_announcement_untrusted(data: bytes | bytearray | memoryview) -> GameServerAnnouncement:
@@ -52,25 +55,23 @@ def parse_announcement_untrusted(data: bytes | bytearray | memoryview) -> GameSe
     raw = bytes(data)
     if len(raw) < 1 + 2 + 2 + 2 or len(raw) > 1 + 2 * 256 + 2:
         raise LobbyProtocolError(f"an announcement of {len(raw)} bytes")
-    if raw[0] != ANNOUNCEMENT_VERSION:
-        raise LobbyProtocolError(f"unknown announcement version {raw[0]}")
-    pos = 1
+    buf = Buffer(raw, error=LobbyProtocolError)
+    version = buf.pull_uint8()
+    if version != ANNOUNCEMENT_VERSION:
+        raise LobbyProtocolError(f"unknown announcement version {version}")
     texts: list[str] = []
     for _ in range(2):
-        if pos >= len(raw):
-            raise LobbyProtocolError("truncated")
-        n = raw[pos]
-        chunk = raw[pos + 1 : pos + 1 + n]
-        if n == 0 or len(chunk) != n:
-            raise LobbyProtocolError("an empty or truncated field")
+        chunk = buf.pull_bytes8()
+        if not chunk:
+            raise LobbyProtocolError("an empty field")
         try:
             texts.append(chunk.decode("utf-8"))
         except UnicodeDecodeError:
             raise LobbyProtocolError("a field is not UTF-8") from None
-        pos += 1 + n
-    if len(raw) != pos + 2:
-        raise LobbyProtocolError("free slots missing or trailing bytes")
-    return GameServerAnnouncement(texts[0], texts[1], int.from_bytes(raw[pos:], "big"))
+    free_slots = buf.pull_uint16()
+    if not buf.eof():
+        raise LobbyProtocolError("trailing bytes after the free slots")
+    return GameServerAnnouncement(texts[0], texts[1], free_slots)
 
 
 @attrs.define

@@ -1,7 +1,7 @@
 """The lobby session's first exchange, before its logical channels open: who the member is.
 
 The client's first session message is ``LOBBY1`` + str8 member id + bytes16 seat (empty, or
-the seat of the lobby it sits in on that server: `echo.lobby.tickets.TicketSeats`), then,
+the seat of the lobby it sits in on that server: `echo.tickets.TicketSeats`), then,
 optionally, u8 length + the client's *secret* (16..64 random bytes, made once per client). The
 server answers ``LOBBY1 OK `` + its server id, then both sides open the lobby's channels; or it
 closes the session with the reason (the client's `Rejected`-like error). A member id is the
@@ -27,6 +27,8 @@ from typing import Final
 
 import attrs
 
+from echo.codec import Buffer, CodecError
+
 MAGIC: Final = b"LOBBY1"
 WELCOME: Final = b"LOBBY1 OK "
 MAX_SEAT_BYTES: Final = 4096
@@ -35,7 +37,7 @@ MAX_SECRET_BYTES: Final = 64
 MAX_HELLO_BYTES: Final = len(MAGIC) + 1 + 255 + 2 + MAX_SEAT_BYTES + 1 + MAX_SECRET_BYTES
 
 
-class HelloError(Exception):
+class HelloError(CodecError):
     """Bytes that are not a lobby hello."""
 
 
@@ -47,41 +49,45 @@ class Hello:
 
 
 def encode_hello(hello: Hello) -> bytes:
-    member = hello.member_id.encode("utf-8")
+    try:
+        member = hello.member_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise HelloError(f"a member id is not encodable as UTF-8: {exc.reason}") from None
     if not 1 <= len(member) <= 255:
         raise HelloError("a member id is 1..255 bytes of UTF-8")
     if len(hello.seat) > MAX_SEAT_BYTES:
         raise HelloError(f"a seat of more than {MAX_SEAT_BYTES} bytes")
-    out = MAGIC + bytes((len(member),)) + member + len(hello.seat).to_bytes(2, "big") + hello.seat
+    out = Buffer(error=HelloError)
+    out.push_bytes(MAGIC)
+    out.push_bytes8(member)
+    out.push_bytes16(hello.seat)
     if hello.secret:
         if not MIN_SECRET_BYTES <= len(hello.secret) <= MAX_SECRET_BYTES:
             raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
-        out += bytes((len(hello.secret),)) + hello.secret
-    return out
+        out.push_bytes8(hello.secret)
+    return out.data
 
 
 def parse_hello_untrusted(data: bytes) -> Hello:
     """Raises only HelloError."""
     if not len(MAGIC) + 3 <= len(data) <= MAX_HELLO_BYTES or not data.startswith(MAGIC):
         raise HelloError("not a lobby hello")
-    pos = len(MAGIC)
-    n = data[pos]
-    member = data[pos + 1 : pos + 1 + n]
-    pos += 1 + n
-    if n == 0 or len(member) != n or len(data) < pos + 2:
+    buf = Buffer(data, error=HelloError)
+    buf.seek(len(MAGIC))
+    n = buf.pull_uint8()
+    if n == 0 or buf.remaining < n + 2:
         raise HelloError("a truncated member id")
-    size = int.from_bytes(data[pos : pos + 2], "big")
-    pos += 2
-    seat = data[pos : pos + size]
-    pos += size
-    if len(seat) != size:
+    member = buf.pull_bytes(n)
+    size = buf.pull_uint16()
+    if buf.remaining < size:
         raise HelloError("a truncated seat")
+    seat = buf.pull_bytes(size)
     secret = b""
-    if pos < len(data):
-        length = data[pos]
-        secret = data[pos + 1 :]
-        if len(secret) != length:
+    if not buf.eof():
+        length = buf.pull_uint8()
+        if buf.remaining != length:
             raise HelloError("a truncated secret or trailing bytes")
+        secret = buf.pull_bytes(length)
         if not MIN_SECRET_BYTES <= length <= MAX_SECRET_BYTES:
             raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
     try:

@@ -28,7 +28,7 @@ from echo.lobby.protocol import (
     LobbyListing,
     LobbyProtocolError,
     _encode,
-    _Reader,
+    _reader,
     _Record,
     _Union,
 )
@@ -65,12 +65,12 @@ def parse_listing_record_untrusted(data: bytes | bytearray | memoryview) -> List
     """Decode a topic record. Raises only LobbyProtocolError."""
     if not 2 <= len(data) <= MAX_RECORD_BYTES:
         raise LobbyProtocolError(f"a listing record of {len(data)} bytes")
-    r = _Reader(bytes(data))
+    r = _reader(data)
     version = _U8.read(r)
     if version != RECORD_VERSION:
         raise LobbyProtocolError(f"unknown listing record version {version}")
     record: ListingRecord = _RECORD.read(r)
-    r.end()
+    r.check_end()
     if not record.home:
         raise LobbyProtocolError("a listing record names its home server")
     return record

@@ -39,11 +39,12 @@ Pure module: no trio, no clock, no I/O.
 from __future__ import annotations
 
 import enum
-import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias
 
 import attrs
+
+from echo.codec import Buffer, CodecError
 
 # Bigger than any message the default limits allow (a full snapshot of 64 members with 1 KiB of
 # attributes each is ~70 KiB); a parser refuses anything larger before reading it.
@@ -58,7 +59,7 @@ Value: TypeAlias = "str | int"
 Changes: TypeAlias = "Mapping[str, str | int | None]"
 
 
-class LobbyProtocolError(Exception):
+class LobbyProtocolError(CodecError):
     """Bytes that are not a lobby message (or a record that cannot be encoded)."""
 
 
@@ -208,7 +209,7 @@ class LobbySnapshot:
 @attrs.frozen
 class SeatTag:
     """A seat's tag: the keyed hash of the hello secret of the client that holds the seat
-    (`echo.lobby.tickets.TicketSeats.tag`), never the secret. Members keep them in their copies
+    (`echo.tickets.TicketSeats.tag`), never the secret. Members keep them in their copies
     so that the next server gives each seat back to its own client, which may never have
     learned its seat (a lost LobbyJoined)."""
 
@@ -496,7 +497,7 @@ Update: TypeAlias = (
 
 @attrs.frozen
 class GameStarting:
-    """To one member: go to this game server and show it this ticket (`echo.lobby.tickets`).
+    """To one member: go to this game server and show it this ticket (`echo.tickets`).
 
     On the updates channel, after the state changes of the start, but not a state change
     itself (no version): each member's ticket is its own.
@@ -538,88 +539,60 @@ Message: TypeAlias = Request | Reply | Update | GameStarting | SeatTags | ChatLi
 # raises LobbyProtocolError if not), `read` takes it from untrusted bytes (and raises nothing
 # but LobbyProtocolError). A record is a class and its fields in order, name -> codec; a message
 # is a record with its type byte and channel (`_MESSAGES`). Encoding and decoding both walk the
-# same entry, so a new message is one entry, and the two directions cannot disagree.
+# same entry, so a new message is one entry, and the two directions cannot disagree. The bytes
+# are read and written by `echo.codec.Buffer` (made with error=LobbyProtocolError, so a read past
+# the end or trailing bytes raise nothing but LobbyProtocolError).
 
 
-class _Writer:
-    """The bytes of one message or record, as parts."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def data(self) -> bytes:
-        return b"".join(self.parts)
+def _reader(data: bytes | bytearray | memoryview) -> Buffer:
+    return Buffer(data, error=LobbyProtocolError)
 
 
-class _Reader:
-    """Untrusted bytes, read front to back; every read is bounded by what remains."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        end = self.pos + n
-        if end > len(self.data):
-            raise LobbyProtocolError(f"truncated at byte {self.pos}: need {n} more")
-        chunk = self.data[self.pos : end]
-        self.pos = end
-        return chunk
-
-    def at_end(self) -> bool:
-        return self.pos == len(self.data)
-
-    def end(self) -> None:
-        if self.pos != len(self.data):
-            raise LobbyProtocolError(f"{len(self.data) - self.pos} trailing bytes")
+def _writer() -> Buffer:
+    return Buffer(error=LobbyProtocolError)
 
 
 class _Codec:
-    def write(self, w: _Writer, v: Any) -> None:
+    def write(self, w: Buffer, v: Any) -> None:
         raise NotImplementedError
 
-    def read(self, r: _Reader) -> Any:
+    def read(self, r: Buffer) -> Any:
         raise NotImplementedError
-
-
-def _check_int(v: int, low: int, high: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-        raise LobbyProtocolError(f"{v!r} is not an integer in {low}..{high}")
 
 
 class _Int(_Codec):
-    """A big-endian integer of a struct format, within low..high."""
+    """A big-endian integer (`kind`: the Buffer's uint8, uint16, ... int64), within low..high
+    (the kind's range: the Buffer refuses anything else, and bools)."""
 
-    def __init__(self, fmt: str, low: int, high: int) -> None:
-        self.struct = struct.Struct(fmt)
+    def __init__(self, kind: str, low: int, high: int) -> None:
+        self.push: Callable[[Buffer, int], None] = getattr(Buffer, f"push_{kind}")
+        self.pull: Callable[[Buffer], int] = getattr(Buffer, f"pull_{kind}")
         self.low = low
         self.high = high
 
-    def write(self, w: _Writer, v: int) -> None:
-        _check_int(v, self.low, self.high)
-        w.parts.append(self.struct.pack(v))
+    def write(self, w: Buffer, v: int) -> None:
+        self.push(w, v)
 
-    def read(self, r: _Reader) -> int:
-        v: int = self.struct.unpack(r.take(self.struct.size))[0]
-        return v
+    def read(self, r: Buffer) -> int:
+        return self.pull(r)
 
 
-_U8: Final = _Int(">B", 0, 0xFF)
-_U16: Final = _Int(">H", 0, 0xFFFF)
-_U32: Final = _Int(">I", 0, U32_MAX)
-_U64: Final = _Int(">Q", 0, U64_MAX)
-_I64: Final = _Int(">q", I64_MIN, I64_MAX)
+_U8: Final = _Int("uint8", 0, 0xFF)
+_U16: Final = _Int("uint16", 0, 0xFFFF)
+_U32: Final = _Int("uint32", 0, U32_MAX)
+_U64: Final = _Int("uint64", 0, U64_MAX)
+_I64: Final = _Int("int64", I64_MIN, I64_MAX)
 
 
 class _Bool(_Codec):
     """A u8 that is 0 or 1."""
 
-    def write(self, w: _Writer, v: bool) -> None:
+    def write(self, w: Buffer, v: bool) -> None:
         if not isinstance(v, bool):
             raise LobbyProtocolError(f"expected a bool, got {v!r}")
-        w.parts.append(b"\x01" if v else b"\x00")
+        w.push_uint8(1 if v else 0)
 
-    def read(self, r: _Reader) -> bool:
+    def read(self, r: Buffer) -> bool:
         b = _U8.read(r)
         if b > 1:
             raise LobbyProtocolError(f"bool byte {b} is neither 0 nor 1")
@@ -627,54 +600,42 @@ class _Bool(_Codec):
 
 
 class _Text(_Codec):
-    """A length (`size`) and that many bytes of UTF-8: str8, str16."""
+    """A length (`kind`: str8 or str16, a u8 or a u16) and that many bytes of UTF-8."""
 
-    def __init__(self, size: _Int, name: str) -> None:
-        self.size = size
-        self.name = name
+    def __init__(self, kind: str) -> None:
+        self.push: Callable[[Buffer, str], None] = getattr(Buffer, f"push_{kind}")
+        self.pull: Callable[[Buffer], str] = getattr(Buffer, f"pull_{kind}")
 
-    def write(self, w: _Writer, s: str) -> None:
-        if not isinstance(s, str):
-            raise LobbyProtocolError(f"expected a str, got {s!r}")
-        try:
-            data = s.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise LobbyProtocolError(f"not encodable as UTF-8: {exc.reason}") from None
-        if len(data) > self.size.high:
-            raise LobbyProtocolError(f"string of {len(data)} bytes does not fit a {self.name}")
-        w.parts.append(self.size.struct.pack(len(data)) + data)
+    def write(self, w: Buffer, s: str) -> None:
+        self.push(w, s)
 
-    def read(self, r: _Reader) -> str:
-        raw = r.take(self.size.read(r))
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise LobbyProtocolError(f"invalid UTF-8: {exc.reason}") from None
+    def read(self, r: Buffer) -> str:
+        return self.pull(r)
 
 
 class _Bytes16(_Codec):
-    def write(self, w: _Writer, b: bytes) -> None:
+    def write(self, w: Buffer, b: bytes) -> None:
         if not isinstance(b, bytes) or len(b) > 0xFFFF:
             raise LobbyProtocolError("expected at most 65535 bytes")
-        w.parts.append(_U16.struct.pack(len(b)) + b)
+        w.push_bytes16(b)
 
-    def read(self, r: _Reader) -> bytes:
-        return r.take(_U16.read(r))
+    def read(self, r: Buffer) -> bytes:
+        return r.pull_bytes16()
 
 
 class _Bytes8(_Codec):
-    def write(self, w: _Writer, b: bytes) -> None:
+    def write(self, w: Buffer, b: bytes) -> None:
         if not isinstance(b, bytes) or len(b) > 0xFF:
             raise LobbyProtocolError("expected at most 255 bytes")
-        w.parts.append(bytes((len(b),)) + b)
+        w.push_bytes8(b)
 
-    def read(self, r: _Reader) -> bytes:
-        return r.take(_U8.read(r))
+    def read(self, r: Buffer) -> bytes:
+        return r.pull_bytes8()
 
 
 _BOOL: Final = _Bool()
-_STR8: Final = _Text(_U8, "str8")
-_STR16: Final = _Text(_U16, "str16")
+_STR8: Final = _Text("str8")
+_STR16: Final = _Text("str16")
 _BYTES16: Final = _Bytes16()
 _BYTES8: Final = _Bytes8()
 
@@ -687,10 +648,10 @@ class _Enum(_Codec):
         self.size = size
         self.name = name
 
-    def write(self, w: _Writer, v: int) -> None:
+    def write(self, w: Buffer, v: int) -> None:
         self.size.write(w, self.kind(v))
 
-    def read(self, r: _Reader) -> enum.IntEnum:
+    def read(self, r: Buffer) -> enum.IntEnum:
         b = self.size.read(r)
         try:
             return self.kind(b)
@@ -709,7 +670,7 @@ class _Value(_Codec):
     def __init__(self, *, allow_delete: bool) -> None:
         self.allow_delete = allow_delete
 
-    def write(self, w: _Writer, v: str | int | None) -> None:
+    def write(self, w: Buffer, v: str | int | None) -> None:
         if v is None and self.allow_delete:
             _U8.write(w, _TAG_DELETE)
         elif isinstance(v, str):
@@ -721,7 +682,7 @@ class _Value(_Codec):
         else:
             raise LobbyProtocolError(f"not a lobby value: {v!r}")
 
-    def read(self, r: _Reader) -> str | int | None:
+    def read(self, r: Buffer) -> str | int | None:
         tag = _U8.read(r)
         if tag == _TAG_STR:
             return _STR16.read(r)
@@ -738,7 +699,7 @@ class _Map(_Codec):
     def __init__(self, *, allow_delete: bool) -> None:
         self.value = _Value(allow_delete=allow_delete)
 
-    def write(self, w: _Writer, m: Mapping[str, str | int | None]) -> None:
+    def write(self, w: Buffer, m: Mapping[str, str | int | None]) -> None:
         if len(m) > 255:
             raise LobbyProtocolError(f"a map holds at most 255 keys, not {len(m)}")
         _U8.write(w, len(m))
@@ -746,7 +707,7 @@ class _Map(_Codec):
             _STR8.write(w, key)
             self.value.write(w, v)
 
-    def read(self, r: _Reader) -> dict[str, str | int | None]:
+    def read(self, r: Buffer) -> dict[str, str | int | None]:
         out: dict[str, str | int | None] = {}
         for _ in range(_U8.read(r)):
             key = _STR8.read(r)
@@ -764,14 +725,14 @@ _CHANGES: Final = _Map(allow_delete=True)  # change maps: None deletes a key
 class _OptU64(_Codec):
     """u8 flag + u64 if the flag is 1; None if it is 0."""
 
-    def write(self, w: _Writer, v: int | None) -> None:
+    def write(self, w: Buffer, v: int | None) -> None:
         if v is None:
             _U8.write(w, 0)
         else:
             _U8.write(w, 1)
             _U64.write(w, v)
 
-    def read(self, r: _Reader) -> int | None:
+    def read(self, r: Buffer) -> int | None:
         flag = _U8.read(r)
         if flag == 0:
             return None
@@ -791,14 +752,14 @@ class _List(_Codec):
         self.item = item
         self.too_many = too_many
 
-    def write(self, w: _Writer, items: tuple[Any, ...]) -> None:
+    def write(self, w: Buffer, items: tuple[Any, ...]) -> None:
         if len(items) > self.size.high:
             raise LobbyProtocolError(self.too_many)
         self.size.write(w, len(items))
         for item in items:
             self.item.write(w, item)
 
-    def read(self, r: _Reader) -> tuple[Any, ...]:
+    def read(self, r: Buffer) -> tuple[Any, ...]:
         return tuple(self.item.read(r) for _ in range(self.size.read(r)))
 
 
@@ -811,12 +772,12 @@ class _Trailing(_Codec):
         self.codec = codec
         self.empty = empty
 
-    def write(self, w: _Writer, v: Any) -> None:
+    def write(self, w: Buffer, v: Any) -> None:
         if v != self.empty:
             self.codec.write(w, v)
 
-    def read(self, r: _Reader) -> Any:
-        if r.at_end():
+    def read(self, r: Buffer) -> Any:
+        if r.eof():
             return self.empty
         v = self.codec.read(r)
         if v == self.empty:
@@ -837,11 +798,11 @@ class _Record(_Codec):
         self.cls = cls
         self.fields = tuple(fields.items())
 
-    def write(self, w: _Writer, v: Any) -> None:
+    def write(self, w: Buffer, v: Any) -> None:
         for name, codec in self.fields:
             codec.write(w, getattr(v, name))
 
-    def read(self, r: _Reader) -> Any:
+    def read(self, r: Buffer) -> Any:
         return self.cls(**{name: codec.read(r) for name, codec in self.fields})
 
 
@@ -852,7 +813,7 @@ class _Union(_Codec):
         self.name = name
         self.kinds = dict(kinds)
 
-    def write(self, w: _Writer, v: Any) -> None:
+    def write(self, w: Buffer, v: Any) -> None:
         for kind, record in self.kinds.items():
             if isinstance(v, record.cls):
                 _U8.write(w, kind)
@@ -860,7 +821,7 @@ class _Union(_Codec):
                 return
         raise LobbyProtocolError(f"not a {self.name}: {v!r}")
 
-    def read(self, r: _Reader) -> Any:
+    def read(self, r: Buffer) -> Any:
         kind = _U8.read(r)
         record = self.kinds.get(kind)
         if record is None:
@@ -1019,10 +980,10 @@ def encode(msg: Message) -> bytes:
 def _encode(head: bytes, codec: _Codec, value: Any, limit: int, too_long: str) -> bytes:
     """`head` + `value` as `codec` writes it, at most `limit` bytes (else the error is
     `too_long` formatted with the size and the limit)."""
-    w = _Writer()
-    w.parts.append(head)
+    w = _writer()
+    w.push_bytes(head)
     codec.write(w, value)
-    data = w.data()
+    data = w.data
     if len(data) > limit:
         raise LobbyProtocolError(too_long.format(len(data), limit))
     return data
@@ -1034,13 +995,13 @@ def parse_message_untrusted(data: bytes | bytearray | memoryview) -> Message:
         raise LobbyProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
     if len(data) == 0:
         raise LobbyProtocolError("empty message")
-    r = _Reader(bytes(data))
+    r = _reader(data)
     type_byte = _U8.read(r)
     entry = _BY_KIND.get(type_byte)  # type: ignore[call-overload]
     if entry is None:
         raise LobbyProtocolError(f"unknown message type 0x{type_byte:02x}")
     msg: Message = entry.read(r)
-    r.end()
+    r.check_end()
     return msg
 
 

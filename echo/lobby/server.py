@@ -92,10 +92,10 @@ from echo.lobby.protocol import (
     parse_request_untrusted,
 )
 from echo.lobby.state import LobbyRegistry, Send, random_join_code, random_lobby_id
-from echo.lobby.tickets import TicketIssuer, TicketKey, TicketSeats
 from echo.lobby.timers import lobby_server_timers
 from echo.session import ServerConfig, Session, SessionError, SessionServer
 from echo.session.server import EventSink
+from echo.tickets import TicketIssuer, TicketKey, TicketSeats
 from echo.topics.ring import HashRing
 
 log = structlog.get_logger("echo.lobby")

@@ -122,13 +122,13 @@ def random_join_code() -> str:
 
 
 class Tickets(Protocol):
-    """Issues game tickets (`echo.lobby.tickets.TicketIssuer` is the real one)."""
+    """Issues game tickets (`echo.tickets.TicketIssuer` is the real one)."""
 
     def issue(self, lobby_id: int, member_id: str, server_id: str) -> bytes: ...
 
 
 class Seats(Protocol):
-    """Signs and checks seats (`echo.lobby.tickets.TicketSeats` is the real one)."""
+    """Signs and checks seats (`echo.tickets.TicketSeats` is the real one)."""
 
     def issue(self, lobby_id: int, member_id: str) -> bytes: ...
 

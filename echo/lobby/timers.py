@@ -34,7 +34,7 @@ from typing import Any
 import attrs
 
 from echo.session.timers import echo_timers
-from echo.transport import TransportConfig
+from echo.transport.config import TransportConfig
 
 SERVER_HEARTBEAT = 0.8
 CLIENT_HEARTBEAT = 2.0

@@ -1,5 +1,3 @@
-"""Echo 2.0 server (the io7m Aeron guide §4.5): config, allocators and limits (pure), duologues,
-trio server.
-
-Nothing is imported here so that importing a pure submodule never pulls in trio.
+"""The Echo 2.0 server: the echo application and its trio driver on `echo.session` (whose
+config, allocators and limits it uses); `echo.server.server` and `echo.server.cli`.
 """

@@ -16,10 +16,10 @@ import structlog
 import trio
 
 from echo._cli import one_line, sole_error
-from echo.server.config import ServerConfig
 from echo.server.server import EchoServer, echo_application
+from echo.session.config import ServerConfig
 from echo.session.server import SessionServer
-from echo.timers import echo_timers
+from echo.session.timers import echo_timers
 from echo.transport import TransportConfig, UriError
 
 EPILOG = """\b
@@ -258,11 +258,10 @@ async def trim_heap(interval: float = HEAP_TRIM_INTERVAL) -> None:
 
 def ticket_admission(path: str, ticket_server_id: str) -> Callable[[object, bytes], str | None]:
     """The admission hook of `--ticket-key`: a HELLO must carry a valid game ticket of the
-    lobby service (echo.lobby.tickets) for this server; the reason otherwise."""
+    lobby service (echo.tickets) for this server; the reason otherwise."""
     import time
 
-    from echo.lobby.keyfile import KeyFileError, read_key_file
-    from echo.lobby.tickets import TicketRefusal, verify
+    from echo.tickets import KeyFileError, TicketRefusal, read_key_file, verify
 
     try:
         keyring = {key.key_id: key.secret for key in read_key_file(path)}

@@ -48,6 +48,7 @@ from echo.session.admission import Admission, JoinVerdict, ResumeVerdict, Slot
 from echo.session.allocators import PortAllocator, RandomSource, SessionAllocator
 from echo.session.config import ServerConfig
 from echo.session.limits import AddressCounter
+from echo.session.ports import check_ports_free
 from echo.session.resume import (
     ERROR_RESUME_REFUSED,
     RESUME_BITS,
@@ -66,7 +67,7 @@ from echo.session.session import (
     Session,
     SessionClosed,
 )
-from echo.session.shared import check_ports_free, response_channel
+from echo.session.shared import response_channel
 from echo.session.timers import echo_timers
 from echo.transport import (
     Image,

@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from echo.transport import TransportConfig
+from echo.transport.config import TransportConfig
 from echo.transport.frames import DATA_HEADER_LENGTH, SM_LENGTH
 from echo.transport.image import AMPLIFICATION_FACTOR
 

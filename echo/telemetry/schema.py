@@ -234,7 +234,7 @@ def pseudonymise_ip(ip: str, salt: bytes) -> str:
 
 
 def prefix_key(ip: str, v6_prefix: int = 64) -> str:
-    """The per-IP-limit key of `ip`, as the server computes it (echo.server.limits.address_key).
+    """The per-IP-limit key of `ip`, as the server computes it (echo.session.limits.address_key).
 
     IPv4 and IPv4-mapped IPv6 -> the IPv4 address; other IPv6 -> its network of `v6_prefix`
     bits ("2001:db8:1:2::/64"), because one IPv6 host usually owns a whole /64.

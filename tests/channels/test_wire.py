@@ -144,3 +144,12 @@ def test_plain_messages_are_framed_as_encode_does_and_received_intact(messages):
         while (delivery := receiver.take(channel)) is not None:
             got.append(delivery.data)
         assert got == sent
+
+
+@given(frames)
+def test_every_strict_prefix_of_a_frame_is_refused(frame):
+    """A frame cut anywhere is a WireError (echo.codec's Buffer), never an IndexError."""
+    data = wire.encode(frame)
+    for cut in range(len(data)):
+        with pytest.raises(WireError):
+            wire.decode_frames(data[:cut])

@@ -14,8 +14,8 @@ import trio
 import echo.session as es
 from echo.lobby.limits import LobbyConfig, RateLimit
 from echo.lobby.server import LobbyServer, LobbyServerConfig
-from echo.lobby.tickets import TicketKey
 from echo.lobby.timers import lobby_server_timers
+from echo.tickets import TicketKey
 from echo.topics import ServerConfig as TopicServerConfig
 from echo.topics import TopicServer
 

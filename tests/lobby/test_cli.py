@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from echo.lobby.keyfile import new_key_text
 from echo.telemetry.schema import validate_event
+from echo.tickets import new_key_text
 from tests.lobby.servers import free_base, free_ports
 from tests.netlab.lab import LineReader
 
@@ -239,7 +239,7 @@ def demo_ports() -> int:
 
 def test_the_lobby_demo_runs_to_the_end_by_itself() -> None:
     port = demo_ports()
-    result = run([sys.executable, "-m", "echo.lobby.demo", "--port", str(port)], timeout=180)
+    result = run([sys.executable, "-m", "tools.demo.lobby", "--port", str(port)], timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     out = result.stdout
     for name in ("alice", "bob", "carol", "dave"):

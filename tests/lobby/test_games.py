@@ -23,7 +23,7 @@ from echo.lobby.protocol import (
     SetReady,
     StartGame,
 )
-from echo.lobby.tickets import TicketClaims, TicketIssuer, TicketKey, verify
+from echo.tickets import TicketClaims, TicketIssuer, TicketKey, verify
 from tests.lobby.lab import CONFIG, Lab
 
 G1 = GameServerAnnouncement("game-1", "203.0.113.5:40123", 8)

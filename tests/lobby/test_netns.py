@@ -30,7 +30,7 @@ from typing import IO, Any
 import pytest
 
 from echo.lobby.home import failover_home
-from echo.lobby.keyfile import new_key_text
+from echo.tickets import new_key_text
 from echo.topics.ring import HashRing
 from tests.netlab.lab import (
     SERVER_PUBLIC_IP,

@@ -42,7 +42,7 @@ from echo.lobby.protocol import (
     StringEquals,
     TransferOwner,
 )
-from echo.lobby.tickets import TicketIssuer, TicketKey
+from echo.tickets import TicketIssuer, TicketKey
 from tests.lobby.lab import CONFIG, Lab
 
 MEMBERS = [f"m{i}" for i in range(7)]

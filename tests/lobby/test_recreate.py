@@ -33,7 +33,7 @@ from echo.lobby.protocol import (
     SetMetadata,
     SetReady,
 )
-from echo.lobby.tickets import TicketKey, TicketSeats
+from echo.tickets import TicketKey, TicketSeats
 from tests.lobby.lab import CONFIG, FAST, Lab
 from tests.lobby.test_properties import MEMBERS, check_invariants, op, populated, run
 

@@ -30,7 +30,7 @@ from echo.lobby.protocol import (
     SetReady,
     StringEquals,
 )
-from echo.lobby.tickets import TicketKey, TicketSeats
+from echo.tickets import TicketKey, TicketSeats
 from tests.lobby.lab import CONFIG, FAST, Lab
 
 NOW = 1_800_000_000.0

@@ -15,9 +15,9 @@ from echo.lobby.client import LobbyError
 from echo.lobby.games import GameServerAnnouncement
 from echo.lobby.protocol import ErrorCode, GameStarting
 from echo.lobby.server import announce_game_server
-from echo.lobby.tickets import TicketKey, issue
 from echo.server.cli import ticket_admission
 from echo.server.server import echo_application
+from echo.tickets import TicketKey, issue
 from echo.topics import ClientConfig, open_topic_client
 from tests.lobby.servers import GAME_KEY, cluster, session_config, until
 

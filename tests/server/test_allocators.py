@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from echo.server.allocators import AllocationError, PortAllocator, SessionAllocator
+from echo.session.allocators import AllocationError, PortAllocator, SessionAllocator
 
 # ---- PortAllocator ---------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""ServerConfig defaults and validation (echo.server.config)."""
+"""ServerConfig defaults and validation (echo.session.config)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from echo.protocol import ECHO_STREAM_ID
-from echo.server.config import ServerConfig
+from echo.session.config import ServerConfig
 
 
 def test_defaults() -> None:

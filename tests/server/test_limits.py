@@ -1,4 +1,4 @@
-"""Address keys and per-address counting (echo.server.limits)."""
+"""Address keys and per-address counting (echo.session.limits)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echo.server.limits import AddressCounter, address_key
+from echo.session.limits import AddressCounter, address_key
 
 
 def test_ipv4_is_the_address() -> None:

@@ -23,8 +23,8 @@ from echo.protocol import (
     format_message,
     parse_all_clients_reply_untrusted,
 )
-from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
+from echo.session.config import ServerConfig
 from echo.transport import Subscription, Transport, open_transport
 
 

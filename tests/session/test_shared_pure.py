@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from echo.session.allocators import AllocationError
-from echo.session.shared import SharedPorts, check_ports_free
+from echo.session.ports import check_ports_free
+from echo.session.shared import SharedPorts
 
 
 def exactly(message: str) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from echo.server.limits import address_key
+from echo.session.limits import address_key
 from echo.telemetry.schema import (
     EVENT_FIELDS,
     SCHEMA_VERSION,

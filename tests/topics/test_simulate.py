@@ -1,4 +1,4 @@
-"""The internet-scale simulation (echo.topics.simulate): closed forms checked by brute force,
+"""The internet-scale simulation (tools/topics_simulate.py): closed forms checked by brute force,
 the Monte Carlo's short form (what CI runs) checked against the closed forms."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from echo.topics import simulate
 from echo.topics.ring import HashRing
-from echo.topics.simulate import (
+from tools import topics_simulate as simulate
+from tools.topics_simulate import (
     Estimate,
     Params,
     Results,

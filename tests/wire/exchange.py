@@ -40,9 +40,9 @@ import trio
 import echo.client.client as client_module
 import echo.session.server as server_module  # where the Echo server opens its transport
 from echo.client.client import ClientConfig, EchoClient
-from echo.server.config import ServerConfig
 from echo.server.server import EchoServer
-from echo.timers import echo_timers
+from echo.session.config import ServerConfig
+from echo.session.timers import echo_timers
 from echo.transport import Publication, Transport, TransportConfig
 from echo.transport.api import open_transport
 from tests.transport.lossy import LossyNetwork

@@ -1,4 +1,4 @@
-"""`echo-demo`: a publication and a subscription over loopback, explained as it happens.
+"""`./dev transport-demo`: a publication and a subscription over loopback, explained as it happens.
 
 Runs the transport alone (no Echo 2.0 server): it shows the handshake, a batch of messages, a
 large fragmented message, loss recovery and the end-of-stream, and prints the counters.

@@ -15,7 +15,7 @@ import time
 
 import click
 
-from echo.demo import COLOURS, _start
+from tools.demo.server import COLOURS, _start
 
 SERVER = "echo.topics.serve"  # echo-topics
 CLIENT = "echo.topics.cli"  # echo-topic

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 import trio
 
-from echo.demo import COLOURS, _start
+from tools.demo.server import COLOURS, _start
 
 BOTS = ["alice", "bob", "carol", "dave"]
 
@@ -47,7 +47,7 @@ def main(ctx: click.Context, port: int) -> None:
     processes: list[subprocess.Popen[str]] = []
     codes: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="echo-lobby-demo-") as tmp:
-        from echo.lobby.keyfile import new_key_text
+        from echo.tickets import new_key_text
 
         key = Path(tmp) / "game.key"
         key.write_text(new_key_text())
@@ -94,7 +94,7 @@ def main(ctx: click.Context, port: int) -> None:
             bots = []
             for i, name in enumerate(BOTS):
                 bot = _start(
-                    ["echo.lobby.demo", "--port", str(port), "bot", name, "--owner", BOTS[0]],
+                    ["tools.demo.lobby", "--port", str(port), "bot", name, "--owner", BOTS[0]],
                     name,
                     COLOURS[(i + 1) % len(COLOURS)],
                     [],

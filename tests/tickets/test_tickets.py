@@ -1,4 +1,4 @@
-"""Signed game tickets: what verifies, and everything that must not (echo.lobby.tickets)."""
+"""Signed game tickets: what verifies, and everything that must not (echo.tickets)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from echo.lobby.tickets import (
+from echo.tickets import (
     MAC_BYTES,
     TicketClaims,
     TicketError,
@@ -198,3 +198,20 @@ def test_a_seat_is_never_a_game_ticket() -> None:
     for server in ("game-1", "lobby-seat", ""):
         result = verify(seat, KEY, server, NOW)
         assert isinstance(result, TicketRefusal) and result.reason is TicketReason.WRONG_SERVER
+
+
+@settings(max_examples=100)
+@given(
+    st.integers(0, 2**64 - 1), st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20)
+)
+def test_every_strict_prefix_of_a_ticket_is_refused(
+    lobby_id: int, member: str, server: str
+) -> None:
+    try:
+        ticket = issue(KEY, lobby_id, member, server, NOW + 30)
+    except TicketError:
+        return  # a lone surrogate in generated text: refused at issue
+    for cut in range(len(ticket)):
+        with pytest.raises(TicketError):
+            decode_ticket_untrusted(ticket[:cut])
+        assert isinstance(verify(ticket[:cut], KEY, server, NOW), TicketRefusal)

@@ -15,7 +15,7 @@ import os
 import secrets
 from pathlib import Path
 
-from echo.lobby.tickets import MIN_KEY_BYTES, TicketKey
+from echo.tickets.core import MIN_KEY_BYTES, TicketKey
 
 
 class KeyFileError(ValueError):

@@ -33,21 +33,22 @@ import enum
 import hashlib
 import hmac
 import math
-import struct
 from collections.abc import Callable, Mapping
 from typing import Final
 
 import attrs
 
+from echo.codec import Buffer, CodecError
+
 TICKET_VERSION: Final = 1
 MAC_BYTES: Final = 32
 MIN_KEY_BYTES: Final = 16
-_HEAD: Final = struct.Struct(">BBQQ")
-MAX_TICKET_BYTES: Final = _HEAD.size + 2 * 256 + MAC_BYTES
-MIN_TICKET_BYTES: Final = _HEAD.size + 2 + MAC_BYTES
+_HEAD_BYTES: Final = 1 + 1 + 8 + 8  # version, key id, lobby id, expiry
+MAX_TICKET_BYTES: Final = _HEAD_BYTES + 2 * 256 + MAC_BYTES
+MIN_TICKET_BYTES: Final = _HEAD_BYTES + 2 + MAC_BYTES
 
 
-class TicketError(Exception):
+class TicketError(CodecError):
     """A ticket that cannot be made or read."""
 
 
@@ -91,11 +92,14 @@ def _mac(secret: bytes, body: bytes) -> bytes:
     return hmac.new(secret, body, hashlib.sha256).digest()
 
 
-def _str8(s: str) -> bytes:
-    data = s.encode("utf-8")
+def _push_id(buf: Buffer, s: str) -> None:
+    try:
+        data = s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TicketError(f"an id is not encodable as UTF-8: {exc.reason}") from None
     if not 1 <= len(data) <= 255:
         raise TicketError("member and server ids are 1..255 bytes of UTF-8")
-    return bytes((len(data),)) + data
+    buf.push_bytes8(data)
 
 
 def issue(
@@ -110,14 +114,14 @@ def issue(
     millis = round(expires_at * 1000)
     if not 0 <= millis < 2**64:
         raise TicketError("the expiry does not fit a u64 of milliseconds")
-    try:
-        body = (
-            _HEAD.pack(TICKET_VERSION, key.key_id, lobby_id, millis)
-            + _str8(member_id)
-            + _str8(server_id)
-        )
-    except UnicodeEncodeError as exc:
-        raise TicketError(f"an id is not encodable as UTF-8: {exc.reason}") from None
+    buf = Buffer(error=TicketError)
+    buf.push_uint8(TICKET_VERSION)
+    buf.push_uint8(key.key_id)
+    buf.push_uint64(lobby_id)
+    buf.push_uint64(millis)
+    _push_id(buf, member_id)
+    _push_id(buf, server_id)
+    body = buf.data
     return body + _mac(key.secret, body)
 
 
@@ -130,22 +134,21 @@ def decode_ticket_untrusted(data: bytes | bytearray | memoryview) -> tuple[Ticke
     if not MIN_TICKET_BYTES <= len(raw) <= MAX_TICKET_BYTES:
         raise TicketError(f"a ticket has {MIN_TICKET_BYTES}..{MAX_TICKET_BYTES} bytes")
     body = raw[:-MAC_BYTES]
-    version, key_id, lobby_id, millis = _HEAD.unpack_from(body)
-    pos = _HEAD.size
+    buf = Buffer(body, error=TicketError)
+    version = buf.pull_uint8()
+    key_id = buf.pull_uint8()
+    lobby_id = buf.pull_uint64()
+    millis = buf.pull_uint64()
     ids: list[str] = []
     for _ in range(2):
-        if pos >= len(body):
-            raise TicketError("truncated ids")
-        n = body[pos]
-        text = body[pos + 1 : pos + 1 + n]
-        if n == 0 or len(text) != n:
-            raise TicketError("an id is empty or truncated")
+        text = buf.pull_bytes8()
+        if not text:
+            raise TicketError("an id is empty")
         try:
             ids.append(text.decode("utf-8"))
         except UnicodeDecodeError:
             raise TicketError("an id is not UTF-8") from None
-        pos += 1 + n
-    if pos != len(body):
+    if not buf.eof():
         raise TicketError("trailing bytes before the MAC")
     if version != TICKET_VERSION:
         raise TicketError(f"unknown ticket version {version}")

@@ -1,0 +1,1 @@
+"""The `./dev` demos: the real CLIs started as processes on loopback (and the transport alone)."""
