@@ -170,6 +170,9 @@ class Session:
         self.opened_at = opened_at
         self.counters = SessionCounters()
         self.close_reason: str | None = None
+        #: server side: what the server's `admit` hook said of this client when it returned
+        #: `Admitted(claims)` (a verified ticket's claims, say); None otherwise
+        self.admission: object = None
         #: the peer's stream, while it is up
         self.image: Image | None = None
         self._owner_ip = owner_ip
