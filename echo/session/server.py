@@ -798,8 +798,11 @@ class SessionServer:
         except SessionClosed:
             pass  # a send or receive after the close: the application's normal way out
         except Exception as error:
-            self._application_failed(duologue, error)
-            await session.close(ERROR_APPLICATION)
+            if isinstance(error, ExceptionGroup) and error.split(SessionClosed)[1] is None:
+                pass  # the same, from tasks of the application's own nursery (LostContact...)
+            else:
+                self._application_failed(duologue, error)
+                await session.close(ERROR_APPLICATION)
         except BaseExceptionGroup as group:
             # The application failed while it was being cancelled (its grace after the close
             # ran out): a Cancelled beside its own error. The error is the application's, not

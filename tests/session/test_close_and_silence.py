@@ -298,3 +298,38 @@ async def _close_after_kill(server: subprocess.Popen[str], port: int, control_po
             started = time.perf_counter()
             await session.close("leaving")
             return time.perf_counter() - started
+
+
+async def test_lost_contact_from_the_application_s_own_tasks_is_no_application_error(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An application that reads in a task of its own nursery gets LostContact wrapped in an
+    ExceptionGroup: the session's end all the same, not a failure of the application."""
+    net = MemoryNetwork()
+    memory_server(monkeypatch, net)
+    ended = trio.Event()
+
+    async def app(session: es.Session) -> None:
+        async def reader() -> None:
+            async for data in session:
+                await session.send(data)
+
+        try:
+            async with trio.open_nursery() as tasks:
+                tasks.start_soon(reader)
+        finally:
+            ended.set()
+
+    with trio.fail_after(120):
+        async with (
+            trio.open_nursery() as nursery,
+            open_transport(client_transport_config(), socket_factory=client_host(net)) as mine,
+        ):
+            server = await nursery.start(es.SessionServer(config(), app).run)
+            async with es.connect(SERVER, 9000, 9001, transport=mine, resume=False) as session:
+                await session.send(b"x")
+                assert await session.receive() == b"x"
+                cut_off(net, CLIENT)
+                await ended.wait()
+            nursery.cancel_scope.cancel()
+    assert server.application_errors == 0
