@@ -45,6 +45,10 @@ class Room:
                 x, y = int(args[0]), int(args[1])
                 self.positions[me] = (x, y)
                 await self.broadcast(b"AT %d %d %d" % (me, x, y))
+            # The loop ends by itself when the player leaves in order; a player that fell
+            # silent (crashed, unplugged) raises LostContact instead: not the same news.
+        except es.LostContact as lost:
+            print(f"player {me} lost: {lost.reason}")
         finally:
             del self.players[me]
             self.positions.pop(me, None)

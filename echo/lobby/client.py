@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
+import re
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
@@ -45,6 +46,7 @@ from echo.channels import ChannelsClosed, open_channels
 from echo.channels.api import Channels
 from echo.lobby.hello import Hello, encode_hello, parse_welcome_untrusted
 from echo.lobby.home import failover_home
+from echo.lobby.limits import LobbyConfig
 from echo.lobby.protocol import (
     I64_MAX,
     I64_MIN,
@@ -110,6 +112,10 @@ FAILOVER_WAIT = 10.0
 #: asking that home to take it back (its seat is kept for the server's grace period, 20 s).
 ONLY_HOME_RETRY = 20.0
 JOIN_RETRY_INTERVAL = 0.25
+#: How long `search_all` may wait, in all, for a server's search rate limit to let it go on.
+SEARCH_ALL_WAIT = 30.0
+#: A RATE_LIMITED refusal's text ends with the wait its server asks for ("(retry in 0.250 s)").
+_RETRY_IN = re.compile(r"\(retry in ([0-9]{1,6}(?:\.[0-9]{1,6})?) s\)$")
 # What a join walk that found nothing says (the servers' own refusals say the same).
 _NOT_THERE = {
     ErrorCode.NO_SUCH_CODE: "no lobby has this code",
@@ -749,13 +755,30 @@ class LobbyClient:
         return reply
 
     async def search_all(
-        self, filters: Sequence[Filter] = (), limit: int = 20
+        self, filters: Sequence[Filter] = (), limit: int = 20, *, max_wait: float = SEARCH_ALL_WAIT
     ) -> list[LobbyListing]:
-        """Every page of a search."""
+        """Every page of a search, paced under the server's search rate limit.
+
+        A page refused RATE_LIMITED is asked again (the same cursor: nothing is seen twice or
+        missed) after the wait the refusal names, or, from a server that names none, one
+        interval of the default search limit (1 s). Raises `LobbyError` RATE_LIMITED only if
+        the waits would pass `max_wait` seconds in all; any other refusal at once.
+        """
         out: list[LobbyListing] = []
         cursor: int | None = None
+        waited = 0.0
         while True:
-            page = await self.search(filters, cursor=cursor, limit=limit)
+            try:
+                page = await self.search(filters, cursor=cursor, limit=limit)
+            except LobbyError as error:
+                if error.code is not ErrorCode.RATE_LIMITED:
+                    raise
+                wait = retry_after(error.message)
+                if waited + wait > max_wait:
+                    raise
+                waited += wait
+                await trio.sleep(wait)
+                continue
             out.extend(page.listings)
             if page.next_cursor is None:
                 return out
@@ -889,6 +912,15 @@ async def _client(
                 with trio.move_on_after(2):
                     await client._close_link()
             nursery.cancel_scope.cancel()
+
+
+def retry_after(message: str) -> float:
+    """How long to wait after a RATE_LIMITED refusal with this text: what the server named
+    (its token bucket's next token), or one interval of the default search limit; a little
+    more either way, so that the retry finds the token there."""
+    found = _RETRY_IN.search(message)
+    wait = float(found.group(1)) if found else 1.0 / LobbyConfig().search_limit.rate
+    return wait + 0.01
 
 
 def shuffled(servers: Sequence[str], rng: random.Random | None = None) -> list[str]:

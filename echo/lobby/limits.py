@@ -49,6 +49,12 @@ class TokenBucket:
             return True
         return False
 
+    def wait(self, now: float) -> float:
+        """Seconds from `now` until the next token (0 if there is one): a refused client's
+        retry-after."""
+        self._refill(now)
+        return max(0.0, (1.0 - self.tokens) / self.limit.rate)
+
     def is_full(self, now: float) -> bool:
         """A full bucket carries no information and can be forgotten (memory follows use)."""
         self._refill(now)

@@ -25,8 +25,14 @@ Rules a reader needs (also in docs/lobby.md):
   gets no updates meanwhile and a full snapshot when it comes back.
 - Every state change increments the lobby's version and is sent, carrying it, to the connected
   members, so a member's `LobbyReplica` detects a gap and asks for a snapshot.
-- Search lists public, unlocked lobbies in ascending lobby id; the cursor is the last id of a
-  page, so paging is stable: a lobby that exists throughout is seen exactly once.
+- No ghosts: a lobby none of whose members is connected (all RECONNECTING: crashed, killed,
+  cut off) is not listed: search and quick-join skip it, and the listings topic says it is
+  gone, from the moment its last connected member drops; it is listed again as soon as a
+  member is connected again (back within its grace period, or a new member who joined it by
+  id or code). Its seats are kept for the grace period all the same.
+- Search lists public, unlocked lobbies with a connected member in ascending lobby id; the
+  cursor is the last id of a page, so paging is stable: a lobby that is listed throughout is
+  seen exactly once.
 - Recreate (the home died): see `RecreateLobby` handling below and docs/lobby-protocol.md.
 
 Pure module: no trio, no clock.
@@ -394,6 +400,7 @@ class LobbyRegistry:
                     lambda v: PresenceChanged(lobby.lobby_id, v, member_id, Presence.RECONNECTING),
                 )
                 self._ensure_owner(lobby, now)
+                self._list_if_live(lobby)
         return self._take_out()
 
     def reconnected(self, member_id: str, now: float) -> tuple[Send, ...]:
@@ -587,6 +594,7 @@ class LobbyRegistry:
         lobby.next_join_seq += 1
         lobby.members[member_id] = member
         self._where[member_id] = lobby.lobby_id
+        self._list_if_live(lobby)
         self.counters["joins"] += 1
         others = tuple(m for m in lobby.audience() if m != member_id)
         lobby.version += 1
@@ -1068,6 +1076,7 @@ class LobbyRegistry:
             member.arrived = True
             self._reconnecting.pop(member.member_id, None)
             self.counters["members_reconnected"] += 1
+            self._list_if_live(lobby)
             self._broadcast(
                 lobby,
                 lambda v: PresenceChanged(lobby.lobby_id, v, member.member_id, Presence.CONNECTED),
@@ -1095,6 +1104,7 @@ class LobbyRegistry:
         if not lobby.members:
             self._delete_lobby(lobby)
             return
+        self._list_if_live(lobby)
         self._ensure_owner(lobby, now)
 
     def _ensure_owner(self, lobby: _Lobby, now: float, *, notify: bool = True) -> None:
@@ -1212,12 +1222,32 @@ class LobbyRegistry:
     def _index_lobby(self, lobby: _Lobby) -> None:
         if lobby.join_code and self._by_code.get(lobby.join_code) is None:
             self._by_code[lobby.join_code] = lobby.lobby_id
-        if not lobby.private and not lobby.locked:
-            bisect.insort(self._listed, lobby.lobby_id)
+        self._list_if_live(lobby)
         for key in self.config.indexed_keys:
             v = lobby.metadata.get(key)
             if isinstance(v, str):
                 self._index.setdefault((key, v), set()).add(lobby.lobby_id)
+
+    @staticmethod
+    def _listable(lobby: _Lobby) -> bool:
+        """Should search and quick-join see `lobby`: public, unlocked, and not a ghost (some
+        member is connected)?"""
+        return (
+            not lobby.private
+            and not lobby.locked
+            and any(m.presence is Presence.CONNECTED for m in lobby.members.values())
+        )
+
+    def _list_if_live(self, lobby: _Lobby) -> None:
+        """Keep `lobby` in the listed ids exactly while it is `_listable`."""
+        listed = self._listed
+        at = bisect.bisect_left(listed, lobby.lobby_id)
+        present = at < len(listed) and listed[at] == lobby.lobby_id
+        if self._listable(lobby):
+            if not present:
+                listed.insert(at, lobby.lobby_id)
+        elif present:
+            del listed[at]
 
     def _unindex(self, lobby: _Lobby) -> None:
         if lobby.join_code and self._by_code.get(lobby.join_code) == lobby.lobby_id:
@@ -1235,8 +1265,8 @@ class LobbyRegistry:
                         del self._index[(key, v)]
 
     def _candidates(self, filters: Iterable[Filter], after: int = -1) -> Iterator[_Lobby]:
-        """Listed lobbies (public, unlocked) with ids above `after`, ascending, that may match:
-        narrowed by the index when there is an equality filter."""
+        """Listed lobbies (public, unlocked, not ghosts) with ids above `after`, ascending, that
+        may match: narrowed by the index when there is an equality filter."""
         smallest: set[int] | None = None
         for f in filters:
             if isinstance(f, StringEquals):
@@ -1252,7 +1282,7 @@ class LobbyRegistry:
             return
         for lobby_id in sorted(i for i in smallest if i > after):
             lobby = self._lobbies[lobby_id]
-            if not lobby.private and not lobby.locked:
+            if self._listable(lobby):
                 yield lobby
 
     @staticmethod
@@ -1324,7 +1354,8 @@ class LobbyRegistry:
     def _rate(
         self, member_id: str, kind: str, limit: RateLimit, now: float, *, repeat: bool = False
     ) -> None:
-        """Spend a token of `kind`, or refuse RATE_LIMITED. A `repeat` (the very create or
+        """Spend a token of `kind`, or refuse RATE_LIMITED, the text ending with when the next
+        token comes ("(retry in 0.250 s)"). A `repeat` (the very create or
         join that seated the member, asked again because its reply was lost) spends from the
         member's repeat budget instead: a member retrying under load must not use up the
         budget of its real requests, and a flood of repeats (each answered with a snapshot)
@@ -1336,7 +1367,12 @@ class LobbyRegistry:
         if bucket is None:
             bucket = self._buckets[key] = TokenBucket(limit, now)
         if not bucket.take(now):
-            _refuse(ErrorCode.RATE_LIMITED, f"too many {kind} requests; slow down")
+            # The wait ends the text: a client paces itself by it (LobbyClient.search_all).
+            wait = bucket.wait(now)
+            _refuse(
+                ErrorCode.RATE_LIMITED,
+                f"too many {kind} requests; slow down (retry in {wait:.3f} s)",
+            )
 
     def _lobby(self, lobby_id: int) -> _Lobby:
         lobby = self._lobbies.get(lobby_id)

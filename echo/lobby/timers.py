@@ -13,8 +13,11 @@ interval follows from that job alone:
   re-creation. `SERVER_HEARTBEAT` 0.8 s keeps three heartbeats in the 2.5 s liveness (one lost
   heartbeat on a real network is no drop) and the failover near 3.5-4 s.
 - **member -> server heartbeats** are how the server notices a member dropped (presence
-  RECONNECTING, owner migration). That is the server's image liveness (the transport's 10 s);
-  `CLIENT_HEARTBEAT` 2 s leaves five heartbeats in it.
+  RECONNECTING, owner migration, and a lobby left with no connected member leaving search: no
+  ghost lobbies). That is the server's image liveness, `MEMBER_LIVENESS` 2.5 s, the same bound
+  as a member's for its home; `CLIENT_HEARTBEAT` 0.8 s keeps three heartbeats in it, as
+  `SERVER_HEARTBEAT` does the other way. (It was the transport's 10 s with a heartbeat every
+  2 s: a killed player's lobby stayed in search results for 10 s and more.)
 - **status messages both ways** keep the other side's publication connected (the transport's
   5 s publication-connection timeout): `STATUS_INTERVAL` 1.5 s leaves three in it. Flow
   control does not need them sooner: a lobby's traffic in an interval is a sliver of the
@@ -24,7 +27,8 @@ interval follows from that job alone:
   right after each burst of data, so a lost last message (a chat line, an update) is NAKed and
   repaired in milliseconds, as in `echo_timers`.
 
-A server then sends 1.9 and receives 1.2 idle datagrams a second per member (about half).
+A server then sends 1.9 and receives 1.9 idle datagrams a second per member (about two thirds
+of `echo_timers`' 6).
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ from echo.session.timers import echo_timers
 from echo.transport.config import TransportConfig
 
 SERVER_HEARTBEAT = 0.8
-CLIENT_HEARTBEAT = 2.0
+CLIENT_HEARTBEAT = 0.8
 STATUS_INTERVAL = 1.5
 #: The home's heartbeats come every `SERVER_HEARTBEAT`; silence this long means it is gone.
 CLIENT_LIVENESS = 2.5
+#: A member's heartbeats come every `CLIENT_HEARTBEAT`; silence this long means it dropped.
+MEMBER_LIVENESS = 2.5
 #: After silence, how long the home gets to answer again before the lobby moves on.
 RETRY_TIMEOUT = 1.0
 
@@ -50,6 +56,7 @@ def lobby_server_timers(base: TransportConfig | None = None, **overrides: Any) -
     fields: dict[str, Any] = {
         "heartbeat_interval": SERVER_HEARTBEAT,
         "status_message_interval": STATUS_INTERVAL,
+        "image_liveness_timeout": MEMBER_LIVENESS,
     }
     fields.update(overrides)
     return attrs.evolve(echo_timers(base), **fields)

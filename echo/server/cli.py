@@ -18,7 +18,7 @@ import trio
 from echo._cli import one_line, sole_error
 from echo.server.server import EchoServer, echo_application
 from echo.session.config import ServerConfig
-from echo.session.server import SessionServer
+from echo.session.server import Admit, Admitted, SessionServer
 from echo.session.timers import echo_timers
 from echo.transport import TransportConfig, UriError
 
@@ -256,7 +256,7 @@ async def trim_heap(interval: float = HEAP_TRIM_INTERVAL) -> None:
         trim()
 
 
-def ticket_admission(path: str, ticket_server_id: str) -> Callable[[object, bytes], str | None]:
+def ticket_admission(path: str, ticket_server_id: str) -> Admit:
     """The admission hook of `--ticket-key`: a HELLO must carry a valid game ticket of the
     lobby service (echo.tickets) for this server; the reason otherwise."""
     import time
@@ -269,7 +269,7 @@ def ticket_admission(path: str, ticket_server_id: str) -> Callable[[object, byte
         raise click.UsageError(f"--ticket-key: {error}") from None
     log = structlog.get_logger("echo.server")
 
-    def admit(peer: object, credentials: bytes) -> str | None:
+    def admit(peer: object, credentials: bytes) -> str | Admitted:
         if not credentials:
             return "a game ticket is required"
         verdict = verify(credentials, keyring, ticket_server_id, time.time())
@@ -277,7 +277,7 @@ def ticket_admission(path: str, ticket_server_id: str) -> Callable[[object, byte
             log.info("ticket_refused", reason=verdict.reason.name, detail=verdict.detail)
             return f"ticket refused: {verdict.reason.name.lower()}"
         log.info("ticket_admitted", lobby_id=verdict.lobby_id, member_id=verdict.member_id)
-        return None
+        return Admitted(verdict)  # the application reads the claims: session.admission
 
     return admit
 
@@ -286,7 +286,7 @@ async def _serve(
     config: ServerConfig,
     events: object,
     transport: TransportConfig,
-    admit: Callable[[object, bytes], str | None] | None = None,
+    admit: Admit | None = None,
 ) -> None:
     log = structlog.get_logger("echo.server")
     server: SessionServer

@@ -20,6 +20,7 @@ from echo.session.client import connect
 from echo.session.config import DuologuePorts, ServerConfig
 from echo.session.server import (
     Admit,
+    Admitted,
     Application,
     SessionServer,
     serve,
@@ -39,6 +40,7 @@ from echo.session.session import (
 __all__ = [
     "Admission",
     "Admit",
+    "Admitted",
     "Application",
     "Decision",
     "DuologuePorts",

@@ -51,6 +51,7 @@ from echo.session.machine import (
 from echo.session.pathwatch import path_watch
 from echo.session.resume import RESUME_BITS
 from echo.session.session import (
+    CLOSE_LINGER,
     DEFAULT_RECEIVE_BATCH,
     DEFAULT_SEND_TIMEOUT,
     RESUME_RETAIN_BYTES,
@@ -191,7 +192,7 @@ async def _close_pair(pair: _Pair) -> None:
     if pair.subscription is not None:
         await pair.subscription.close()
     if pair.publication is not None and not pair.publication.is_closed:
-        await pair.publication.close(timeout=0.5)
+        pair.publication.close_soon(timeout=0.5)  # lingers in the transport, not here
 
 
 @asynccontextmanager
@@ -237,11 +238,17 @@ async def connect(
     try:
         if transport is None:
             async with open_transport(client_transport_config(transport_config)) as own:
-                async with _connect(
-                    own, server, port, control_port, credentials, timeout, stream_id,
-                    receive_batch, send_timeout, pad, resume, shared, on_step,
-                ) as session:  # fmt: skip
-                    yield session
+                try:
+                    async with _connect(
+                        own, server, port, control_port, credentials, timeout, stream_id,
+                        receive_batch, send_timeout, pad, resume, shared, on_step,
+                    ) as session:  # fmt: skip
+                        yield session
+                finally:
+                    # The session's close returned at once; its goodbye and last messages
+                    # still linger in this transport: let them reach a live server first.
+                    with trio.CancelScope(shield=True):
+                        await own.settle(CLOSE_LINGER)
         else:
             async with _connect(
                 transport, server, port, control_port, credentials, timeout, stream_id,

@@ -91,8 +91,20 @@ DEFAULT_APP_GRACE = 2.0
 ERROR_APPLICATION = "application error"
 
 Application: TypeAlias = Callable[[Session], Awaitable[None]]
-#: admit(peer, credentials) -> None to admit, or the reason to refuse (sent as ERROR)
-AdmitResult: TypeAlias = "str | Awaitable[str | None] | None"
+
+
+@attrs.frozen
+class Admitted:
+    """An `admit` hook's way to admit a client and say who it is: `claims` (a verified
+    ticket's claims, say) reach the application as `session.admission`, so it never asks the
+    client for its credentials a second time."""
+
+    claims: object
+
+
+#: admit(peer, credentials) -> None or Admitted(claims) to admit, or the reason to refuse
+#: (sent as ERROR)
+AdmitResult: TypeAlias = "str | Admitted | Awaitable[str | Admitted | None] | None"
 Admit: TypeAlias = Callable[[tuple[str, int], bytes], AdmitResult]
 
 
@@ -152,6 +164,8 @@ class Duologue:
         self.resuming = False
         #: set when the resumed client's new stream arrived (shared ports answer it)
         self.rejoined = trio.Event()
+        #: what the admit hook said of the client (`Admitted.claims`), for its session
+        self.admission: object = None
 
     duologue_id = property(lambda self: self.slot.slot_id)
     session_id = property(lambda self: self.slot.session_id)
@@ -175,7 +189,9 @@ class SessionServer:
 
     app(session)          coroutine function, called once per joined session, in its own task
     admit(peer, creds)    optional, called for each HELLO before a duologue is allocated;
-                          returns None to admit or a reason (the client's `Rejected.reason`);
+                          returns None to admit, `Admitted(claims)` to admit with claims
+                          the application reads as `session.admission`, or a reason to
+                          refuse (the client's `Rejected.reason`);
                           may be a coroutine function (HELLOs wait for it: keep it quick).
                           With a hook, HELLO may carry credentials (protocol.py's extension).
     receive_batch         the bound on each session's own receive queue (see Session)
@@ -381,11 +397,13 @@ class SessionServer:
             return
         resumable = isinstance(parsed, ResumableHello)
         request = parsed.hello if isinstance(parsed, ResumableHello) else parsed
+        admitted: Admitted | None = None
         if self.admit is not None:
-            refusal = await self._ask_admit((source_ip, message.source_port), request)
-            if refusal is not None:
-                await self._refuse(refusal, client_session, fields)
+            verdict = await self._ask_admit((source_ip, message.source_port), request)
+            if isinstance(verdict, str):
+                await self._refuse(verdict, client_session, fields)
                 return
+            admitted = verdict
         decision = admission.decide(key, trio.current_time())
         if decision.reason is not None:
             await self._refuse(decision.reason, client_session, fields)
@@ -400,6 +418,8 @@ class SessionServer:
         if duologue is None:
             await self._refuse(ERROR_SERVER_FULL, client_session, fields)
             return
+        if admitted is not None:
+            duologue.admission = admitted.claims
         reply = Connect(
             client_session=client_session,
             data_port=duologue.data_port,
@@ -568,8 +588,9 @@ class SessionServer:
         session.counters.resumes += 1
         return received
 
-    async def _ask_admit(self, peer: tuple[str, int], request: Hello) -> str | None:
-        """The admission hook's verdict, as a one-line reason; a failing hook refuses."""
+    async def _ask_admit(self, peer: tuple[str, int], request: Hello) -> str | Admitted | None:
+        """The admission hook's verdict: None or Admitted to admit, else a one-line reason;
+        a failing hook refuses."""
         assert self.admit is not None
         try:
             verdict = self.admit(peer, request.credentials)
@@ -578,8 +599,8 @@ class SessionServer:
         except Exception:
             log.exception("admission_hook_failed", source_ip=peer[0])
             return "admission failed"
-        if verdict is None:
-            return None
+        if verdict is None or isinstance(verdict, Admitted):
+            return verdict
         text = " ".join(str(verdict).split())[:200]
         return text or "refused"
 
@@ -766,6 +787,7 @@ class SessionServer:
             on_close=functools.partial(self._on_session_closed, duologue),
         )
         session.image = image
+        session.admission = duologue.admission
         duologue.session = session
         if duologue.slot.resume_secret is not None:
             # The client can resume: keep what we send (to send again what it missed) and
@@ -777,8 +799,11 @@ class SessionServer:
         except SessionClosed:
             pass  # a send or receive after the close: the application's normal way out
         except Exception as error:
-            self._application_failed(duologue, error)
-            await session.close(ERROR_APPLICATION)
+            if isinstance(error, ExceptionGroup) and error.split(SessionClosed)[1] is None:
+                pass  # the same, from tasks of the application's own nursery (LostContact...)
+            else:
+                self._application_failed(duologue, error)
+                await session.close(ERROR_APPLICATION)
         except BaseExceptionGroup as group:
             # The application failed while it was being cancelled (its grace after the close
             # ran out): a Cancelled beside its own error. The error is the application's, not

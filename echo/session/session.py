@@ -13,6 +13,22 @@ Closing: `close(reason)` sends ``ERROR <reason>`` (Echo 2.0's duologue error, th
 §4.4) when a reason is given, then ends the stream; a peer's ``ERROR <text>`` closes the session on
 this end with that reason. So messages that start with ``ERROR `` are reserved and `send`
 refuses them.
+`close` returns at once whatever the peer's state: the transport delivers the goodbye and
+lingers for the peer's acknowledgement in the background (`Transport.settle` waits for it).
+
+How `async for data in session` ends, by `close_reason`:
+
+- it stops (StopAsyncIteration) when the session was closed in order: by this end's `close`,
+  by the peer's `close` (its ``ERROR <reason>``, or the end of its stream: "closed by the
+  server", "client gone"), by the server shutting down ("server shutting down"), or by a
+  `send` that gave up ("send failed": that `send` raised `SendFailed` already);
+- it raises `LostContact` when the peer fell silent: nothing heard for the transport's
+  liveness timeout or the publication's connection timeout ("lost contact with the server",
+  "client gone"), a broken path not resumed in time ("lost contact with the server (no
+  resume)", "... (resume)", "client gone (resume)"), or a resume the server refused ("resume
+  refused: <why>"). `error.reason` is `session.close_reason`.
+
+`receive` raises the session's error either way (`PeerClosed`, `LostContact`, `SessionClosed`).
 
 Later layers (logical channels, echo.channels) add more streams, by stream id, to the same two
 ports and session id; a `Session` carries the transport and addresses they need
@@ -43,7 +59,8 @@ from echo.transport import (
 DEFAULT_RECEIVE_BATCH: Final = 16
 #: How long `send` retries an offer that meets back pressure before the session gives up.
 DEFAULT_SEND_TIMEOUT: Final = 0.5
-#: How long `close(reason)` waits for the peer to acknowledge everything, the ERROR included.
+#: How long the transport lingers, after `close(reason)`, for the peer to acknowledge
+#: everything, the ERROR included (in the background: `close` itself does not wait).
 CLOSE_LINGER: Final = 1.0
 #: A resumable session keeps the last messages it sent, up to this many bytes, to send again
 #: those the peer had not read when the path broke (echo.session.resume).
@@ -91,9 +108,11 @@ class SessionClosed(SessionError):
 
 class LostContact(SessionClosed):
     """Nothing heard from the peer for the transport's liveness timeout (or, in a handshake,
-    the all-clients channel went away). A client session raises it once its publication has
-    heard no status message for the connection timeout and, if it can resume, no resume
-    succeeded within the resume window (`echo.session.client.lost_contact_bound`)."""
+    the all-clients channel went away). The one close that ends `async for` with an
+    exception rather than a stop (see the module docstring for every reason). A client
+    session raises it once its publication has heard no status message for the connection
+    timeout and, if it can resume, no resume succeeded within the resume window
+    (`echo.session.client.lost_contact_bound`)."""
 
 
 class PeerClosed(SessionClosed):
@@ -151,6 +170,9 @@ class Session:
         self.opened_at = opened_at
         self.counters = SessionCounters()
         self.close_reason: str | None = None
+        #: server side: what the server's `admit` hook said of this client when it returned
+        #: `Admitted(claims)` (a verified ticket's claims, say); None otherwise
+        self.admission: object = None
         #: the peer's stream, while it is up
         self.image: Image | None = None
         self._owner_ip = owner_ip
@@ -449,7 +471,10 @@ class Session:
     async def close(self, reason: str = "") -> None:
         """Close the session (idempotent). A non-empty `reason` reaches the peer as ERROR.
 
-        Waits up to CLOSE_LINGER seconds for the peer to acknowledge what was sent.
+        Returns at once, whatever the peer's state (gone, silent or slow): the goodbye and
+        what was sent before it are delivered by the transport in the background, which
+        lingers up to CLOSE_LINGER seconds for the peer's acknowledgement and then releases
+        the stream. (`connect` waits for that before closing a transport of its own.)
         """
         if self._closing:
             await self._closed_event.wait()
@@ -463,15 +488,8 @@ class Session:
         await self.subscription.close()
         if already or publication.is_closed:
             return
-        if reason:
-            try:
-                await publication.send(format_message(DuologueError(_one_line(reason))))
-            except (SendError, trio.ClosedResourceError):
-                pass
-        try:
-            await publication.close(timeout=CLOSE_LINGER)
-        except trio.ClosedResourceError:
-            pass
+        goodbye = format_message(DuologueError(_one_line(reason))) if reason else None
+        publication.close_soon(timeout=CLOSE_LINGER, last=goodbye)
 
 
 class _Messages:
@@ -493,6 +511,8 @@ class _Messages:
             return data
         try:
             return await session.receive()
+        except LostContact:
+            raise  # silence is not an end the application may take for a goodbye
         except SessionClosed:
             raise StopAsyncIteration from None
 

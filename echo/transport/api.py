@@ -13,6 +13,7 @@ driver runs, and wait on the driver's notifications. Sockets stay in driver.py.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 from collections import deque
@@ -231,6 +232,26 @@ class Publication:
         """Drain, announce end-of-stream and linger; True if every receiver got everything."""
         return await self._channel.close(timeout)
 
+    def close_soon(self, timeout: float | None = None, *, last: bytes | None = None) -> None:
+        """`close` without waiting for the receivers: returns at once, and the transport
+        drains, announces end-of-stream and lingers (up to `timeout`) in the background, then
+        releases the stream. `last`, if given, is offered first (a goodbye): at once if the
+        stream takes it, else retried in the background within the same `timeout`.
+        `Transport.settle` waits for what is still lingering."""
+        if self.is_closed:
+            return
+        if last is not None and self._channel.offer(last, True) > 0:
+            last = None
+        self._channel.close_soon(
+            timeout, None if last is None else functools.partial(self._send_quietly, last)
+        )
+
+    async def _send_quietly(self, data: bytes) -> None:
+        try:
+            await self.send(data, timeout=math.inf)  # bounded by close_soon's timeout
+        except (SendError, trio.ClosedResourceError):
+            pass
+
 
 def _destination_address(uri: str) -> tuple[str, int]:
     parsed = parse_channel_uri(uri)
@@ -371,6 +392,15 @@ class Transport:
         self._check_open()
         channel_object = await self._driver.add_subscription(channel, stream_id)
         return Subscription(channel_object, channel, on_image_available, on_image_unavailable)
+
+    async def settle(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds) until the publications closed with `close_soon`
+        have finished lingering: before closing a transport whose last messages should still
+        reach their receivers."""
+        driver = self._driver
+        with trio.move_on_after(timeout):
+            while driver.lingering:
+                await driver.lingering_done.park()
 
     async def aclose(self) -> None:
         """Close everything at once, telling peers: EOS heartbeats and EOS status messages."""

@@ -10,7 +10,7 @@ socket, see sockets.Lending).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 import trio
@@ -58,6 +58,7 @@ class PublicationChannel:
         self.state = state
         self._waiters = Waiters()
         self.session_id = state.session_id
+        self._released = False
         self.stream_id = state.stream_id
         self.max_message_length = state.max_message_length
         self.max_payload_length = state.max_payload
@@ -141,13 +142,50 @@ class PublicationChannel:
 
     async def close(self, timeout: float | None) -> bool:
         """Drain, announce end-of-stream and linger; True if every receiver got everything."""
-        state = self.state
-        state.close(self._driver.now())
+        self._begin_close()
+        return await self._linger(timeout)
+
+    def close_soon(
+        self, timeout: float | None, first: Callable[[], Awaitable[object]] | None = None
+    ) -> None:
+        """`close` in the driver's own nursery: returns at once, the stream drains, announces
+        its end and lingers (up to `timeout`) in the background, then its resources are
+        released. `first` (a last message still to send, say) is awaited before the close."""
+        if first is None:
+            self._begin_close()
+        driver = self._driver
+        try:
+            driver.nursery.start_soon(self._close_in_background, timeout, first)
+        except RuntimeError:  # the transport's nursery is closing: nothing left to linger for
+            self.state.abort()
+            self._release()
+            return
+        driver.lingering.add(self)
+
+    async def _close_in_background(
+        self, timeout: float | None, first: Callable[[], Awaitable[object]] | None
+    ) -> None:
+        driver = self._driver
+        try:
+            if first is not None:
+                with trio.move_on_after(_CLOSE_GRACE if timeout is None else timeout):
+                    await first()
+                self._begin_close()
+            await self._linger(timeout)
+        finally:
+            driver.lingering.discard(self)
+            driver.lingering_done.unpark_all()
+
+    def _begin_close(self) -> None:
+        self.state.close(self._driver.now())
         self._driver.wake(self.socket)
+
+    async def _linger(self, timeout: float | None) -> bool:
+        state = self.state
         limit = state.timers.linger + _CLOSE_GRACE if timeout is None else timeout
         delivered = False
         with trio.move_on_after(limit):
-            while not state.is_done:
+            while not state.is_done and not self._released:
                 delivered = delivered or state.delivered
                 await self.wait()
         delivered = delivered or state.delivered
@@ -156,8 +194,15 @@ class PublicationChannel:
             # where the stream ends, or the receivers learn it only from their timeouts.
             self.socket.endpoint.announce_end(state, self.socket.send)
         state.abort()
-        self._driver.release_publication(self)
+        self._release()
         return delivered
+
+    def _release(self) -> None:
+        """Give the stream's resources back to the driver, once (a publication closed in the
+        background may be closed again, at once, by its owner meanwhile)."""
+        if not self._released:
+            self._released = True
+            self._driver.release_publication(self)
 
 
 class ImageLink:

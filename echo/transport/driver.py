@@ -114,6 +114,10 @@ class Driver(LendingDriver):
         #: the sockets read by the one reader task (None: a reader task per socket)
         self._readiness: Readiness[DriverSocket] | None = open_readiness()
         self._ready_reader = False
+        #: publications closed with `close_soon`, still lingering in this driver's nursery
+        self.lingering: set[PublicationChannel] = set()
+        #: woken whenever one of them is done (Transport.settle)
+        self.lingering_done = trio.lowlevel.ParkingLot()
         #: response subscriptions by registration id: where an RSP_SETUP is routed
         self.response_subscriptions: dict[int, SubscriptionChannel] = {}
 
@@ -557,6 +561,8 @@ class Driver(LendingDriver):
         for udp in list(self.endpoints.values()):
             self.unregister(udp)
         self._wakeup.unpark_all()
+        for publication in list(self.lingering):
+            publication.notify()  # shut down: their stream ended (shut_down announced it)
         readiness, self._readiness = self._readiness, None
         if readiness is not None:
             trio.lowlevel.notify_closing(readiness)

@@ -138,6 +138,8 @@ def brute_force(lab: Lab, fs: tuple[Filter, ...]) -> list[int]:
         assert s is not None
         if s.private or s.locked:
             continue
+        if not any(m.presence is Presence.CONNECTED for m in s.members):
+            continue  # a ghost: nobody connected
         ok = True
         for f in fs:
             v = s.metadata.get(getattr(f, "key", ""))

@@ -3,6 +3,8 @@ one or several lobby servers, topics for listings."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import trio
 
@@ -84,19 +86,21 @@ async def test_quick_join_picks_the_fullest_matching_lobby() -> None:
 
 
 async def test_search_pages_through_the_lobbies_of_two_servers() -> None:
-    async with cluster(2, topics=1) as c:
+    async with cluster(2, topics=1) as c, contextlib.AsyncExitStack() as members:
         made: dict[int, str] = {}
         i = 0
         # Each member's own server is CH of its name, and the servers' names are their random
         # ports: six names can all land on one server, so go on until both hold lobbies.
         while len(made) < 6 or set(made.values()) != set(c.names):
             assert i < 40, f"40 members' lobbies all landed on {set(made.values())}"
-            async with echo.lobby.connect(c.names, member=f"m{i}", reconnect=False) as m:
-                await m.connect()
-                lobby_id = await m.create(f"room {i}", 4, metadata={"skill": i % 6})
-                made[lobby_id] = m.server or ""
+            m = await members.enter_async_context(
+                echo.lobby.connect(c.names, member=f"m{i}", reconnect=False)
+            )
+            await m.connect()
+            lobby_id = await m.create(f"room {i}", 4, metadata={"skill": i % 6})
+            made[lobby_id] = m.server or ""
             i += 1
-        # Leaving the block kept the seats (grace), so the lobbies stay.
+        # The members stay connected: a lobby with nobody connected is not listed.
         assert set(made.values()) == set(c.names), "both servers hold lobbies"
         await until(lambda: all(len(s.board) == sum(1 for h in made.values() if h != s.server_id)
                                 for s in c.lobby))

@@ -17,7 +17,7 @@ from echo.lobby.protocol import ErrorCode, GameStarting
 from echo.lobby.server import announce_game_server
 from echo.server.cli import ticket_admission
 from echo.server.server import echo_application
-from echo.tickets import TicketKey, issue
+from echo.tickets import TicketClaims, TicketKey, issue
 from echo.topics import ClientConfig, open_topic_client
 from tests.lobby.servers import GAME_KEY, cluster, session_config, until
 
@@ -96,6 +96,38 @@ async def test_start_gives_every_member_a_ticket_the_game_server_accepts(tmp_pat
                               "game_server": f"127.0.0.1:{game.port}"}) in events
 
 
+async def test_the_ticket_s_claims_reach_the_game_without_a_second_ask(tmp_path: Path) -> None:
+    """The game reads who the player is from its session: the ticket it was admitted with."""
+    key_file = write_key(tmp_path, GAME_KEY)
+
+    async def who_is_it(session: es.Session) -> None:
+        claims = session.admission
+        assert isinstance(claims, TicketClaims)
+        await session.send(f"{claims.member_id} of lobby {claims.lobby_id}".encode())
+        await session.receive()  # until the player leaves
+
+    async with trio.open_nursery() as nursery:
+        config = attrs.evolve(session_config(4), duologue_ports="shared")
+        server_id = f"{config.address}:{config.port}"
+        server = es.SessionServer(
+            config, who_is_it, admit=ticket_admission(str(key_file), server_id)
+        )
+        await nursery.start(server.run)
+        for member, lobby_id in (("alice", 5), ("bob", 9)):
+            async with es.connect(
+                config.address,
+                config.port,
+                config.control_port,
+                credentials=issue(GAME_KEY, lobby_id, member, server_id, 4e9),
+                timeout=5,
+                duologue_ports=config.duologue_ports,
+            ) as session:
+                assert await session.receive() == f"{member} of lobby {lobby_id}".encode()
+                assert session.admission is None  # the client's end knows nothing of it
+        assert server.application_errors == 0
+        nursery.cancel_scope.cancel()
+
+
 async def test_the_game_server_refuses_forged_and_missing_tickets(tmp_path: Path) -> None:
     key_file = write_key(tmp_path, GAME_KEY)
     async with trio.open_nursery() as nursery:
@@ -150,7 +182,7 @@ async def test_the_documented_example_runs(tmp_path: Path) -> None:
 
         def counting(peer: tuple[str, int], credentials: bytes) -> object:
             verdict = check(peer, credentials)
-            if verdict is None:
+            if isinstance(verdict, es.Admitted):
                 admitted.append("ok")
             return verdict
 

@@ -40,7 +40,17 @@ def test_the_idle_traffic_is_lower_than_echo_timers() -> None:
         return sent + got
 
     echo = echo_timers()
-    assert per_member(lobby_server_timers(), lobby_client_timers()) < 0.6 * per_member(echo, echo)
+    # Two thirds: a member's heartbeats now come as often as its home's (a dropped member,
+    # and a lobby left with nobody connected, noticed within 2.5 s), the status messages
+    # still half as often as echo_timers'.
+    assert per_member(lobby_server_timers(), lobby_client_timers()) < 0.67 * per_member(echo, echo)
+
+
+def test_a_dropped_member_is_noticed_within_the_liveness_bound() -> None:
+    # The same bound both ways: a member notices a dead home, and a home a dead member (and
+    # takes the lobby it leaves with nobody connected out of search), within 2.5 s.
+    server, client = lobby_server_timers(), lobby_client_timers()
+    assert server.image_liveness_timeout == client.image_liveness_timeout == 2.5
 
 
 def test_overrides_and_liveness() -> None:
