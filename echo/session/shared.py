@@ -9,8 +9,6 @@ through the hole the client's own status messages punched in its NAT.
 
 from __future__ import annotations
 
-import socket
-
 from echo.session.allocators import AllocationError, PortAllocator
 from echo.transport import Image
 
@@ -56,19 +54,3 @@ def response_channel(host: str, control_port: int, image: Image, session_id: int
         f"aeron:udp?control-mode=response|control={host}:{control_port}"
         f"|response-correlation-id={image.correlation_id}|session-id={session_id}"
     )
-
-
-def check_ports_free(address: str, ports: tuple[int, ...]) -> None:
-    """Fail at start-up, as the all-clients ports do, if another program holds a shared port:
-    otherwise every HELLO would find the pair unbindable and be refused as "server full"."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    for port in ports:
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            try:
-                probe.bind((address, port))
-            except OSError as error:
-                where = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-                raise OSError(
-                    error.errno,
-                    f"cannot bind UDP {where} (a shared duologue port): {error.strerror}",
-                ) from None
