@@ -1,4 +1,5 @@
-"""`echo-demo`: a publication and a subscription over loopback, explained as it happens.
+"""`echo-transport-demo` (`./dev transport-demo`): a publication and a subscription over
+loopback, explained as it happens.
 
 Runs the transport alone (no Echo 2.0 server): it shows the handshake, a batch of messages, a
 large fragmented message, loss recovery and the end-of-stream, and prints the counters.
@@ -15,6 +16,7 @@ from typing import Any
 import click
 import trio
 
+from echo._cli import PORT, count_option, fail, one_line, sole_error
 from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
 from echo.transport.sockets import SOL_UDP, UDP_GRO, SocketFactory, open_udp_socket
 
@@ -141,9 +143,17 @@ async def _demo(port: int, count: int, loss: float) -> None:
     say("Done.")
 
 
-@click.command()
-@click.option("--port", default=40123, show_default=True, help="UDP port on 127.0.0.1 to use.")
-@click.option("--count", default=2000, show_default=True, help="Messages to send.")
+EPILOG = """\b
+Exit status: 0 every message arrived; 1 the port is in use, or a message did not arrive
+intact; 2 a bad command line.
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.option(
+    "--port", default=40123, show_default=True, type=PORT, help="UDP port on 127.0.0.1 to use."
+)
+@count_option("--count", default=2000, help="Messages to send before the big one.")
 @click.option(
     "--loss",
     default=0.1,
@@ -152,8 +162,16 @@ async def _demo(port: int, count: int, loss: float) -> None:
     help="Fraction of received datagrams to drop, to show NAK-based recovery.",
 )
 def main(port: int, count: int, loss: float) -> None:
-    """Run a publication and a subscription of the echo transport over loopback."""
-    trio.run(_demo, port, count, loss)
+    """Run a publication and a subscription of the echo transport over loopback, explained
+    step by step: the handshake, messages, a fragmented one, recovery from loss, the end."""
+    try:
+        trio.run(_demo, port, count, loss)
+    except BaseException as error:
+        found = sole_error(error, (OSError, trio.TooSlowError))
+        if found is None:
+            raise
+        why = one_line(found) if isinstance(found, OSError) else "a message did not arrive in time"
+        fail("echo-transport-demo", why)
 
 
 if __name__ == "__main__":  # pragma: no cover
