@@ -16,7 +16,7 @@ from typing import Any
 import click
 import trio
 
-from echo._cli import PORT, count_option, fail, one_line, sole_error
+from echo._cli import PORT, count_option, fail, log_options, one_line, sole_error
 from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
 from echo.transport.sockets import SOL_UDP, UDP_GRO, SocketFactory, open_udp_socket
 
@@ -161,9 +161,13 @@ intact; 2 a bad command line.
     type=click.FloatRange(0.0, 0.5),
     help="Fraction of received datagrams to drop, to show NAK-based recovery.",
 )
-def main(port: int, count: int, loss: float) -> None:
+@log_options(default_level="warning")
+def main(port: int, count: int, loss: float, log_format: str, log_level: str) -> None:
     """Run a publication and a subscription of the echo transport over loopback, explained
     step by step: the handshake, messages, a fragmented one, recovery from loss, the end."""
+    from echo.log import configure_logging
+
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
     try:
         trio.run(_demo, port, count, loss)
     except BaseException as error:
