@@ -239,6 +239,13 @@ def test_transport_demo_usage_errors(args: list[str], option: str) -> None:
     assert_usage_error(run([*DEMO, *args]), option)
 
 
+def test_transport_demo_runs_to_the_end_with_exit_0() -> None:
+    result = run([*DEMO, "--port", str(free_ports([0])), "--count", "20", "--loss", "0.1"])
+    assert result.returncode == 0, result.stderr
+    assert "all 21 arrived intact and in order" in result.stdout
+    assert result.stdout.splitlines()[-1] == "Done."
+
+
 def test_transport_demo_names_a_busy_port() -> None:
     port = free_ports([0])
     with occupied(port):
