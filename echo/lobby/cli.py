@@ -380,7 +380,7 @@ malformed (the lines say which); 4 a wait timed out.
     type=click.FloatRange(min=0.5),
     help="Seconds of silence from the server before the session counts as dropped and the "
     "member reconnects, or re-creates its lobby on the next server (the server heartbeats "
-    "every 0.8 s; the issue's 5 s failover assumes the default).",
+    "every 0.8 s; failover within 5 s assumes the default).",
 )
 @log_options(default_level="warning")
 def client_main(

@@ -74,9 +74,9 @@ missing directory).
 @count_option(
     "--table-size",
     default=0,
-    help="Fixed-size FIFO subscriber table (the seed's variant): the oldest subscription is "
-    "evicted when full, and confirmations tell clients the estimated lifetime. 0: off, "
-    "subscriptions live N seconds.",
+    help="Fixed-size FIFO subscriber table (the soft-state note's variant): when it is full "
+    "the oldest subscription is evicted, and confirmations tell clients the estimated "
+    "lifetime. 0: off, subscriptions live N seconds.",
 )
 @click.option(
     "--work-difficulty",
@@ -149,7 +149,7 @@ def server_main(
     log_format: str,
     log_level: str,
 ) -> None:
-    """Run a topics server: soft-state publish/subscribe on one UDP port (seed 002)."""
+    """Run a topics server: soft-state publish/subscribe on one UDP port."""
     from echo.log import configure_logging
 
     configure_logging(log_format, log_level)  # type: ignore[arg-type]
