@@ -127,7 +127,8 @@ def start_server(
         while control_port == port:
             control_port = free_udp_port()
         # Duologue ports below the ephemeral range (32768+), where client sockets come from;
-        # the server itself skips a pair that some other program holds.
+        # the server binds them all at start (one that another program holds: it exits, and
+        # other ports are tried).
         # (Shared duologue ports need two, whatever max_clients: B4's 5,000-client row.)
         span = 2 if duologue_ports == "shared" else 2 * max_clients
         if 20000 + span > 32000:

@@ -98,16 +98,19 @@ def test_client_is_told_when_the_server_shuts_down() -> None:
         assert "server shutting down" in err
 
 
-def test_dead_server_times_out_with_exit_3() -> None:
+def test_a_server_that_never_answers_is_named_with_exit_1() -> None:
     base = free_base(2)
     result = run_client(*ports(base), "--timeout", "1", "--count", "1")
-    assert result.returncode == 3
-    assert "waiting for the all-clients channel to connect" in result.stderr
+    assert result.returncode == 1
+    assert (
+        f"echo-client: no echo-server answered at 127.0.0.1:{base}/{base + 1} within 1 s"
+        in result.stderr
+    )
 
 
 def test_bad_options_are_usage_errors() -> None:
     result = run_client("--port", "not-a-port")
-    assert result.returncode == 64
+    assert result.returncode == 2
     assert "--port" in result.stderr
     server = subprocess.run(
         [sys.executable, "-m", "echo.server.cli", "--port", "9000", "--control-port", "9000"],
@@ -151,7 +154,7 @@ def test_an_address_not_on_this_host_is_one_line_and_exit_1() -> None:
 def test_a_server_name_that_does_not_resolve_is_a_usage_error() -> None:
     for name in ("no-such-host.invalid", "203.0.113.300"):
         result = run_client("--server", name, "--count", "1", "--timeout", "1")
-        assert result.returncode == 64, result.stderr
+        assert result.returncode == 2, result.stderr
         assert f"--server: cannot resolve {name!r}" in result.stderr
         assert "Traceback" not in result.stderr
 
@@ -166,7 +169,7 @@ def test_a_message_the_protocol_cannot_carry_is_refused_before_connecting() -> N
         ("x" * 2000, "the limit is 1024"),
     ):
         result = run_client("--message", text, "--count", "1", "--timeout", "1")
-        assert result.returncode == 64, result.stderr
+        assert result.returncode == 2, result.stderr
         assert problem in result.stderr
         assert "connecting" not in result.stdout
         assert "Traceback" not in result.stderr
@@ -178,7 +181,7 @@ def test_a_source_address_the_client_cannot_send_from_is_a_usage_error() -> None
         ("192.0.2.7", "cannot send from 192.0.2.7"),  # TEST-NET-1: on no host
     ):
         result = run_client("--source", source, "--count", "1", "--timeout", "1")
-        assert result.returncode == 64, result.stderr
+        assert result.returncode == 2, result.stderr
         assert f"--source: {problem}" in result.stderr
         assert "Traceback" not in result.stderr
 
@@ -197,7 +200,7 @@ def test_a_client_echoes_from_the_source_address_it_was_given(tmp_path) -> None:
     assert "127.0.0.9" in events.read_text()
 
 
-def test_rejected_client_exits_2_with_the_server_message() -> None:
+def test_rejected_client_exits_5_with_the_server_message() -> None:
     base = free_base(12)
     with server_process(*ports(base), "--clients-base-port", str(base + 2), "--max-clients", "1"):
         holder = subprocess.Popen(
@@ -212,7 +215,7 @@ def test_rejected_client_exits_2_with_the_server_message() -> None:
                 if line.startswith("echo 1:"):
                     break
             result = run_client(*ports(base), "--count", "1")
-            assert result.returncode == 2
+            assert result.returncode == 5
             assert "server full" in result.stderr
         finally:
             holder.send_signal(signal.SIGINT)

@@ -67,7 +67,7 @@ DRIVERS: dict[str, list[str]] = {
         "readiness", "response_wiring", "sockets", "testing", "wiring",
     ],
     # the package, the trio server, client and session, the path watch, the port probes
-    "echo.session": ["__init__", "client", "pathwatch", "ports", "server", "session"],
+    "echo.session": ["__init__", "client", "held", "pathwatch", "server", "session"],
     # the package (re-exports the key-file reader), the key files
     "echo.tickets": ["__init__", "keyfile"],
     "echo.channels": ["__init__", "api"],

@@ -103,16 +103,20 @@ _HANDSHAKING: Final = frozenset(
 )
 _FINISHED: Final = frozenset({ClientState.CLOSED, ClientState.FAILED})
 
+#: `echo-client`'s own exit statuses (0, 1 and 2 mean what they mean for every echo CLI:
+#: done, a runtime failure such as no server answering, a bad command line)
 _EXIT_CODES: Final = {
-    FailureKind.REJECTED: 2,
     FailureKind.TIMED_OUT: 3,
     FailureKind.PROTOCOL: 4,
     FailureKind.CONNECTION: 4,
+    FailureKind.REJECTED: 5,
 }
+#: nobody answered at all: the runtime failure every echo CLI exits 1 for
+NO_ANSWER_EXIT_CODE: Final = 1
 
 
 def exit_code(kind: FailureKind) -> int:
-    """The `echo-client` exit status for this kind of failure."""
+    """The `echo-client` exit status for this kind of failure (see `Failure.exit_code`)."""
     return _EXIT_CODES[kind]
 
 
@@ -124,8 +128,13 @@ class Failure:
     phase: HandshakeState | None = None
 
     @property
+    def no_answer(self) -> bool:
+        """The all-clients channel never connected: no server answered at that address."""
+        return self.kind is FailureKind.TIMED_OUT and self.phase is HandshakeState.CONNECTING
+
+    @property
     def exit_code(self) -> int:
-        return exit_code(self.kind)
+        return NO_ANSWER_EXIT_CODE if self.no_answer else exit_code(self.kind)
 
 
 class CloseCause(enum.Enum):

@@ -12,7 +12,15 @@ from typing import Any
 import click
 import trio
 
-from echo._cli import one_line, sole_error
+from echo._cli import (
+    EXIT_FAILURE,
+    check_resolvable,
+    count_option,
+    log_options,
+    one_line,
+    port_option,
+    sole_error,
+)
 from echo.client.application import ClientState, EchoReceived, FailureKind
 from echo.client.client import ClientConfig, EchoClient
 from echo.protocol import Echo, format_message
@@ -21,14 +29,14 @@ from echo.session.timers import echo_timers
 from echo.transport import UriError
 
 EPILOG = """\b
-Exit codes:
+Exit status:
   0  done (--count echoes received, or interrupted)
-  2  rejected by the server (its message is printed)
-  3  timed out (what it was waiting for is printed)
+  1  no echo-server answered at --server/--port/--control-port, or a socket error
+  2  a bad command line (including a --server name that does not resolve)
+  3  timed out after the server answered (what it was waiting for is printed)
   4  protocol or connection error (the server closed the duologue, went away, ...)
-  64 bad command line
+  5  rejected by the server (its message is printed)
 """
-USAGE_ERROR = 64  # EX_USAGE: kept apart from 2, which scripts read as "rejected by the server"
 
 
 def _percentile(samples: list[float], fraction: float) -> float | None:
@@ -78,25 +86,16 @@ def _source_problem(source: str) -> str | None:
     show_default=True,
     help="Address of the echo-server (IP or hostname).",
 )
-@click.option(
-    "--port",
-    default=9000,
-    show_default=True,
-    type=click.IntRange(1, 65535),
-    help="The server's --port (all-clients data port).",
-)
-@click.option(
+@port_option("--port", default=9000, help="The server's --port (all-clients data port).")
+@port_option(
     "--control-port",
     default=9001,
-    show_default=True,
-    type=click.IntRange(1, 65535),
     help="The server's --control-port (all-clients MDC control port).",
 )
-@click.option(
+@count_option(
     "--count",
     default=None,
-    type=click.IntRange(min=0),
-    help="Echoes to do, then exit 0. Default: until interrupted.",
+    help="Echoes to do, then exit 0 (0: connect, then leave). Default: until interrupted.",
 )
 @click.option(
     "--interval",
@@ -107,7 +106,9 @@ def _source_problem(source: str) -> str | None:
     "this is followed by the next ECHO at once (0 = each as soon as the last returns).",
 )
 @click.option(
-    "--message", default=None, help="Text to echo (default: a random 64-bit hex value per message)."
+    "--message",
+    default=None,
+    help="Text to echo (default: a random 64-bit value per message, as 16 hex digits).",
 )
 @click.option(
     "--timeout",
@@ -142,19 +143,7 @@ def _source_problem(source: str) -> str | None:
     is_flag=True,
     help="Print one JSON summary at the end instead of a line per echo.",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["console", "json"]),
-    default="console",
-    show_default=True,
-    help="Format of diagnostic logs on stderr.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning"]),
-    default="warning",
-    show_default=True,
-)
+@log_options(default_level="warning")
 def main(
     server: str,
     port: int,
@@ -183,12 +172,8 @@ def main(
             format_message(Echo(message))
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--message") from None
-    try:
-        # Before anything starts: a typo or an unknown name is a bad command line.
-        socket.getaddrinfo(server, port, type=socket.SOCK_DGRAM)
-    except (OSError, UnicodeError) as error:
-        problem = f"cannot resolve {server!r}: {one_line(error)}"
-        raise click.BadParameter(problem, param_hint="--server") from None
+    # Before anything starts: a typo or an unknown name is a bad command line.
+    check_resolvable(server, port, "--server")
     if source is not None:
         unusable = _source_problem(source)
         if unusable:
@@ -232,19 +217,22 @@ def main(
         if found is None:
             raise
         click.echo(f"echo-client: {one_line(found)}", err=True)
-        sys.exit(4)
+        sys.exit(EXIT_FAILURE)
     result = summary(client)
     machine = client.machine
     failure = machine.failure
     if as_json:
         click.echo(json.dumps(result))
     elif failure is None:
-        click.echo(
-            f"done: {result['received']}/{result['sent']} echoes, "
-            f"rtt p50 {result['rtt_ms']['p50']} ms, p99 {result['rtt_ms']['p99']} ms"
-        )
+        click.echo(_done_line(result))
     if failure is not None:
-        if not as_json:
+        if not as_json and failure.no_answer:
+            click.echo(
+                f"echo-client: no echo-server answered at {server}:{port}/{control_port} "
+                f"within {timeout:g} s",
+                err=True,
+            )
+        elif not as_json:
             click.echo(f"echo-client: {failure.kind.value}: {failure.message}", err=True)
             if failure.kind is FailureKind.TIMED_OUT and failure.phase is HandshakeState.JOINING:
                 # The one way a CONNECT is followed by silence that a user can fix: the server
@@ -257,6 +245,15 @@ def main(
         sys.exit(failure.exit_code)
     if machine.state is not ClientState.CLOSED:
         sys.exit(4)
+
+
+def _done_line(result: dict[str, Any]) -> str:
+    """The last line: how many echoes came back and, if any did, how fast."""
+    done = f"done: {result['received']}/{result['sent']} echoes"
+    rtt = result["rtt_ms"]
+    if rtt["p50"] is None:
+        return done
+    return f"{done}, rtt p50 {rtt['p50']} ms, p99 {rtt['p99']} ms"
 
 
 async def _run(client: EchoClient) -> None:
@@ -272,20 +269,5 @@ async def _run(client: EchoClient) -> None:
             nursery.cancel_scope.cancel()
 
 
-def entry() -> None:
-    """Console entry point: click's usage errors exit 64 instead of 2 (see EPILOG)."""
-    try:
-        code = main.main(standalone_mode=False)
-    except click.UsageError as error:
-        error.show()
-        sys.exit(USAGE_ERROR)
-    except click.Abort:
-        sys.exit(130)
-    except click.ClickException as error:
-        error.show()
-        sys.exit(USAGE_ERROR)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
 if __name__ == "__main__":  # pragma: no cover
-    entry()
+    main()

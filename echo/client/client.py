@@ -143,7 +143,7 @@ class EchoClient:
         message = config.message
 
         def factory(index: int) -> str:
-            return message if message is not None else f"{secrets.randbits(64):x}"
+            return message if message is not None else f"{secrets.randbits(64):016x}"
 
         self.machine = EchoMachine(
             message_factory=factory,

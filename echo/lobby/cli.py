@@ -18,7 +18,17 @@ import click
 import structlog
 import trio
 
-from echo._cli import one_line, sole_error
+from echo._cli import (
+    address_option,
+    check_resolvable,
+    count_option,
+    events_option,
+    fail,
+    log_options,
+    one_line,
+    port_option,
+    sole_error,
+)
 
 DEFAULT_PORT = 7600
 
@@ -34,12 +44,18 @@ hold; without it a start is refused NO_GAME_SERVER. Key files hold lines 'KEY_ID
 Open --port, --control-port and the duologue ports (--clients-base-port ..., 2 per member) in
 your firewall, all UDP. SIGINT or SIGTERM: members get "ERROR server shutting down", exit 0.
 \b
+Every one of these ports is bound at start: a port in use stops the server there.
+\b
 Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host or an
---events file that cannot be opened; 2 a bad command line (or an unreadable key file).
+--events file that cannot be opened; 2 a bad command line (including an unreadable key file
+and an --events file in a missing directory).
 """
 
 
-def _server_list(text: str | None, flag: str) -> tuple[str, ...]:
+def _server_list(text: str | None, flag: str, resolve: bool = False) -> tuple[str, ...]:
+    """A comma-separated HOST:PORT list; with `resolve`, every name must resolve (the list of
+    a client, which sends to them at once; a server's --lobby-servers names its peers, which
+    may come up later)."""
     from echo.lobby.client import split_server
 
     if not text:
@@ -47,9 +63,11 @@ def _server_list(text: str | None, flag: str) -> tuple[str, ...]:
     out = tuple(part.strip() for part in text.split(",") if part.strip())
     for server in out:
         try:
-            split_server(server)
+            host, port, _ = split_server(server)
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint=flag) from None
+        if resolve:
+            check_resolvable(host, port, flag)
     if len(set(out)) != len(out):
         raise click.BadParameter("a server is listed twice", param_hint=flag)
     return out
@@ -67,39 +85,33 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
 
 
 @click.command(epilog=SERVER_EPILOG)
-@click.option("--address", default="127.0.0.1", show_default=True, help="Local IP address to bind.")
-@click.option(
+@address_option()
+@port_option(
     "--port",
     default=DEFAULT_PORT,
-    show_default=True,
-    type=click.IntRange(1, 65535),
     help="UDP port where members say HELLO (the all-clients channel).",
 )
-@click.option(
+@port_option(
     "--control-port",
     default=None,
-    type=click.IntRange(1, 65535),
     help="UDP control port of the all-clients channel [default: --port + 1, which is what "
     "members assume for a HOST:PORT in their list].",
 )
-@click.option(
+@port_option(
     "--clients-base-port",
     default=None,
-    type=click.IntRange(1, 65535),
-    help="First UDP port of the members' duologues [default: --port + 2].",
+    help="First UDP port of the members' duologues [default: the port after --control-port].",
 )
-@click.option(
+@count_option(
     "--max-clients",
     default=256,
-    show_default=True,
-    type=click.IntRange(min=1),
+    minimum=1,
     help="Most member sessions at once (two UDP ports each).",
 )
-@click.option(
+@count_option(
     "--max-per-ip",
     default=64,
-    show_default=True,
-    type=click.IntRange(min=1),
+    minimum=1,
     help="Most member sessions per IPv4 address or IPv6 prefix.",
 )
 @click.option(
@@ -155,26 +167,10 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
     show_default=True,
     help="Comma-separated metadata keys that searches may filter on (and listings carry).",
 )
-@click.option(
-    "--events",
-    "events_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Append one JSON line per lobby and session event to this file (echo-analyze).",
+@events_option(
+    help="Append one JSON line per lobby and session event to this file (echo-analyze)."
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["console", "json"]),
-    default="console",
-    show_default=True,
-    help="Log lines for people (console) or machines (json).",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning"]),
-    default="info",
-    show_default=True,
-)
+@log_options(default_level="info")
 def server_main(
     address: str,
     port: int,
@@ -204,12 +200,15 @@ def server_main(
 
     configure_logging(log_format, log_level)  # type: ignore[arg-type]
     log = structlog.get_logger("echo.lobby")
+    control_port, clients_base_port = _derived_ports(
+        port, control_port, clients_base_port, max_clients
+    )
     try:
         session_config = ServerConfig(
             address=address,
             port=port,
-            control_port=control_port or port + 1,
-            clients_base_port=clients_base_port or port + 2,
+            control_port=control_port,
+            clients_base_port=clients_base_port,
             max_clients=max_clients,
             max_per_ip=max_per_ip,
         )
@@ -239,8 +238,7 @@ def server_main(
     try:
         events = EventLog(events_path, server_id=name) if events_path else None
     except OSError as error:
-        click.echo(f"echo-lobby: cannot open --events {events_path}: {one_line(error)}", err=True)
-        sys.exit(1)
+        fail("echo-lobby", f"cannot open --events {events_path}: {one_line(error)}")
     try:
         server = LobbyServer(
             session_config, config, events=events, transport_config=lobby_server_timers()
@@ -253,11 +251,42 @@ def server_main(
             raise
         why = one_line(found)
         log.error("server_failed", error=why)
-        click.echo(f"echo-lobby: cannot serve on {address}:{port}: {why}", err=True)
-        sys.exit(1)
+        fail("echo-lobby", f"cannot serve on {address}:{port}: {why}")
     finally:
         if events is not None:
             events.close()
+
+
+def _derived_ports(
+    port: int, control_port: int | None, clients_base_port: int | None, max_clients: int
+) -> tuple[int, int]:
+    """--control-port and --clients-base-port, the defaults derived from the options given.
+
+    A default that would pass 65535 is a bad value of the option it was derived from (the
+    user gave --port 65535, not --control-port 65536), named as such.
+    """
+    control_given = control_port is not None
+    if control_port is None:
+        control_port = port + 1
+        if control_port > 65535:
+            raise click.BadParameter(
+                f"{port} leaves no room for the control port (--port + 1, which members "
+                "assume): give a lower --port",
+                param_hint="--port",
+            )
+    if clients_base_port is None:
+        clients_base_port = max(port, control_port) + 1
+        last = clients_base_port + 2 * max_clients - 1
+        if last > 65535:
+            given = "--control-port" if control_given and control_port > port else "--port"
+            raise click.BadParameter(
+                f"{port if given == '--port' else control_port} leaves no room for the "
+                f"{2 * max_clients} duologue ports after the control port (2 per --max-clients, "
+                f"up to {last}): give a lower {given}, a lower --max-clients or "
+                "--clients-base-port",
+                param_hint=given,
+            )
+    return control_port, clients_base_port
 
 
 #: The cyclic collector's thresholds for a lobby server (Python's: 700, 10, 10). See below.
@@ -351,15 +380,9 @@ malformed (the lines say which); 4 a wait timed out.
     type=click.FloatRange(min=0.5),
     help="Seconds of silence from the server before the session counts as dropped and the "
     "member reconnects, or re-creates its lobby on the next server (the server heartbeats "
-    "every 0.8 s; the 5 s failover bound assumes the default).",
+    "every 0.8 s; failover within 5 s assumes the default).",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["console", "json"]),
-    default="console",
-    show_default=True,
-    help="Diagnostics on stderr for people (console) or machines (json).",
-)
+@log_options(default_level="warning")
 def client_main(
     servers: str,
     member: str,
@@ -368,12 +391,13 @@ def client_main(
     connect_timeout: float,
     liveness: float,
     log_format: str,
+    log_level: str,
 ) -> None:
     """A lobby member driven by commands on standard input; events are printed as lines."""
     from echo.log import configure_logging
 
-    configure_logging(log_format, "warning")  # type: ignore[arg-type]
-    listed = _server_list(servers, "--servers")
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    listed = _server_list(servers, "--servers", resolve=True)
     if not listed:
         raise click.BadParameter("no servers listed", param_hint="--servers")
     if not 1 <= len(member.encode()) <= 64 or not member.isprintable():
@@ -760,8 +784,8 @@ server --server-id at --address has --slots free slots. Lobby servers forget a s
 after its last announcement. The id must be what the game server checks tickets for
 (echo-server: --server-id, else ADDRESS:PORT).
 \b
-Exit status: 0 stopped by SIGINT/SIGTERM; 1 a topic server that does not resolve; 2 a bad
-command line.
+Exit status: 0 stopped by SIGINT/SIGTERM; 1 a socket error; 2 a bad command line (including
+a topic server name that does not resolve).
 """
 
 
@@ -774,7 +798,7 @@ command line.
     default=16,
     show_default=True,
     type=click.IntRange(0, 65535),
-    help="Free slots to announce.",
+    help="Free slots to announce (0 to 65535).",
 )
 @click.option(
     "--interval",
@@ -783,12 +807,7 @@ command line.
     type=click.FloatRange(min=0.05),
     help="Seconds between announcements.",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["console", "json"]),
-    default="console",
-    show_default=True,
-)
+@log_options(default_level="info")
 def announce_main(
     topics: str,
     address: str,
@@ -796,14 +815,15 @@ def announce_main(
     slots: int,
     interval: float,
     log_format: str,
+    log_level: str,
 ) -> None:
     """Announce a game server and its free slots to the lobby servers."""
     from echo.lobby.games import GameServerAnnouncement, encode_announcement
     from echo.lobby.protocol import LobbyProtocolError
     from echo.log import configure_logging
 
-    configure_logging(log_format, "info")  # type: ignore[arg-type]
-    listed = _server_list(topics, "--topics")
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    listed = _server_list(topics, "--topics", resolve=True)
     if not listed:
         raise click.BadParameter("no servers listed", param_hint="--topics")
     announcement = GameServerAnnouncement(server_id or address, address, slots)
@@ -817,8 +837,7 @@ def announce_main(
         found = sole_error(error, OSError)
         if found is None:
             raise
-        click.echo(f"echo-lobby-announce: {one_line(found)}", err=True)
-        sys.exit(1)
+        fail("echo-lobby-announce", one_line(found))
 
 
 async def _announce(topics: list[str], announcement: Any, interval: float) -> None:

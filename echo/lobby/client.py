@@ -94,6 +94,7 @@ from echo.lobby.server import code_walk, lobby_channel_specs
 from echo.lobby.timers import CLIENT_LIVENESS, RETRY_TIMEOUT, lobby_client_timers
 from echo.session import HandshakeTimeout, LostContact, SessionError
 from echo.session import connect as session_connect
+from echo.session.machine import HandshakeState
 from echo.topics.ring import HashRing
 from echo.transport import TransportConfig
 
@@ -324,6 +325,8 @@ class LobbyClient:
             # (its reason in the error) is alive, and stays on the members' walk of the ring.
             if isinstance(error, HandshakeTimeout | LostContact | OSError | trio.TooSlowError):
                 self.dead.add(server)
+            if isinstance(error, HandshakeTimeout) and error.phase is HandshakeState.CONNECTING:
+                raise LobbyUnavailable(f"{server} within {error.timeout:g} s") from None
             raise LobbyUnavailable(f"{server}: {error}") from None
         self.dead.discard(server)
         self._link = link
@@ -611,7 +614,7 @@ class LobbyClient:
                     return
                 except LobbyUnavailable as error:
                     errors.append(str(error))
-            raise LobbyUnavailable("no lobby server answered: " + "; ".join(errors))
+            raise LobbyUnavailable("no lobby server answered at " + "; ".join(errors))
 
     async def _joined(self, reply: Reply) -> int:
         assert isinstance(reply, LobbyJoined)

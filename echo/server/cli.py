@@ -8,14 +8,22 @@ import gc
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 
 import click
 import structlog
 import trio
 
-from echo._cli import one_line, sole_error
+from echo._cli import (
+    address_option,
+    count_option,
+    events_option,
+    fail,
+    log_options,
+    one_line,
+    port_option,
+    sole_error,
+)
 from echo.server.server import EchoServer, echo_application
 from echo.session.config import ServerConfig
 from echo.session.server import Admit, Admitted, SessionServer
@@ -27,37 +35,30 @@ Clients connect with:  echo-client --server ADDRESS --port PORT --control-port C
 Ports to open in the firewall (all UDP): --port and --control-port, and
   --duologue-ports shared:     clients-base-port and clients-base-port + 1 (every client);
   --duologue-ports per-client: [clients-base-port, clients-base-port + 2 * max-clients).
+Every one of these ports is bound at start: a port in use stops the server there.
 SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit 0.
-Exit status 1: a port in use or an address not on this host; 2: a bad command line.
+\b
+Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host, an --events
+file that cannot be opened; 2 a bad command line (including an --events file in a missing
+directory and a --ticket-key file that cannot be read).
 """
 
 
 @click.command(epilog=EPILOG)
-@click.option(
-    "--address",
-    default="127.0.0.1",
-    show_default=True,
-    help="Local IP address to bind (the server's public address on a public host).",
-)
-@click.option(
+@address_option(help="Local IP address to bind (the server's public address on a public host).")
+@port_option(
     "--port",
     default=9000,
-    show_default=True,
-    type=click.IntRange(1, 65535),
     help="UDP port of the all-clients subscription (clients send HELLO here).",
 )
-@click.option(
+@port_option(
     "--control-port",
     default=9001,
-    show_default=True,
-    type=click.IntRange(1, 65535),
     help="UDP control port of the all-clients MDC publication (replies come from here).",
 )
-@click.option(
+@port_option(
     "--clients-base-port",
     default=9010,
-    show_default=True,
-    type=click.IntRange(1, 65535),
     help="First UDP port used for duologues (shared: this one and the next).",
 )
 @click.option(
@@ -69,19 +70,14 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
     "echo.session.connect speak it). per-client: two ports per duologue, as the guide's Echo "
     "2.0 (the Java Echo client and plain Aeron peers need it).",
 )
-@click.option(
+@count_option(
     "--max-clients",
     default=16,
-    show_default=True,
-    type=click.IntRange(min=1),
+    minimum=1,
     help="Most duologues open at once; more HELLOs get 'ERROR server full'.",
 )
-@click.option(
-    "--max-per-ip",
-    default=3,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Most duologues per IPv4 address or IPv6 prefix.",
+@count_option(
+    "--max-per-ip", default=3, minimum=1, help="Most duologues per IPv4 address or IPv6 prefix."
 )
 @click.option(
     "--ipv6-prefix",
@@ -97,13 +93,7 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds a new duologue waits for its client before it is deleted.",
 )
-@click.option(
-    "--events",
-    "events_path",
-    type=click.Path(dir_okay=False, writable=True),
-    default=None,
-    help="Append one JSON line per server event to this file.",
-)
+@events_option(help="Append one JSON line per server event to this file (echo-analyze reads it).")
 @click.option(
     "--server-id", default=None, help="Name of this server in the events (default: hostname:port)."
 )
@@ -130,19 +120,7 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
     "this key file (lines 'KEY_ID HEX_SECRET'; see echo-lobby --help). The ticket must name "
     "this server: --server-id if given, else ADDRESS:PORT. Without it, no ticket is asked.",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["console", "json"]),
-    default="console",
-    show_default=True,
-    help="Log lines for people (console) or machines (json).",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning"]),
-    default="info",
-    show_default=True,
-)
+@log_options(default_level="info")
 def main(
     address: str,
     port: int,
@@ -191,7 +169,7 @@ def main(
             ip_salt=ip_salt.encode() if ip_salt else None,
         )
     except OSError as error:
-        raise click.UsageError(f"cannot open --events {events_path}: {error}") from None
+        fail("echo-server", f"cannot open --events {events_path}: {one_line(error)}")
     try:
         transport = echo_timers(validate_addresses=not no_validation)
         trio.run(_serve, config, events, transport, admit)
@@ -202,8 +180,7 @@ def main(
             raise
         why = one_line(found)
         structlog.get_logger("echo.server").error("server_failed", error=why)
-        click.echo(f"echo-server: {why}", err=True)
-        sys.exit(1)
+        fail("echo-server", why)
     finally:
         events.close()
 
@@ -266,7 +243,7 @@ def ticket_admission(path: str, ticket_server_id: str) -> Admit:
     try:
         keyring = {key.key_id: key.secret for key in read_key_file(path)}
     except KeyFileError as error:
-        raise click.UsageError(f"--ticket-key: {error}") from None
+        raise click.BadParameter(str(error), param_hint="--ticket-key") from None
     log = structlog.get_logger("echo.server")
 
     def admit(peer: object, credentials: bytes) -> str | Admitted:

@@ -47,8 +47,8 @@ from echo.protocol import (
 from echo.session.admission import Admission, JoinVerdict, ResumeVerdict, Slot
 from echo.session.allocators import PortAllocator, RandomSource, SessionAllocator
 from echo.session.config import ServerConfig
+from echo.session.held import HeldPorts
 from echo.session.limits import AddressCounter
-from echo.session.ports import check_ports_free
 from echo.session.resume import (
     ERROR_RESUME_REFUSED,
     RESUME_BITS,
@@ -229,6 +229,8 @@ class SessionServer:
         self.send_timeout = send_timeout
         self.app_grace = app_grace
         self._nursery: trio.Nursery | None = None
+        #: the duologue ports held while the server runs (echo.session.held)
+        self._held: HeldPorts | None = None
         self._stopping = False
         self.hellos = 0
         self.unvalidated_hellos = 0
@@ -256,34 +258,47 @@ class SessionServer:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; `stop()` ends it gracefully. `task_status.started(self)`."""
         config = self.config
+        # Every port the server will use is bound before it says it started: the two
+        # all-clients ports by the transport, the duologue ports held (echo.session.held) so
+        # that a second server on the same range fails at its start, not at a client's HELLO.
+        held = self._held = HeldPorts(config.address, config.clients_port_range)
+        try:
+            async with open_transport(
+                self.transport_config, socket_factory=held.socket_factory
+            ) as transport:
+                await self._start(transport, held, task_status)
+        finally:
+            held.close()
+
+    async def _start(self, transport: Transport, held: HeldPorts, task_status: Any) -> None:
+        """Open the all-clients channels, hold the duologue ports, serve."""
+        config = self.config
         host = _url_host(config.address)
-        async with open_transport(self.transport_config) as transport:
-            self.transport = transport
-            self.all_clients_pub = await transport.add_publication(
-                f"aeron:udp?control={host}:{config.control_port}|control-mode=dynamic",
-                config.stream_id,
-            )
-            self.all_clients_sub = await transport.add_subscription(
-                f"aeron:udp?endpoint={host}:{config.port}", config.stream_id
-            )
-            if config.shared:
-                check_ports_free(config.address, tuple(config.clients_port_range))
-            self.events.emit(
-                "server_started",
-                address=config.address,
-                port=config.port,
-                control_port=config.control_port,
-                clients_base_port=config.clients_base_port,
-                max_clients=config.max_clients,
-                max_per_ip=config.max_per_ip,
-            )
-            try:
-                async with trio.open_nursery() as nursery:
-                    self._nursery = nursery
-                    task_status.started(self)
-                    nursery.start_soon(self._serve_all_clients)
-            finally:
-                self._nursery = None
+        self.transport = transport
+        self.all_clients_pub = await transport.add_publication(
+            f"aeron:udp?control={host}:{config.control_port}|control-mode=dynamic",
+            config.stream_id,
+        )
+        self.all_clients_sub = await transport.add_subscription(
+            f"aeron:udp?endpoint={host}:{config.port}", config.stream_id
+        )
+        held.hold()
+        self.events.emit(
+            "server_started",
+            address=config.address,
+            port=config.port,
+            control_port=config.control_port,
+            clients_base_port=config.clients_base_port,
+            max_clients=config.max_clients,
+            max_per_ip=config.max_per_ip,
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started(self)
+                nursery.start_soon(self._serve_all_clients)
+        finally:
+            self._nursery = None
 
     async def stop(self, reason: str = "signal") -> None:
         """Tell every connected client the server is going, close everything, return."""
@@ -614,6 +629,8 @@ class SessionServer:
         config = self.config
         host = _url_host(config.address)
         admission = self.admission
+        if self._held is not None:
+            self._held.sweep()  # ports of ended duologues whose sockets closed since
         for _ in range(OPEN_ATTEMPTS):
             slot = admission.reserve(
                 message.source_ip, key, message.session_id, trio.current_time()
@@ -889,6 +906,8 @@ class SessionServer:
         duologue.image = None
         if duologue.session is not None:
             duologue.session._release()
+        if self._held is not None:
+            self._held.returned((slot.data_port, slot.control_port))
 
 
 async def serve(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import glob
+import importlib.util
 import os
 import sys
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import click
 import structlog
 
+from echo._cli import fail, log_options
 from echo.log import configure_logging
 
 log = structlog.get_logger("echo.analyze")
@@ -154,14 +156,7 @@ def _print_lobbies(lob: dict[str, Any], width: int) -> None:
     show_default=True,
     help="Driver JVM heap in local mode (the driver is the whole cluster there).",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["console", "json"]),
-    default="console",
-    show_default=True,
-    help="console for people, json for machines.",
-)
-@click.option("--log-level", default="info", show_default=True, help="Log level.")
+@log_options(default_level="info")
 @click.option(
     "--generate",
     "generate_path",
@@ -244,8 +239,15 @@ def main(
     """Analyse echo-server and echo-lobby event logs (EVENTS: files, directories or globs,
     local or any Hadoop-compatible URI such as hdfs:// or s3a://) with PySpark.
 
-    Bad lines are counted and sampled in the report, never fatal; the exit status is 0 when
-    any event was read and 1 when none could be.
+    Bad lines are counted and sampled in the report, never fatal.
+
+    \b
+    Exit status:
+      0  the report was written (any valid event read), or --generate wrote its log
+      1  no valid event in the input, PySpark not installed (pip install 'echo[spark]'),
+         or --generate could not write its file
+      2  a bad command line: no EVENTS matched a pattern, an input not readable, --out not
+         a writable directory, --generate with EVENTS or --out, a bad --start
 
     \b
     Examples:
@@ -297,6 +299,8 @@ def main(
         raise click.UsageError("--out DIR is required")
     paths = _expand(inputs)
     _check_out_dir(out)
+    if importlib.util.find_spec("pyspark") is None:
+        fail("echo-analyze", "PySpark is not installed: pip install 'echo[spark]'")
 
     from echo.telemetry.pipeline import NoInputError, run_analysis
 

@@ -15,15 +15,27 @@ import click
 import structlog
 import trio
 
-from echo._cli import one_line, sole_error
+from echo._cli import (
+    EXIT_FAILURE,
+    address_option,
+    check_resolvable,
+    count_option,
+    events_option,
+    fail,
+    log_options,
+    one_line,
+    port_option,
+    sole_error,
+)
 from echo.topics.client import (
     ClientConfig,
     Message,
     open_topic_client,
     parse_servers,
     read_servers_file,
+    split_server,
 )
-from echo.topics.codec import MAX_FIELD, CodecError, encode
+from echo.topics.codec import MAX_FIELD, CodecError, encode, format_publish, new_message_id
 from echo.topics.driver import TopicServer
 from echo.topics.events import TopicEvents
 from echo.topics.server import ServerConfig
@@ -38,22 +50,17 @@ list: each topic lives on K of them (consistent hashing).
 SIGINT or SIGTERM: exit 0 (subscriptions are soft state; clients move on by themselves).
 \b
 Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host or an
---events file that cannot be opened; 2 a bad command line.
+--events file that cannot be opened; 2 a bad command line (including an --events file in a
+missing directory).
 """
 
 
 @click.command(epilog=SERVER_EPILOG)
-@click.option(
-    "--address",
-    default="127.0.0.1",
-    show_default=True,
-    help="Local IP address to bind (0.0.0.0 for every IPv4 address of a public host).",
-)
-@click.option(
+@address_option(help="Local IP address to bind (0.0.0.0 for every IPv4 address of a public host).")
+@port_option(
     "--port",
     default=DEFAULT_PORT,
-    show_default=True,
-    type=click.IntRange(0, 65535),
+    any_port=True,
     help="UDP port for subscribes and publishes (0: any free port, printed at start).",
 )
 @click.option(
@@ -64,14 +71,12 @@ Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host
     type=click.FloatRange(min=0, min_open=True),
     help="N: seconds a subscription lives after its last refresh (clients refresh every N/M).",
 )
-@click.option(
+@count_option(
     "--table-size",
     default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Fixed-size FIFO subscriber table (the note's variant): the oldest subscription is "
-    "evicted when full, and confirmations tell clients the estimated lifetime. 0: off, "
-    "subscriptions live N seconds.",
+    help="Fixed-size FIFO subscriber table (the soft-state note's variant): when it is full "
+    "the oldest subscription is evicted, and confirmations tell clients the estimated "
+    "lifetime. 0: off, subscriptions live N seconds.",
 )
 @click.option(
     "--work-difficulty",
@@ -110,11 +115,7 @@ Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds a subscriber's cookie stays valid (between one and two periods).",
 )
-@click.option(
-    "--events",
-    "events_path",
-    type=click.Path(dir_okay=False),
-    default=None,
+@events_option(
     help="Append one JSON line per server event (subscriptions added, expired, evicted; "
     "counters every --stats-interval) to this file.",
 )
@@ -128,19 +129,9 @@ Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds between topics_counters events (every drop and malformed line counted).",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["console", "json"]),
-    default="console",
-    show_default=True,
-    help="Log lines for people (console) or machines (json).",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning"]),
-    default="info",
-    show_default=True,
-    help="Least important log lines shown (info shows every subscription added or lapsed).",
+@log_options(
+    default_level="info",
+    level_help="Least important log lines shown (info shows every subscription added or lapsed).",
 )
 def server_main(
     address: str,
@@ -175,8 +166,7 @@ def server_main(
     try:
         events = TopicEvents(events_path, server_id=server_id or f"{socket.gethostname()}:{port}")
     except OSError as error:
-        click.echo(f"echo-topics: cannot open --events {events_path}: {one_line(error)}", err=True)
-        sys.exit(1)
+        fail("echo-topics", f"cannot open --events {events_path}: {one_line(error)}")
     server = TopicServer(
         config, address=address, port=port, events=events, stats_interval=stats_interval
     )
@@ -188,8 +178,7 @@ def server_main(
             raise
         why = one_line(found)
         log.error("server_failed", error=why)
-        click.echo(f"echo-topics: cannot listen on {address}:{port}: {why}", err=True)
-        sys.exit(1)
+        fail("echo-topics", f"cannot listen on {address}:{port}: {why}")
     finally:
         events.close()
 
@@ -238,21 +227,14 @@ def _server_options(function: Any) -> Any:
             default=None,
             help="File with one host:port a line (instead of --servers).",
         ),
-        click.option(
+        count_option(
             "--k",
             "k",
             default=3,
-            show_default=True,
-            type=click.IntRange(min=1),
+            minimum=1,
             help="K: servers per topic, by consistent hashing (fewer if the list is shorter).",
         ),
-        click.option(
-            "--log-format",
-            type=click.Choice(["console", "json"]),
-            default="console",
-            show_default=True,
-            help="Diagnostics on stderr for people (console) or machines (json).",
-        ),
+        log_options(default_level="warning"),
     ]
     for option in reversed(options):
         function = option(function)
@@ -274,6 +256,9 @@ def _servers(servers: str | None, servers_file: str | None) -> list[str]:
         raise click.BadParameter(str(error), param_hint=hint) from None
     if not listed:
         raise click.BadParameter("no servers listed", param_hint="--servers-file")
+    hint = "--servers-file" if servers_file is not None else "--servers"
+    for server in listed:
+        check_resolvable(*split_server(server), hint)
     return listed
 
 
@@ -295,9 +280,9 @@ Output: each message once (copies from several servers and resends are deduplica
 "TOPIC MESSAGE" lines, or with --json one object a line:
 {"topic": ..., "message": ..., "id": ..., "server": ...}.
 \b
-Exit status: 0 --count messages received, or stopped by SIGINT/SIGTERM; 1 a server name that
-does not resolve or a socket error; 2 a bad command line; 3 --timeout passed before --count
-messages; 4 no server confirmed the subscription within --confirm-timeout (all down?).
+Exit status: 0 --count messages received, or stopped by SIGINT/SIGTERM; 1 no server confirmed
+the subscription within --confirm-timeout (all down?), or a socket error; 2 a bad command line
+(including a server name that does not resolve); 3 --timeout passed before --count messages.
 """
 
 
@@ -311,12 +296,8 @@ messages; 4 no server confirmed the subscription within --confirm-timeout (all d
     "to all K). Fewer refreshes; each message arrives K' times at most.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
-@click.option(
-    "--count",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Exit 0 after this many messages (0: run until interrupted).",
+@count_option(
+    "--count", default=0, help="Exit 0 after this many messages (0: run until interrupted)."
 )
 @click.option(
     "--timeout",
@@ -330,7 +311,7 @@ messages; 4 no server confirmed the subscription within --confirm-timeout (all d
     default=5.0,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
-    help="Exit 4 if no server has confirmed the subscription within this many seconds.",
+    help="Exit 1 if no server has confirmed the subscription within this many seconds.",
 )
 @click.option(
     "--refresh-factor",
@@ -346,6 +327,7 @@ def subscribe(
     servers_file: str | None,
     k: int,
     log_format: str,
+    log_level: str,
     k_prime: int | None,
     as_json: bool,
     count: int,
@@ -357,7 +339,7 @@ def subscribe(
     """Print the messages published on TOPIC... (each once)."""
     from echo.log import configure_logging
 
-    configure_logging(log_format, "warning")  # type: ignore[arg-type]
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
     listed = _servers(servers, servers_file)
     for topic in topics:
         _check_topic(topic)
@@ -410,7 +392,7 @@ async def _subscribe(
                     f"(tried {', '.join(chosen)})",
                     err=True,
                 )
-                return 4
+                return EXIT_FAILURE
             if missing:
                 click.echo(
                     f"echo-topic: {topic!r}: no answer yet from {', '.join(missing)}; "
@@ -435,8 +417,8 @@ PUBLISH_EPILOG = """\b
 UDP gives no receipt: the message is sent to the topic's servers (K, or K' with --k-prime),
 --copies times each, and delivered to whoever is subscribed there at that moment.
 \b
-Exit status: 0 sent; 1 a server name that does not resolve or a socket error; 2 a bad command
-line (including a message too long for one --max-datagram datagram).
+Exit status: 0 sent; 1 a socket error; 2 a bad command line (including a server name that does
+not resolve and a message too long for one --max-datagram datagram).
 """
 
 
@@ -478,6 +460,7 @@ def publish(
     servers_file: str | None,
     k: int,
     log_format: str,
+    log_level: str,
     k_prime: int | None,
     as_json: bool,
     copies: int,
@@ -489,12 +472,19 @@ def publish(
     """Publish MESSAGE on TOPIC ("-" reads the message from standard input)."""
     from echo.log import configure_logging
 
-    configure_logging(log_format, "warning")  # type: ignore[arg-type]
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
     listed = _servers(servers, servers_file)
     _check_topic(topic)
     if k_prime is not None and k_prime > k:
         raise click.BadParameter(f"--k-prime {k_prime} is more than --k {k}")
     data = sys.stdin.buffer.read() if message == "-" else message.encode()
+    length = len(format_publish(topic.encode(), data, new_message_id()))
+    if length > max_datagram:
+        raise click.BadParameter(
+            f"a publish line of {length} bytes does not fit one {max_datagram}-byte datagram "
+            "(--max-datagram); shorten the message",
+            param_hint="MESSAGE",
+        )
     config = ClientConfig(
         k=k,
         publish_k_prime=k_prime,

@@ -206,9 +206,22 @@ def test_a_failed_handshake_is_the_client_s_failure(error: Exception, failure: F
 
 
 def test_exit_codes() -> None:
-    assert [exit_code(kind) for kind in FailureKind] == [2, 3, 4, 4]
-    assert Failure(FailureKind.REJECTED, "x").exit_code == 2
+    assert {kind: exit_code(kind) for kind in FailureKind} == {
+        FailureKind.REJECTED: 5,
+        FailureKind.TIMED_OUT: 3,
+        FailureKind.PROTOCOL: 4,
+        FailureKind.CONNECTION: 4,
+    }
+    assert Failure(FailureKind.REJECTED, "x").exit_code == 5
     assert Failure(FailureKind.TIMED_OUT, "x").exit_code == 3
+    # No answer at all (the all-clients channel never connected) is exit 1, as for every CLI;
+    # silence after the server answered is still a timeout.
+    connecting = Failure(FailureKind.TIMED_OUT, "x", HandshakeState.CONNECTING)
+    assert connecting.no_answer and connecting.exit_code == 1
+    for phase in (HandshakeState.AWAITING_CONNECT, HandshakeState.JOINING):
+        later = Failure(FailureKind.TIMED_OUT, "x", phase)
+        assert not later.no_answer and later.exit_code == 3
+    assert not Failure(FailureKind.CONNECTION, "x", HandshakeState.CONNECTING).no_answer
 
 
 # ---- timeouts --------------------------------------------------------------------------------

@@ -36,20 +36,29 @@ def run(
 
 
 def start_lobby(log: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:
-    """echo-lobby as a process, its output in `log` (a pipe nobody reads could fill up)."""
-    port = free_base(40)
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*LOBBY, "--port", str(port), "--max-clients", "16", "--log-format", "json", *args],
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 30
-    while '"listening"' not in log.read_text():
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
-    return process, port
+    """echo-lobby as a process, its output in `log` (a pipe nobody reads could fill up).
+
+    The server binds its 34 ports at start; one that another program took between the probe
+    and the start (other test runs share the machine) is tried again on other ports.
+    """
+    for _ in range(5):
+        port = free_base(40)
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [*LOBBY, "--port", str(port), "--max-clients", "16", "--log-format", "json", *args],
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while '"listening"' not in log.read_text():
+            if process.poll() == 1 and "Address already in use" in log.read_text():
+                break
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        else:
+            return process, port
+    raise AssertionError(f"no free ports for echo-lobby: {log.read_text()}")
 
 
 @pytest.fixture

@@ -30,13 +30,32 @@ async def echo_app(session: es.Session) -> None:
         await session.send(data)
 
 
+class NotHeld:
+    """echo.session.held.HeldPorts for a server on a memory network: nothing to hold."""
+
+    def __init__(self, net: MemoryNetwork, address: str, ports: object) -> None:
+        self.socket_factory = net
+
+    def hold(self) -> None:
+        pass
+
+    def returned(self, ports: object) -> None:
+        pass
+
+    def sweep(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def memory_server(monkeypatch: pytest.MonkeyPatch, net: MemoryNetwork) -> None:
     """Servers of this test open their transport on `net`."""
     monkeypatch.setattr(
         server_module, "open_transport", functools.partial(open_transport, socket_factory=net)
     )
-    # Shared ports are probed on the kernel's sockets at start-up: meaningless here.
-    monkeypatch.setattr(server_module, "check_ports_free", lambda address, ports: None)
+    # Duologue ports are held on the kernel's sockets while a server runs: not here.
+    monkeypatch.setattr(server_module, "HeldPorts", functools.partial(NotHeld, net))
 
 
 def config(shared: bool = False) -> es.ServerConfig:

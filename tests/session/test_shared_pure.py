@@ -1,23 +1,17 @@
-"""Unit tests written to kill surviving mutants (./dev mutate); see docs/mutation.md.
+"""Unit tests written to kill surviving mutants (./dev mutate); see README, Mutation testing.
 
 Covers echo.session.shared: SharedPorts (every duologue gets the same two ports, holders are
 counted per pair, a pair is freed data port first, double frees and foreign ports are refused
-with the documented error) and check_ports_free (a port really bound by another UDP socket on
-127.0.0.1 or ::1 is refused, named, with its errno; free ports pass).
+with the documented error). The ports a server holds from its start: tests/session/test_held.py.
 """
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import socket
-from collections.abc import Iterator
 
 import pytest
 
 from echo.session.allocators import AllocationError
-from echo.session.ports import check_ports_free
 from echo.session.shared import SharedPorts
 
 
@@ -111,67 +105,3 @@ def test_single_ports_are_never_handed_out() -> None:
     with pytest.raises(AllocationError, match=exactly(message)):
         ports.allocate()
     assert ports.holders == 0
-
-
-# ---- check_ports_free ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def held_v4() -> Iterator[int]:
-    """A UDP port on 127.0.0.1 that another socket holds for the test's duration."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
-        holder.bind(("127.0.0.1", 0))
-        yield holder.getsockname()[1]
-
-
-@pytest.fixture
-def held_v6() -> Iterator[int]:
-    """A UDP port on ::1 that another socket holds for the test's duration."""
-    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as holder:
-        try:
-            holder.bind(("::1", 0))
-        except OSError:
-            pytest.skip("no IPv6 loopback")
-        yield holder.getsockname()[1]
-
-
-def free_port(family: socket.AddressFamily, address: str) -> int:
-    """A UDP port nobody holds right now (bound once, then closed)."""
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        probe.bind((address, 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
-IN_USE = f"[Errno {errno.EADDRINUSE}] cannot bind UDP {{}} (a shared duologue port): " + (
-    os.strerror(errno.EADDRINUSE)
-)
-
-
-def test_free_ipv4_ports_pass_and_stay_free() -> None:
-    ports = (free_port(socket.AF_INET, "127.0.0.1"), free_port(socket.AF_INET, "127.0.0.1"))
-    check_ports_free("127.0.0.1", ports)
-    for port in ports:  # the probes were closed: the server can bind the ports now
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as again:
-            again.bind(("127.0.0.1", port))
-
-
-def test_free_ipv6_ports_pass(held_v6: int) -> None:
-    check_ports_free("::1", (free_port(socket.AF_INET6, "::1"), free_port(socket.AF_INET6, "::1")))
-
-
-def test_a_udp_port_held_on_ipv4_is_refused_and_named(held_v4: int) -> None:
-    free = free_port(socket.AF_INET, "127.0.0.1")
-    with pytest.raises(OSError) as caught:
-        check_ports_free("127.0.0.1", (free, held_v4))
-    error = caught.value
-    assert type(error) is OSError and error.errno == errno.EADDRINUSE
-    assert str(error) == IN_USE.format(f"127.0.0.1:{held_v4}")
-    assert error.__cause__ is None and error.__suppress_context__
-
-
-def test_a_udp_port_held_on_ipv6_is_refused_and_named_in_brackets(held_v6: int) -> None:
-    with pytest.raises(OSError) as caught:
-        check_ports_free("::1", (held_v6,))
-    assert caught.value.errno == errno.EADDRINUSE
-    assert str(caught.value) == IN_USE.format(f"[::1]:{held_v6}")

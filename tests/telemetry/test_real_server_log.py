@@ -87,7 +87,7 @@ def test_report_of_a_real_server_run_has_exact_counts(spark: Any, tmp_path: Path
                 text=True,
                 timeout=60,
             )
-            assert refused.returncode == 2
+            assert refused.returncode == 5  # rejected by the server
         for holder in holders:
             out, _ = holder.communicate(timeout=60)
             assert holder.returncode == 0 and json.loads(out)["received"] == _HOLDER_ECHOES

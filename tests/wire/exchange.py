@@ -95,8 +95,14 @@ class Recorder:
         async def recording_open_transport(
             config: TransportConfig | None = None, *, socket_factory: Any = None
         ) -> AsyncIterator[Transport]:
-            # (The exchange's lossy network, if any, stands in for the caller's factory.)
-            factory = network if network is not None else socket_factory
+            # (The exchange's lossy network, if any, stands in for the caller's factory; for a
+            # server's held duologue ports it binds the port once the placeholder let it go.)
+            held = getattr(socket_factory, "__self__", None)
+            if network is not None and held is not None:
+                held.inner = network
+                factory = socket_factory
+            else:
+                factory = network if network is not None else socket_factory
             opened = (
                 open_transport(config, socket_factory=factory)
                 if factory is not None

@@ -122,9 +122,12 @@ def main(port: int, clients: int, count: int) -> None:
         f"server exit status {server_code}; client exit statuses: "
         + ", ".join(f"{k}={v}" for k, v in codes.items())
     )
-    print("(0 = done, 2 = rejected by the server, 3 = timed out, 4 = connection error)")
+    print(
+        "(0 = done, 1 = no server answered, 3 = timed out, 4 = connection error, "
+        "5 = rejected by the server)"
+    )
     expected_ok = all(codes[f"client{i + 1}"] == 0 for i in range(clients))
-    sys.exit(0 if expected_ok and codes.get("client+") == 2 and server_code == 0 else 1)
+    sys.exit(0 if expected_ok and codes.get("client+") == 5 and server_code == 0 else 1)
 
 
 if __name__ == "__main__":  # pragma: no cover

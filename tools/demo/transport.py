@@ -15,6 +15,7 @@ from typing import Any
 import click
 import trio
 
+from echo._cli import PORT, count_option, fail, log_options, one_line, sole_error
 from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
 from echo.transport.sockets import SOL_UDP, UDP_GRO, SocketFactory, open_udp_socket
 
@@ -141,9 +142,17 @@ async def _demo(port: int, count: int, loss: float) -> None:
     say("Done.")
 
 
-@click.command()
-@click.option("--port", default=40123, show_default=True, help="UDP port on 127.0.0.1 to use.")
-@click.option("--count", default=2000, show_default=True, help="Messages to send.")
+EPILOG = """\b
+Exit status: 0 every message arrived; 1 the port is in use, or a message did not arrive
+intact; 2 a bad command line.
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.option(
+    "--port", default=40123, show_default=True, type=PORT, help="UDP port on 127.0.0.1 to use."
+)
+@count_option("--count", default=2000, help="Messages to send before the big one.")
 @click.option(
     "--loss",
     default=0.1,
@@ -151,9 +160,21 @@ async def _demo(port: int, count: int, loss: float) -> None:
     type=click.FloatRange(0.0, 0.5),
     help="Fraction of received datagrams to drop, to show NAK-based recovery.",
 )
-def main(port: int, count: int, loss: float) -> None:
-    """Run a publication and a subscription of the echo transport over loopback."""
-    trio.run(_demo, port, count, loss)
+@log_options(default_level="warning")
+def main(port: int, count: int, loss: float, log_format: str, log_level: str) -> None:
+    """Run a publication and a subscription of the echo transport over loopback, explained
+    step by step: the handshake, messages, a fragmented one, recovery from loss, the end."""
+    from echo.log import configure_logging
+
+    configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    try:
+        trio.run(_demo, port, count, loss)
+    except BaseException as error:
+        found = sole_error(error, (OSError, trio.TooSlowError))
+        if found is None:
+            raise
+        why = one_line(found) if isinstance(found, OSError) else "a message did not arrive in time"
+        fail("transport-demo", why)
 
 
 if __name__ == "__main__":  # pragma: no cover
