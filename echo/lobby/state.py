@@ -308,6 +308,18 @@ class LobbyRegistry:
         lobby = self._lobbies.get(lobby_id)
         return None if lobby is None else len(lobby.members)
 
+    def census(self) -> tuple[Counter[str], Counter[Presence]]:
+        """Lobbies by state ("listed", "private", "locked": a locked lobby counts as locked
+        whatever its visibility) and their members by presence: one pass over every lobby,
+        for the metrics (scraped every few seconds, not per request)."""
+        lobbies: Counter[str] = Counter()
+        members: Counter[Presence] = Counter()
+        for lobby in self._lobbies.values():
+            lobbies["locked" if lobby.locked else "private" if lobby.private else "listed"] += 1
+            for member in lobby.members.values():
+                members[member.presence] += 1
+        return lobbies, members
+
     def __len__(self) -> int:
         return len(self._lobbies)
 
@@ -758,6 +770,7 @@ class LobbyRegistry:
             start = GameStarting(lobby.lobby_id, server.server_id, server.address, ticket)
             self._out.append(Send((m.member_id,), start))
         self.counters["games_started"] += 1
+        self.counters["tickets_issued"] += len(connected)
         return Done(req.request_id)
 
     # --- recreate (issue 18 item 4) ------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+from collections import Counter
 from collections.abc import Callable
 
 import click
@@ -16,6 +17,8 @@ import structlog
 import trio
 
 from echo._cli import one_line, sole_error
+from echo.ops.cli import Ops, metrics_option, open_ops
+from echo.ops.metrics import TicketCollector, session_collectors
 from echo.server.config import ServerConfig
 from echo.server.server import EchoServer, echo_application
 from echo.session.server import SessionServer
@@ -130,6 +133,7 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
     "this key file (lines 'KEY_ID HEX_SECRET'; see echo-lobby --help). The ticket must name "
     "this server: --server-id if given, else ADDRESS:PORT. Without it, no ticket is asked.",
 )
+@metrics_option()
 @click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
@@ -158,6 +162,7 @@ def main(
     ip_salt: str | None,
     no_validation: bool,
     ticket_key_path: str | None,
+    metrics: tuple[str, int] | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -182,8 +187,12 @@ def main(
         raise click.UsageError(str(error)) from None
     server_name = server_id or f"{socket.gethostname()}:{port}"
     admit = None
+    tickets: Counter[str] = Counter()
     if ticket_key_path is not None:
-        admit = ticket_admission(ticket_key_path, server_id or f"{address}:{port}")
+        admit = ticket_admission(ticket_key_path, server_id or f"{address}:{port}", tickets)
+    ops = open_ops(metrics, "echo-server")
+    if ops is not None and admit is not None:
+        ops.register(TicketCollector(tickets))
     try:
         events = EventLog(
             events_path,
@@ -194,7 +203,7 @@ def main(
         raise click.UsageError(f"cannot open --events {events_path}: {error}") from None
     try:
         transport = echo_timers(validate_addresses=not no_validation)
-        trio.run(_serve, config, events, transport, admit)
+        trio.run(_serve, config, events, transport, admit, ops)
     except BaseException as error:
         # A port in use, an address not on this host: one clear line and exit 1.
         found = sole_error(error, (OSError, UriError))
@@ -256,9 +265,12 @@ async def trim_heap(interval: float = HEAP_TRIM_INTERVAL) -> None:
         trim()
 
 
-def ticket_admission(path: str, ticket_server_id: str) -> Callable[[object, bytes], str | None]:
+def ticket_admission(
+    path: str, ticket_server_id: str, outcomes: Counter[str] | None = None
+) -> Callable[[object, bytes], str | None]:
     """The admission hook of `--ticket-key`: a HELLO must carry a valid game ticket of the
-    lobby service (echo.lobby.tickets) for this server; the reason otherwise."""
+    lobby service (echo.lobby.tickets) for this server; the reason otherwise. Each verdict is
+    counted in `outcomes` ("admitted", "missing", or the refusal's reason, lower case)."""
     import time
 
     from echo.lobby.keyfile import KeyFileError, read_key_file
@@ -269,14 +281,18 @@ def ticket_admission(path: str, ticket_server_id: str) -> Callable[[object, byte
     except KeyFileError as error:
         raise click.UsageError(f"--ticket-key: {error}") from None
     log = structlog.get_logger("echo.server")
+    counted: Counter[str] = Counter() if outcomes is None else outcomes
 
     def admit(peer: object, credentials: bytes) -> str | None:
         if not credentials:
+            counted["missing"] += 1
             return "a game ticket is required"
         verdict = verify(credentials, keyring, ticket_server_id, time.time())
         if isinstance(verdict, TicketRefusal):
+            counted[verdict.reason.name.lower()] += 1
             log.info("ticket_refused", reason=verdict.reason.name, detail=verdict.detail)
             return f"ticket refused: {verdict.reason.name.lower()}"
+        counted["admitted"] += 1
         log.info("ticket_admitted", lobby_id=verdict.lobby_id, member_id=verdict.member_id)
         return None
 
@@ -288,6 +304,7 @@ async def _serve(
     events: object,
     transport: TransportConfig,
     admit: Callable[[object, bytes], str | None] | None = None,
+    ops: Ops | None = None,
 ) -> None:
     log = structlog.get_logger("echo.server")
     server: SessionServer
@@ -304,6 +321,9 @@ async def _serve(
         )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
+            if ops is not None:
+                await ops.start(nursery)
+                ops.register(*session_collectors(server))
             await nursery.start(server.run)
             nursery.start_soon(trim_heap)
             frozen = freeze_start_up_objects()
@@ -317,8 +337,12 @@ async def _serve(
                 pid=os.getpid(),
                 gc_frozen=frozen,
             )
+            if ops is not None:
+                ops.health.ready()
             async for signum in signals:
                 log.info("shutting_down", signal=signal.Signals(signum).name)
+                if ops is not None:
+                    ops.health.draining()
                 await server.stop(reason=signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeAlias
 
@@ -34,6 +35,7 @@ from echo.protocol import (
     ERROR_BAD_MESSAGE,
     ERROR_SERVER_FULL,
     ERROR_SHUTTING_DOWN,
+    ERROR_TOO_MANY_FOR_IP,
     RESERVED_SESSION_HIGH,
     RESERVED_SESSION_LOW,
     AllClientsError,
@@ -88,6 +90,33 @@ OPEN_ATTEMPTS = 8
 DEFAULT_APP_GRACE = 2.0
 #: What the peer is told when the application raised.
 ERROR_APPLICATION = "application error"
+
+#: What became of a HELLO, for the metrics: a duologue, or which refusal.
+ADMISSION_RESULTS = (
+    "accepted",
+    "server_full",
+    "per_ip_limit",
+    "bad_message",
+    "refused",  # by the admission hook (a ticket, a ban): its reason is free text
+    "unvalidated",  # from an address that never answered the MDC cookie (dropped silently)
+)
+_REFUSALS = {
+    ERROR_SERVER_FULL: "server_full",
+    ERROR_TOO_MANY_FOR_IP: "per_ip_limit",
+    ERROR_BAD_MESSAGE: "bad_message",
+}
+#: Why duologues end, as counted (any other reason, a free-text close, counts as "other").
+CLOSE_REASONS = (
+    "closed",
+    "client gone",
+    "send failed",
+    "expired",
+    "evicted",
+    ERROR_SHUTTING_DOWN,
+    ERROR_APPLICATION,
+    "too slow",
+    "other",
+)
 
 Application: TypeAlias = Callable[[Session], Awaitable[None]]
 #: admit(peer, credentials) -> None to admit, or the reason to refuse (sent as ERROR)
@@ -221,6 +250,11 @@ class SessionServer:
         self.resumes_refused = 0
         #: duologue tasks running (a task leak shows here)
         self.tasks = 0
+        #: HELLOs by outcome (`ADMISSION_RESULTS`), sessions joined, duologues ended by why
+        #: (`CLOSE_REASONS`): the operations metrics read these (echo.ops.metrics)
+        self.admissions: Counter[str] = Counter()
+        self.sessions_opened = 0
+        self.closes: Counter[str] = Counter()
 
     @property
     def ports(self) -> PortAllocator:
@@ -349,6 +383,7 @@ class SessionServer:
             log.warning("reply_failed", client_session=client_session, error=error.name)
 
     async def _refuse(self, reason: str, client_session: int, fields: dict[str, Any]) -> None:
+        self.admissions[_REFUSALS.get(reason, "refused")] += 1
         self.events.emit("hello_rejected", reason=reason, **fields)
         await self._reply(format_message(AllClientsError(client_session, reason)), client_session)
 
@@ -368,6 +403,7 @@ class SessionServer:
             # silently: a reply could not reach it anyway, and a duologue would only hold the
             # victim's per-IP slots.
             self.unvalidated_hellos += 1
+            self.admissions["unvalidated"] += 1
             self.events.emit("hello_rejected", reason="unvalidated address", **fields)
             return
         parsed = parse_client_request_untrusted(message.data, credentials=self.admit is not None)
@@ -413,6 +449,7 @@ class SessionServer:
             text = format_resumable_connect(ResumableConnect(reply, secret ^ parsed.pad))
         else:
             text = format_message(reply)
+        self.admissions["accepted"] += 1
         await self._reply(text, client_session)
 
     async def _on_resume(self, request: Resume, message: Message, key: str) -> None:
@@ -674,6 +711,7 @@ class SessionServer:
                 source_port=image.source_port,
             )
             return
+        self.sessions_opened += 1
         self.events.emit(
             "duologue_connected",
             duologue_id=duologue.duologue_id,
@@ -818,6 +856,7 @@ class SessionServer:
         if not self.admission.release(slot):
             return
         duologue.close_reason = reason
+        self.closes[reason if reason in CLOSE_REASONS else "other"] += 1
         self.duologues.pop(slot.slot_id, None)
         duologue.cancel_scope.cancel()
         if duologue.session is not None:
