@@ -471,9 +471,11 @@ class LobbyServer:
         """One request of `conn`'s member from its logical `channel`: the reply, the updates,
         and the channel's credit for the request (released here, once processed) go out
         together, in one session message to the member."""
+        started = time.perf_counter()
         self._holding = True
+        kind: type[Request] | None = None
         try:
-            self._handle_request(conn.member_id, data, Channel(channel.channel_id))
+            kind = self._handle_request(conn.member_id, data, Channel(channel.channel_id))
         finally:
             channel.done(defer=True)
             if not conn.queued and conn.channels is not None:
@@ -481,6 +483,9 @@ class LobbyServer:
                 self._touched.append(conn)
             self._holding = False
             self._flush()
+        timed = None if kind is None else self.latency.get(kind)
+        if timed is not None:
+            timed.observe(time.perf_counter() - started)
         self._wake_expiry.set()
 
     def _handle_request(

@@ -1,14 +1,14 @@
 """`--metrics ADDRESS:PORT` for every server's command line, and what it starts.
 
-    @metrics_option()                       # on the click command
-    ops = open_ops(metrics, "echo-server")  # before trio.run: binds, or exits 1 naming the port
+@metrics_option()                       # on the click command
+ops = open_ops(metrics, "echo-server")  # before trio.run: binds, or exits 1 naming the port
+...
+async with trio.open_nursery() as nursery:
+    await ops.start(nursery)            # serves /metrics, /healthz; /readyz says starting
+    ops.register(SomeCollector(...))
+    ops.health.ready()                  # once the server listens
     ...
-    async with trio.open_nursery() as nursery:
-        await ops.start(nursery)            # serves /metrics, /healthz; /readyz says starting
-        ops.register(SomeCollector(...))
-        ops.health.ready()                  # once the server listens
-        ...
-        ops.health.draining()               # on SIGTERM, before stopping
+    ops.health.draining()               # on SIGTERM, before stopping
 """
 
 from __future__ import annotations

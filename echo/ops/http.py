@@ -102,8 +102,8 @@ class OpsHttpServer:
             async with stream:
                 with trio.move_on_after(REQUEST_TIMEOUT):
                     await self._converse(stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass  # the client went away mid-answer: nothing to tell it
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, h11.ProtocolError):
+            pass  # the client went away mid-answer, or broke HTTP after it: nothing to tell it
         finally:
             self.connections -= 1
 
@@ -116,15 +116,16 @@ class OpsHttpServer:
             except h11.RemoteProtocolError as error:
                 self.bad_requests += 1
                 if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                    # (What was wrong is not echoed back: the reply reflects nothing it got.)
                     status = error.error_status_hint
-                    await _send(conn, stream, _plain(status, f"bad request: {error}\n"), True)
+                    await _send(conn, stream, _plain(status, "bad request\n"), False)
                 return
             if not isinstance(event, h11.Request):
                 return  # ConnectionClosed: the client is done
             self.requests += 1
             await _send(conn, stream, self._answer(event), event.method == b"HEAD")
-            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                return  # not keep-alive (or a body we did not read): close
+            if conn.our_state is not h11.DONE or not await _end_of_request(conn, stream):
+                return  # not keep-alive, or a body we did not read: close
             try:
                 conn.start_next_cycle()
             except h11.LocalProtocolError:
@@ -163,19 +164,27 @@ def _plain(status: int, text: str) -> _Response:
 
 
 async def _next_event(conn: h11.Connection, stream: trio.SocketStream) -> h11.Event:
-    """The next request (or the end of the connection), skipping any body it carries."""
+    """The next request, or the end of the connection."""
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            if conn.they_are_waiting_for_100_continue:
-                return h11.ConnectionClosed()  # no request of ours has a body: do not ask
             conn.receive_data(await stream.receive_some(_RECEIVE_SIZE))
             continue
-        if isinstance(event, h11.Request | h11.ConnectionClosed):
+        if isinstance(event, h11.Request):
             return event
-        if event is h11.PAUSED:
-            return h11.ConnectionClosed()
-        # Data / EndOfMessage of a body nobody asked for: read past it.
+        return h11.ConnectionClosed()  # closed, or PAUSED by a state we do not continue
+
+
+async def _end_of_request(conn: h11.Connection, stream: trio.SocketStream) -> bool:
+    """Read to the end of the request just answered; False if it carries a body (none of
+    ours takes one: the connection is closed rather than read through)."""
+    while conn.their_state is h11.SEND_BODY:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await stream.receive_some(_RECEIVE_SIZE))
+        elif not isinstance(event, h11.EndOfMessage):
+            return False
+    return conn.their_state is h11.DONE
 
 
 async def _send(
