@@ -100,8 +100,7 @@ class OpsHttpServer:
     async def _connection(self, stream: trio.SocketStream) -> None:
         try:
             async with stream:
-                with trio.move_on_after(REQUEST_TIMEOUT):
-                    await self._converse(stream)
+                await self._converse(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, h11.ProtocolError):
             pass  # the client went away mid-answer, or broke HTTP after it: nothing to tell it
         finally:
@@ -111,25 +110,37 @@ class OpsHttpServer:
         """Requests of one connection, one after another (keep-alive), until it closes."""
         conn = h11.Connection(h11.SERVER)
         while True:
-            try:
-                event = await _next_event(conn, stream)
-            except h11.RemoteProtocolError as error:
-                self.bad_requests += 1
-                if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                    # (What was wrong is not echoed back: the reply reflects nothing it got.)
-                    status = error.error_status_hint
-                    await _send(conn, stream, _plain(status, "bad request\n"), False)
-                return
-            if not isinstance(event, h11.Request):
-                return  # ConnectionClosed: the client is done
-            self.requests += 1
-            await _send(conn, stream, self._answer(event), event.method == b"HEAD")
-            if conn.our_state is not h11.DONE or not await _end_of_request(conn, stream):
-                return  # not keep-alive, or a body we did not read: close
-            try:
-                conn.start_next_cycle()
-            except h11.LocalProtocolError:
-                return
+            # Each request (and the wait for it on a kept-alive connection) and its answer
+            # get REQUEST_TIMEOUT: a slow or silent client is dropped, a scraper that keeps
+            # its connection and asks every few seconds is not.
+            with trio.move_on_after(REQUEST_TIMEOUT):
+                if await self._one_request(conn, stream):
+                    continue
+            return
+
+    async def _one_request(self, conn: h11.Connection, stream: trio.SocketStream) -> bool:
+        """Read one request and answer it; True if the connection goes on to another."""
+        try:
+            event = await _next_event(conn, stream)
+        except h11.RemoteProtocolError as error:
+            self.bad_requests += 1
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                # (What was wrong is not echoed back: the reply reflects nothing it got.)
+                status = error.error_status_hint
+                await _send(conn, stream, _plain(status, "bad request\n"), False)
+                await _linger(stream)
+            return False
+        if not isinstance(event, h11.Request):
+            return False  # ConnectionClosed: the client is done
+        self.requests += 1
+        await _send(conn, stream, self._answer(event), event.method == b"HEAD")
+        if conn.our_state is not h11.DONE or not await _end_of_request(conn, stream):
+            return False  # not keep-alive, or a body we did not read: close
+        try:
+            conn.start_next_cycle()
+        except h11.LocalProtocolError:  # pragma: no cover - both sides are DONE here
+            return False
+        return True
 
     def _answer(self, request: h11.Request) -> _Response:
         target = request.target.decode("ascii", "replace")
@@ -203,6 +214,17 @@ async def _send(
     except h11.LocalProtocolError:
         return
     await stream.send_all(data)
+
+
+async def _linger(stream: trio.SocketStream) -> None:
+    """End our side and read (and drop) what the client still sends, briefly, before the
+    close: a close with unread bytes makes the kernel send a reset, which can destroy the
+    answer before the client read it (the "lingering close" of web servers)."""
+    with trio.move_on_after(1.0):
+        await stream.send_eof()
+        for _ in range(64):
+            if not await stream.receive_some(_RECEIVE_SIZE):
+                return
 
 
 async def _discard(stream: trio.SocketStream) -> None:

@@ -346,7 +346,13 @@ class LobbyCollector(Collector):
         for histogram in server.latency.values():
             if id(histogram) not in seen:
                 seen.add(id(histogram))
-                yield from histogram.collect()
+                for family in histogram.collect():
+                    # (Without the client library's `_created` series: a start time per
+                    # histogram says nothing process_start_time_seconds does not.)
+                    family.samples = [
+                        s for s in family.samples if s.name != family.name + "_created"
+                    ]
+                    yield family
 
 
 # ------------------------------------------------------------------------------ topics
