@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import click
 import structlog
@@ -30,7 +30,8 @@ Clients connect with:  echo-client --server ADDRESS --port PORT --control-port C
 Ports to open in the firewall (all UDP): --port and --control-port, and
   --duologue-ports shared:     clients-base-port and clients-base-port + 1 (every client);
   --duologue-ports per-client: [clients-base-port, clients-base-port + 2 * max-clients).
-SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit 0.
+SIGINT or SIGTERM: no more clients are admitted; after --drain-timeout (a second signal
+  cuts it short), clients still connected get "ERROR server shutting down", then exit 0.
 Exit status 1: a port in use or an address not on this host; 2: a bad command line.
 """
 
@@ -135,6 +136,15 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
 )
 @metrics_option()
 @click.option(
+    "--drain-timeout",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="On SIGTERM or SIGINT, stop admitting (/readyz says 503) and let the open sessions "
+    "end by themselves for up to this many seconds before the rest are told the server is "
+    "shutting down. 0: at once.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -163,6 +173,7 @@ def main(
     no_validation: bool,
     ticket_key_path: str | None,
     metrics: tuple[str, int] | None,
+    drain_timeout: float,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -203,7 +214,7 @@ def main(
         raise click.UsageError(f"cannot open --events {events_path}: {error}") from None
     try:
         transport = echo_timers(validate_addresses=not no_validation)
-        trio.run(_serve, config, events, transport, admit, ops)
+        trio.run(_serve, config, events, transport, admit, ops, drain_timeout)
     except BaseException as error:
         # A port in use, an address not on this host: one clear line and exit 1.
         found = sole_error(error, (OSError, UriError))
@@ -305,6 +316,7 @@ async def _serve(
     transport: TransportConfig,
     admit: Callable[[object, bytes], str | None] | None = None,
     ops: Ops | None = None,
+    drain_timeout: float = 0.0,
 ) -> None:
     log = structlog.get_logger("echo.server")
     server: SessionServer
@@ -343,9 +355,28 @@ async def _serve(
                 log.info("shutting_down", signal=signal.Signals(signum).name)
                 if ops is not None:
                     ops.health.draining()
+                if drain_timeout > 0:
+                    await _drain(server, drain_timeout, signals)
                 await server.stop(reason=signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
+
+
+async def _drain(server: SessionServer, timeout: float, signals: AsyncIterator[int]) -> None:
+    """Admit nobody and wait for the open sessions to end, up to `timeout` seconds or until
+    another signal comes."""
+    log = structlog.get_logger("echo.server")
+    async with trio.open_nursery() as nursery:
+
+        async def cut_short() -> None:
+            async for signum in signals:
+                log.info("drain_cut_short", signal=signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+
+        nursery.start_soon(cut_short)
+        drained = await server.drain(timeout)
+        log.info("drained" if drained else "drain_timed_out", sessions_left=len(server.duologues))
+        nursery.cancel_scope.cancel()
 
 
 if __name__ == "__main__":  # pragma: no cover

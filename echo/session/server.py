@@ -98,12 +98,14 @@ ADMISSION_RESULTS = (
     "per_ip_limit",
     "bad_message",
     "refused",  # by the admission hook (a ticket, a ban): its reason is free text
+    "draining",  # the server is draining: it lets its sessions end and admits nobody
     "unvalidated",  # from an address that never answered the MDC cookie (dropped silently)
 )
 _REFUSALS = {
     ERROR_SERVER_FULL: "server_full",
     ERROR_TOO_MANY_FOR_IP: "per_ip_limit",
     ERROR_BAD_MESSAGE: "bad_message",
+    ERROR_SHUTTING_DOWN: "draining",
 }
 #: Why duologues end, as counted (any other reason, a free-text close, counts as "other").
 CLOSE_REASONS = (
@@ -242,6 +244,9 @@ class SessionServer:
         self.app_grace = app_grace
         self._nursery: trio.Nursery | None = None
         self._stopping = False
+        #: set by `drain`: HELLOs are refused, sessions go on; `_emptied` wakes it
+        self.draining = False
+        self._emptied: trio.Event | None = None
         self.hellos = 0
         self.unvalidated_hellos = 0
         self.application_errors = 0
@@ -321,6 +326,22 @@ class SessionServer:
             log.info("transport_counters", **counters)
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+
+    async def drain(self, timeout: float) -> bool:
+        """Stop admitting and wait, up to `timeout` seconds, for every duologue to end.
+
+        New HELLOs are refused ("server shutting down") from now on; sessions already open
+        go on until their clients close them (RESUMEs still work). True if every duologue
+        ended in time; either way the server still runs: `stop()` ends what is left.
+        """
+        if not self.draining:
+            self.draining = True
+            log.info("server_draining", duologues_open=len(self.duologues))
+        with trio.move_on_after(timeout):
+            while self.duologues:
+                self._emptied = trio.Event()
+                await self._emptied.wait()
+        return not self.duologues
 
     async def _say_goodbye(self, duologue: Duologue) -> None:
         publication = duologue.publication
@@ -413,6 +434,9 @@ class SessionServer:
         self.events.emit("hello_received", **fields)
         if isinstance(parsed, BadMessage):
             await self._refuse(ERROR_BAD_MESSAGE, client_session, fields)
+            return
+        if self.draining:
+            await self._refuse(ERROR_SHUTTING_DOWN, client_session, fields)
             return
         resumable = isinstance(parsed, ResumableHello)
         request = parsed.hello if isinstance(parsed, ResumableHello) else parsed
@@ -858,6 +882,8 @@ class SessionServer:
         duologue.close_reason = reason
         self.closes[reason if reason in CLOSE_REASONS else "other"] += 1
         self.duologues.pop(slot.slot_id, None)
+        if not self.duologues and self._emptied is not None:
+            self._emptied.set()
         duologue.cancel_scope.cancel()
         if duologue.session is not None:
             duologue.session._mark_closed(reason)
