@@ -152,7 +152,12 @@ class OpsHttpServer:
         if request.method not in (b"GET", b"HEAD"):
             status, reason, body, extra = _plain(405, "only GET and HEAD\n")
             return status, reason, body, [*extra, ("allow", "GET, HEAD")]
-        return route(headers)
+        try:
+            return route(headers)
+        except Exception:
+            # A collector that fails (a bug) costs its scrape, never the game server.
+            log.exception("metrics_failed", path=path)
+            return _plain(500, "internal error\n")
 
     def _metrics(self, headers: dict[str, str]) -> _Response:
         encoder, content_type = choose_encoder(headers.get("accept", ""))
@@ -166,7 +171,13 @@ class OpsHttpServer:
         return _plain(200 if self.health.is_ready else 503, f"{state.value}\n")
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+}
 
 
 def _plain(status: int, text: str) -> _Response:

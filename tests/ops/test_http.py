@@ -200,3 +200,15 @@ async def test_a_kept_alive_connection_lives_as_long_as_it_asks_in_time(
             assert answer.startswith(b"HTTP/1.1 200 OK")
         with trio.fail_after(http.REQUEST_TIMEOUT + 5):
             assert await stream.receive_some(100) == b""  # idle past the timeout: closed
+
+
+class Broken:
+    def collect(self) -> list[object]:
+        raise RuntimeError("a collector with a bug")
+
+
+async def test_a_failing_collector_costs_its_scrape_not_the_server(ops: Ops) -> None:
+    ops.register(Broken())  # type: ignore[arg-type]
+    answer = await exchange(ops.address[1], request("/metrics"))
+    assert answer.startswith(b"HTTP/1.1 500 ")
+    assert (await exchange(ops.address[1], request("/healthz"))).startswith(b"HTTP/1.1 200 ")
