@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.lobby.servers import free_base
 from tests.netlab.lab import LineReader
-from tests.ops.scrape import free_tcp_port, get, scrape, value
+from tests.ops.scrape import free_tcp_port, get, scrape, scrape_until, value
 from tests.ops.test_processes import ECHO_CLIENT, ECHO_SERVER, REPO, running
 
 
@@ -54,6 +54,8 @@ def test_sigterm_drains_the_open_sessions_then_exits(tmp_path: Path) -> None:
         staying = echo_client(ports, "--count", "12", "--interval", "0.25", "--json")
         shown = echo_client(ports, "--count", "1000", "--interval", "0.05")
         wait_for_echo(shown, 2)
+        # Both admitted before the signal (the other one may still be saying HELLO).
+        scrape_until(metrics, lambda s: s[("echo_session_sessions_open", frozenset())] == 2)
         server.send_signal(signal.SIGTERM)
         wait_draining(metrics)
         late = subprocess.run(
@@ -63,6 +65,7 @@ def test_sigterm_drains_the_open_sessions_then_exits(tmp_path: Path) -> None:
         drained = scrape(metrics)
         assert value(drained, "echo_ready") == 0
         assert value(drained, "echo_session_admissions_total", result="draining") == 1
+        assert value(drained, "echo_session_admissions_total", result="accepted") == 2
         assert value(drained, "echo_session_sessions_open") == 2
         assert server.poll() is None  # still serving its sessions
         shown.send_signal(signal.SIGINT)  # this client ends its session by itself
