@@ -29,6 +29,8 @@ from echo._cli import (
     port_option,
     sole_error,
 )
+from echo.ops.cli import Ops, metrics_option, open_ops
+from echo.ops.metrics import LobbyCollector, session_collectors
 
 DEFAULT_PORT = 7600
 
@@ -170,6 +172,7 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
 @events_option(
     help="Append one JSON line per lobby and session event to this file (echo-analyze)."
 )
+@metrics_option()
 @log_options(default_level="info")
 def server_main(
     address: str,
@@ -187,6 +190,7 @@ def server_main(
     reconnect_grace: float,
     indexed_keys: str,
     events_path: str | None,
+    metrics: tuple[str, int] | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -239,12 +243,13 @@ def server_main(
         events = EventLog(events_path, server_id=name) if events_path else None
     except OSError as error:
         fail("echo-lobby", f"cannot open --events {events_path}: {one_line(error)}")
+    ops = open_ops(metrics, "echo-lobby")
     try:
         server = LobbyServer(
             session_config, config, events=events, transport_config=lobby_server_timers()
         )
         tune_collector()
-        trio.run(_serve, server, log)
+        trio.run(_serve, server, log, ops)
     except BaseException as error:
         found = sole_error(error, OSError)
         if found is None:
@@ -313,13 +318,20 @@ def tune_collector() -> None:
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
-async def _serve(server: Any, log: Any) -> None:
+async def _serve(server: Any, log: Any, ops: Ops | None = None) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
+            if ops is not None:
+                await ops.start(nursery)
+                ops.register(LobbyCollector(server), *session_collectors(server.sessions))
             await nursery.start(server.run)
             log.info("listening", server_id=server.server_id, pid=os.getpid())
+            if ops is not None:
+                ops.health.ready()
             async for signum in signals:
                 log.info("shutting_down", signal=signal.Signals(signum).name)
+                if ops is not None:
+                    ops.health.draining()
                 await server.stop(reason=signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break

@@ -49,6 +49,7 @@ from typing import Any
 import attrs
 import structlog
 import trio
+from prometheus_client import Histogram
 
 from echo.channels import ChannelsClosed, ChannelSpec, open_channels
 from echo.channels.api import Channels
@@ -79,13 +80,17 @@ from echo.lobby.protocol import (
     CreateLobby,
     ErrorCode,
     GameStarting,
+    JoinByCode,
+    JoinLobby,
     LobbyJoined,
     LobbyProtocolError,
     MemberJoined,
     MemberLeft,
+    QuickJoin,
     RecreateLobby,
     Refusal,
     Request,
+    SearchLobbies,
     StartGame,
     channel_of,
     encode,
@@ -102,6 +107,9 @@ log = structlog.get_logger("echo.lobby")
 
 LISTINGS_TOPIC = "echo-lobby/listings"
 GAMES_TOPIC = "echo-lobby/games"
+#: Buckets of the request-latency histograms, in seconds: a request is handled in tens of
+#: microseconds to a few milliseconds (a join that updates a full lobby), unless the loop lags.
+LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 #: The largest message on the chat channel, either way: the server's whole chat buffer (a
@@ -252,6 +260,26 @@ class LobbyServer:
         self.conns: dict[str, _Conn] = {}
         self.bindings = SeatBindings()
         self.counters: Counter[str] = Counter()
+        join = Histogram(
+            "echo_lobby_join_duration_seconds",
+            "Time the server took to handle a join (by id, by code, quick): decide, and queue "
+            "the reply and the updates to every member",
+            buckets=LATENCY_BUCKETS,
+            registry=None,
+        )
+        search = Histogram(
+            "echo_lobby_search_duration_seconds",
+            "Time the server took to handle a search, listings of other servers included",
+            buckets=LATENCY_BUCKETS,
+            registry=None,
+        )
+        #: request type -> the histogram of its handling times (echo.ops.metrics exports them)
+        self.latency: dict[type[Request], Histogram] = {
+            JoinLobby: join,
+            JoinByCode: join,
+            QuickJoin: join,
+            SearchLobbies: search,
+        }
         self.topic_client: Any = None
         self._wake_expiry = trio.Event()
         #: channels with messages queued by `_send_to` that `_flush` has not sent yet
@@ -443,9 +471,11 @@ class LobbyServer:
         """One request of `conn`'s member from its logical `channel`: the reply, the updates,
         and the channel's credit for the request (released here, once processed) go out
         together, in one session message to the member."""
+        started = time.perf_counter()
         self._holding = True
+        kind: type[Request] | None = None
         try:
-            self._handle_request(conn.member_id, data, Channel(channel.channel_id))
+            kind = self._handle_request(conn.member_id, data, Channel(channel.channel_id))
         finally:
             channel.done(defer=True)
             if not conn.queued and conn.channels is not None:
@@ -453,9 +483,15 @@ class LobbyServer:
                 self._touched.append(conn)
             self._holding = False
             self._flush()
+        timed = None if kind is None else self.latency.get(kind)
+        if timed is not None:
+            timed.observe(time.perf_counter() - started)
         self._wake_expiry.set()
 
-    def _handle_request(self, member_id: str, data: bytes, arrived_on: Channel) -> None:
+    def _handle_request(
+        self, member_id: str, data: bytes, arrived_on: Channel
+    ) -> type[Request] | None:
+        """Handle one request; its type if it was decoded (for the latency metrics)."""
         now = trio.current_time()
         try:
             request = parse_request_untrusted(data)
@@ -464,7 +500,7 @@ class LobbyServer:
             rid = int.from_bytes(data[1:5], "big") if len(data) >= 5 else 0
             self._refused(member_id, "undecodable", ErrorCode.BAD_REQUEST)
             self._reply(member_id, Refusal(rid, ErrorCode.BAD_REQUEST, f"bad message: {error}"))
-            return
+            return None
         if channel_of(request) is not arrived_on:
             # The channel is part of the contract: chat on the requests channel would skip the
             # chat pacing, and a request on the chat channel would wait behind chat.
@@ -474,7 +510,7 @@ class LobbyServer:
                 member_id,
                 Refusal(request.request_id, ErrorCode.BAD_REQUEST, "sent on the wrong channel"),
             )
-            return
+            return None
         before = self.registry.lobby_of(member_id)
         conn = self.conns.get(member_id)
         secret = b"" if conn is None else conn.secret
@@ -490,6 +526,7 @@ class LobbyServer:
             self.bindings.bind(member_id, reply.lobby_id, secret)
         self._reply(member_id, reply)
         self._deliver(handled.sends)
+        return type(request)
 
     def _refused(self, member_id: str, request: str, code: ErrorCode) -> None:
         self.counters["refusals"] += 1

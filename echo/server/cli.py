@@ -8,7 +8,8 @@ import gc
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 
 import click
 import structlog
@@ -24,6 +25,8 @@ from echo._cli import (
     port_option,
     sole_error,
 )
+from echo.ops.cli import Ops, metrics_option, open_ops
+from echo.ops.metrics import TicketCollector, session_collectors
 from echo.server.server import EchoServer, echo_application
 from echo.session.config import ServerConfig
 from echo.session.server import Admit, Admitted, SessionServer
@@ -36,7 +39,8 @@ Ports to open in the firewall (all UDP): --port and --control-port, and
   --duologue-ports shared:     clients-base-port and clients-base-port + 1 (every client);
   --duologue-ports per-client: [clients-base-port, clients-base-port + 2 * max-clients).
 Every one of these ports is bound at start: a port in use stops the server there.
-SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit 0.
+SIGINT or SIGTERM: no more clients are admitted; after --drain-timeout (a second signal
+  cuts it short), clients still connected get "ERROR server shutting down", then exit 0.
 \b
 Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host, an --events
 file that cannot be opened; 2 a bad command line (including an --events file in a missing
@@ -120,6 +124,16 @@ directory and a --ticket-key file that cannot be read).
     "this key file (lines 'KEY_ID HEX_SECRET'; see echo-lobby --help). The ticket must name "
     "this server: --server-id if given, else ADDRESS:PORT. Without it, no ticket is asked.",
 )
+@metrics_option()
+@click.option(
+    "--drain-timeout",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="On SIGTERM or SIGINT, stop admitting (/readyz says 503) and let the open sessions "
+    "end by themselves for up to this many seconds before the rest are told the server is "
+    "shutting down. 0: at once.",
+)
 @log_options(default_level="info")
 def main(
     address: str,
@@ -136,6 +150,8 @@ def main(
     ip_salt: str | None,
     no_validation: bool,
     ticket_key_path: str | None,
+    metrics: tuple[str, int] | None,
+    drain_timeout: float,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -160,8 +176,12 @@ def main(
         raise click.UsageError(str(error)) from None
     server_name = server_id or f"{socket.gethostname()}:{port}"
     admit = None
+    tickets: Counter[str] = Counter()
     if ticket_key_path is not None:
-        admit = ticket_admission(ticket_key_path, server_id or f"{address}:{port}")
+        admit = ticket_admission(ticket_key_path, server_id or f"{address}:{port}", tickets)
+    ops = open_ops(metrics, "echo-server")
+    if ops is not None and admit is not None:
+        ops.register(TicketCollector(tickets))
     try:
         events = EventLog(
             events_path,
@@ -172,7 +192,7 @@ def main(
         fail("echo-server", f"cannot open --events {events_path}: {one_line(error)}")
     try:
         transport = echo_timers(validate_addresses=not no_validation)
-        trio.run(_serve, config, events, transport, admit)
+        trio.run(_serve, config, events, transport, admit, ops, drain_timeout)
     except BaseException as error:
         # A port in use, an address not on this host: one clear line and exit 1.
         found = sole_error(error, (OSError, UriError))
@@ -233,9 +253,12 @@ async def trim_heap(interval: float = HEAP_TRIM_INTERVAL) -> None:
         trim()
 
 
-def ticket_admission(path: str, ticket_server_id: str) -> Admit:
+def ticket_admission(
+    path: str, ticket_server_id: str, outcomes: Counter[str] | None = None
+) -> Admit:
     """The admission hook of `--ticket-key`: a HELLO must carry a valid game ticket of the
-    lobby service (echo.tickets) for this server; the reason otherwise."""
+    lobby service (echo.tickets) for this server; the reason otherwise. Each verdict is
+    counted in `outcomes` ("admitted", "missing", or the refusal's reason, lower case)."""
     import time
 
     from echo.tickets import KeyFileError, TicketRefusal, read_key_file, verify
@@ -245,14 +268,18 @@ def ticket_admission(path: str, ticket_server_id: str) -> Admit:
     except KeyFileError as error:
         raise click.BadParameter(str(error), param_hint="--ticket-key") from None
     log = structlog.get_logger("echo.server")
+    counted: Counter[str] = Counter() if outcomes is None else outcomes
 
     def admit(peer: object, credentials: bytes) -> str | Admitted:
         if not credentials:
+            counted["missing"] += 1
             return "a game ticket is required"
         verdict = verify(credentials, keyring, ticket_server_id, time.time())
         if isinstance(verdict, TicketRefusal):
+            counted[verdict.reason.name.lower()] += 1
             log.info("ticket_refused", reason=verdict.reason.name, detail=verdict.detail)
             return f"ticket refused: {verdict.reason.name.lower()}"
+        counted["admitted"] += 1
         log.info("ticket_admitted", lobby_id=verdict.lobby_id, member_id=verdict.member_id)
         return Admitted(verdict)  # the application reads the claims: session.admission
 
@@ -264,6 +291,8 @@ async def _serve(
     events: object,
     transport: TransportConfig,
     admit: Admit | None = None,
+    ops: Ops | None = None,
+    drain_timeout: float = 0.0,
 ) -> None:
     log = structlog.get_logger("echo.server")
     server: SessionServer
@@ -280,6 +309,9 @@ async def _serve(
         )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
+            if ops is not None:
+                await ops.start(nursery)
+                ops.register(*session_collectors(server))
             await nursery.start(server.run)
             nursery.start_soon(trim_heap)
             frozen = freeze_start_up_objects()
@@ -293,11 +325,34 @@ async def _serve(
                 pid=os.getpid(),
                 gc_frozen=frozen,
             )
+            if ops is not None:
+                ops.health.ready()
             async for signum in signals:
                 log.info("shutting_down", signal=signal.Signals(signum).name)
+                if ops is not None:
+                    ops.health.draining()
+                if drain_timeout > 0:
+                    await _drain(server, drain_timeout, signals)
                 await server.stop(reason=signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
+
+
+async def _drain(server: SessionServer, timeout: float, signals: AsyncIterator[int]) -> None:
+    """Admit nobody and wait for the open sessions to end, up to `timeout` seconds or until
+    another signal comes."""
+    log = structlog.get_logger("echo.server")
+    async with trio.open_nursery() as nursery:
+
+        async def cut_short() -> None:
+            async for signum in signals:
+                log.info("drain_cut_short", signal=signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+
+        nursery.start_soon(cut_short)
+        drained = await server.drain(timeout)
+        log.info("drained" if drained else "drain_timed_out", sessions_left=len(server.duologues))
+        nursery.cancel_scope.cancel()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeAlias
 
@@ -34,6 +35,7 @@ from echo.protocol import (
     ERROR_BAD_MESSAGE,
     ERROR_SERVER_FULL,
     ERROR_SHUTTING_DOWN,
+    ERROR_TOO_MANY_FOR_IP,
     RESERVED_SESSION_HIGH,
     RESERVED_SESSION_LOW,
     AllClientsError,
@@ -89,6 +91,35 @@ OPEN_ATTEMPTS = 8
 DEFAULT_APP_GRACE = 2.0
 #: What the peer is told when the application raised.
 ERROR_APPLICATION = "application error"
+
+#: What became of a HELLO, for the metrics: a duologue, or which refusal.
+ADMISSION_RESULTS = (
+    "accepted",
+    "server_full",
+    "per_ip_limit",
+    "bad_message",
+    "refused",  # by the admission hook (a ticket, a ban): its reason is free text
+    "draining",  # the server is draining: it lets its sessions end and admits nobody
+    "unvalidated",  # from an address that never answered the MDC cookie (dropped silently)
+)
+_REFUSALS = {
+    ERROR_SERVER_FULL: "server_full",
+    ERROR_TOO_MANY_FOR_IP: "per_ip_limit",
+    ERROR_BAD_MESSAGE: "bad_message",
+    ERROR_SHUTTING_DOWN: "draining",
+}
+#: Why duologues end, as counted (any other reason, a free-text close, counts as "other").
+CLOSE_REASONS = (
+    "closed",
+    "client gone",
+    "send failed",
+    "expired",
+    "evicted",
+    ERROR_SHUTTING_DOWN,
+    ERROR_APPLICATION,
+    "too slow",
+    "other",
+)
 
 Application: TypeAlias = Callable[[Session], Awaitable[None]]
 
@@ -232,6 +263,9 @@ class SessionServer:
         #: the duologue ports held while the server runs (echo.session.held)
         self._held: HeldPorts | None = None
         self._stopping = False
+        #: set by `drain`: HELLOs are refused, sessions go on; `_emptied` wakes it
+        self.draining = False
+        self._emptied: trio.Event | None = None
         self.hellos = 0
         self.unvalidated_hellos = 0
         self.application_errors = 0
@@ -240,6 +274,11 @@ class SessionServer:
         self.resumes_refused = 0
         #: duologue tasks running (a task leak shows here)
         self.tasks = 0
+        #: HELLOs by outcome (`ADMISSION_RESULTS`), sessions joined, duologues ended by why
+        #: (`CLOSE_REASONS`): the operations metrics read these (echo.ops.metrics)
+        self.admissions: Counter[str] = Counter()
+        self.sessions_opened = 0
+        self.closes: Counter[str] = Counter()
 
     @property
     def ports(self) -> PortAllocator:
@@ -320,6 +359,22 @@ class SessionServer:
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
+    async def drain(self, timeout: float) -> bool:
+        """Stop admitting and wait, up to `timeout` seconds, for every duologue to end.
+
+        New HELLOs are refused ("server shutting down") from now on; sessions already open
+        go on until their clients close them (RESUMEs still work). True if every duologue
+        ended in time; either way the server still runs: `stop()` ends what is left.
+        """
+        if not self.draining:
+            self.draining = True
+            log.info("server_draining", duologues_open=len(self.duologues))
+        with trio.move_on_after(timeout):
+            while self.duologues:
+                self._emptied = trio.Event()
+                await self._emptied.wait()
+        return not self.duologues
+
     async def _say_goodbye(self, duologue: Duologue) -> None:
         publication = duologue.publication
         if publication is None or not duologue.ever_connected:
@@ -381,6 +436,7 @@ class SessionServer:
             log.warning("reply_failed", client_session=client_session, error=error.name)
 
     async def _refuse(self, reason: str, client_session: int, fields: dict[str, Any]) -> None:
+        self.admissions[_REFUSALS.get(reason, "refused")] += 1
         self.events.emit("hello_rejected", reason=reason, **fields)
         await self._reply(format_message(AllClientsError(client_session, reason)), client_session)
 
@@ -400,6 +456,7 @@ class SessionServer:
             # silently: a reply could not reach it anyway, and a duologue would only hold the
             # victim's per-IP slots.
             self.unvalidated_hellos += 1
+            self.admissions["unvalidated"] += 1
             self.events.emit("hello_rejected", reason="unvalidated address", **fields)
             return
         parsed = parse_client_request_untrusted(message.data, credentials=self.admit is not None)
@@ -409,6 +466,9 @@ class SessionServer:
         self.events.emit("hello_received", **fields)
         if isinstance(parsed, BadMessage):
             await self._refuse(ERROR_BAD_MESSAGE, client_session, fields)
+            return
+        if self.draining:
+            await self._refuse(ERROR_SHUTTING_DOWN, client_session, fields)
             return
         resumable = isinstance(parsed, ResumableHello)
         request = parsed.hello if isinstance(parsed, ResumableHello) else parsed
@@ -449,6 +509,7 @@ class SessionServer:
             text = format_resumable_connect(ResumableConnect(reply, secret ^ parsed.pad))
         else:
             text = format_message(reply)
+        self.admissions["accepted"] += 1
         await self._reply(text, client_session)
 
     async def _on_resume(self, request: Resume, message: Message, key: str) -> None:
@@ -713,6 +774,7 @@ class SessionServer:
                 source_port=image.source_port,
             )
             return
+        self.sessions_opened += 1
         self.events.emit(
             "duologue_connected",
             duologue_id=duologue.duologue_id,
@@ -861,7 +923,10 @@ class SessionServer:
         if not self.admission.release(slot):
             return
         duologue.close_reason = reason
+        self.closes[reason if reason in CLOSE_REASONS else "other"] += 1
         self.duologues.pop(slot.slot_id, None)
+        if not self.duologues and self._emptied is not None:
+            self._emptied.set()
         duologue.cancel_scope.cancel()
         if duologue.session is not None:
             duologue.session._mark_closed(reason)

@@ -27,6 +27,8 @@ from echo._cli import (
     port_option,
     sole_error,
 )
+from echo.ops.cli import Ops, metrics_option, open_ops
+from echo.ops.metrics import TopicsCollector
 from echo.topics.client import (
     ClientConfig,
     Message,
@@ -129,6 +131,7 @@ missing directory).
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds between topics_counters events (every drop and malformed line counted).",
 )
+@metrics_option()
 @log_options(
     default_level="info",
     level_help="Least important log lines shown (info shows every subscription added or lapsed).",
@@ -146,6 +149,7 @@ def server_main(
     events_path: str | None,
     server_id: str | None,
     stats_interval: float,
+    metrics: tuple[str, int] | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -170,8 +174,11 @@ def server_main(
     server = TopicServer(
         config, address=address, port=port, events=events, stats_interval=stats_interval
     )
+    ops = open_ops(metrics, "echo-topics")
+    if ops is not None:
+        ops.register(TopicsCollector(server))
     try:
-        trio.run(_serve, server, log)
+        trio.run(_serve, server, log, ops)
     except BaseException as error:
         found = sole_error(error, OSError)
         if found is None:
@@ -183,10 +190,14 @@ def server_main(
         events.close()
 
 
-async def _serve(server: TopicServer, log: Any) -> None:
+async def _serve(server: TopicServer, log: Any, ops: Ops | None = None) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
+            if ops is not None:
+                await ops.start(nursery)
             host, port = await nursery.start(server.run)
+            if ops is not None:
+                ops.health.ready()
             config = server.core.config
             log.info(
                 "listening",
@@ -199,6 +210,8 @@ async def _serve(server: TopicServer, log: Any) -> None:
             )
             async for signum in signals:
                 log.info("shutting_down", signal=signal.Signals(signum).name)
+                if ops is not None:
+                    ops.health.draining()
                 nursery.cancel_scope.cancel()
                 break
 
