@@ -91,12 +91,17 @@ LAYERS: dict[str, set[str]] = {
     },
     "echo.server": {"echo.transport", "echo.session", "echo.tickets", "echo.protocol"},
     "echo.client": {"echo.transport", "echo.session", "echo.protocol"},
+    # the operations endpoint (metrics, health) reads the servers it serves: an application
+    "echo.ops": {
+        "echo.transport", "echo.session", "echo.tickets", "echo.topics", "echo.lobby",
+        "echo._cli",
+    },
     "echo.telemetry": set(),
     "echo.log": set(),
     "echo._cli": set(),
 }  # fmt: skip
 # A command line (a package's cli.py) may also use the CLI helpers and write the event log.
-CLI_EXTRA = {"echo.log", "echo._cli", "echo.telemetry"}
+CLI_EXTRA = {"echo.log", "echo._cli", "echo.telemetry", "echo.ops"}
 
 
 def module_name(path: Path) -> str:

@@ -249,7 +249,7 @@ class TicketCollector(Collector):
         self.outcomes = outcomes
 
     def collect(self) -> Iterator[Metric]:
-        from echo.lobby.tickets import TicketReason
+        from echo.tickets import TicketReason
 
         known = ["admitted", "missing", *(reason.name.lower() for reason in TicketReason)]
         yield _labelled_counter(

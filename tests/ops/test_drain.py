@@ -61,7 +61,7 @@ def test_sigterm_drains_the_open_sessions_then_exits(tmp_path: Path) -> None:
         late = subprocess.run(
             [*ECHO_CLIENT, *ports, "--count", "1"], cwd=REPO, capture_output=True, timeout=60
         )
-        assert late.returncode == 2 and b"server shutting down" in late.stderr, late.stderr
+        assert late.returncode == 5 and b"server shutting down" in late.stderr, late.stderr
         drained = scrape(metrics)
         assert value(drained, "echo_ready") == 0
         assert value(drained, "echo_session_admissions_total", result="draining") == 1

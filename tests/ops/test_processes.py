@@ -61,7 +61,7 @@ def check_endpoints(port: int) -> None:
     """/healthz and /readyz say 200; other paths 404; garbage gets a 400 and hurts nothing."""
     assert get(port, "/healthz") == (200, "ok\n")
     assert get(port, "/readyz") == (200, "ready\n")
-    status, body = get(port, "/no/such/page")
+    status, body = get(port, "/nonexistent")
     assert status == 404 and "/metrics" in body
     assert get(port, "/metrics", method="POST")[0] == 405
     answer = raw_exchange(port, b"\x16\x03\x01 NOT HTTP AT ALL\r\n\r\n")
@@ -118,7 +118,7 @@ def test_echo_server_counts_a_session_from_start_to_end(tmp_path: Path) -> None:
 
 
 def test_echo_server_counts_tickets_and_refusals(tmp_path: Path) -> None:
-    from echo.lobby.keyfile import new_key_text
+    from echo.tickets.keyfile import new_key_text
 
     keys = tmp_path / "tickets.keys"
     keys.write_text(new_key_text(1))
@@ -132,7 +132,7 @@ def test_echo_server_counts_tickets_and_refusals(tmp_path: Path) -> None:
         result = subprocess.run(
             [*ECHO_CLIENT, *ports, "--count", "1"], cwd=REPO, capture_output=True, timeout=60
         )
-        assert result.returncode == 2, result.stderr  # refused: no ticket
+        assert result.returncode == 5, result.stderr  # rejected by the server: no ticket
         after = scrape(metrics)
         assert value(after, "echo_server_tickets_total", result="missing") == 1
         assert value(after, "echo_server_tickets_total", result="admitted") == 0
