@@ -61,6 +61,7 @@ from echo.session.session import (
     SendFailed,
     SessionClosed,
     SessionError,
+    Untrusted,
 )
 
 __all__ = [
@@ -108,6 +109,7 @@ _EXIT_CODES: Final = {
     FailureKind.TIMED_OUT: 3,
     FailureKind.PROTOCOL: 4,
     FailureKind.CONNECTION: 4,
+    FailureKind.UNTRUSTED: 5,
 }
 
 
@@ -157,6 +159,8 @@ def failure_of(error: SessionError) -> Failure:
         return Failure(FailureKind.TIMED_OUT, str(error), phase)
     if isinstance(error, ProtocolViolation):
         return Failure(FailureKind.PROTOCOL, str(error))
+    if isinstance(error, Untrusted):
+        return Failure(FailureKind.UNTRUSTED, str(error))
     # LostContact (the all-clients channel went away, a HELLO that could not be sent) and
     # anything else the library may add.
     return Failure(FailureKind.CONNECTION, str(error))

@@ -36,7 +36,8 @@ Replay window
     The receiving end keeps the highest counter it accepted and a bitmap of the
     `REPLAY_WINDOW` counters below it (as DTLS and netcode do). A counter already seen is
     `Replayed`; one older than the window is `TooOld`; anything that fails authentication is
-    `Forged`. Only an authentic message moves the window, so forgeries cannot push it.
+    `Forged` (checked first, whatever its counter). Only an authentic message moves the
+    window, so forgeries cannot push it.
 """
 
 from __future__ import annotations
@@ -339,7 +340,13 @@ def server_session_keys(key: ServerKey, transcript: Transcript) -> tuple[Session
     """
     if not hmac.compare_digest(transcript.server_public, key.public):
         raise BadKey("the transcript names another server key")
-    c2s, s2c, confirm = _derive(key.exchange(transcript.client_public), transcript)
+    return server_keys_from_shared(key.exchange(transcript.client_public), transcript)
+
+
+def server_keys_from_shared(shared: bytes, transcript: Transcript) -> tuple[SessionKeys, bytes]:
+    """`server_session_keys` once the X25519 exchange is done (the server does it before it
+    allocates anything, so that a bad key is refused first)."""
+    c2s, s2c, confirm = _derive(shared, transcript)
     return SessionKeys(send=s2c, receive=c2s, confirm=confirm), confirmation(confirm, transcript)
 
 
@@ -459,12 +466,15 @@ class Opener:
             raise Forged(f"{len(data)} bytes, shorter than a sealed message")
         head = bytes(data[:COUNTER_BYTES])
         (counter,) = _COUNTER.unpack(head)
-        window = self.window
-        window.check(counter)  # cheap refusals first; nothing changes yet
+        # Authenticate first, so that the reason is right: made-up bytes with an old counter
+        # are Forged, not Replayed (DTLS checks the window first to save the work; a session
+        # closes at its first refusal, so there is no work to save here).
         try:
             plaintext = self._aead.decrypt(_NONCE_PREFIX + head, bytes(data[COUNTER_BYTES:]), None)
         except InvalidTag:
             raise Forged(f"counter {counter}") from None
+        window = self.window
+        window.check(counter)
         window.accept(counter)
         return plaintext
 

@@ -456,3 +456,12 @@ def test_a_pem_key_of_another_type_is_refused(tmp_path: os.PathLike[str]) -> Non
 def test_a_missing_key_file_is_a_clear_error(tmp_path: os.PathLike[str]) -> None:
     with pytest.raises(KeyFileError, match="cannot read key file"):
         crypto.load_key_file(os.path.join(tmp_path, "absent.key"))
+
+
+def test_made_up_bytes_with_a_seen_counter_are_forged_not_replayed() -> None:
+    sealer, opener = Sealer(KEY_A), Opener(KEY_A)
+    opener.open(sealer.seal(b"first"))
+    with pytest.raises(Forged):
+        opener.open((0).to_bytes(8, "big") + b"\0" * 30)
+    with pytest.raises(Forged):
+        opener.open((0).to_bytes(8, "big") + Sealer(KEY_B).seal(b"first")[8:])
