@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import signal
 import socket
 import sys
@@ -26,6 +27,7 @@ Exit codes:
   2  rejected by the server (its message is printed)
   3  timed out (what it was waiting for is printed)
   4  protocol or connection error (the server closed the duologue, went away, ...)
+  5  the server did not prove the --server-key (another key, or no encryption)
   64 bad command line
 """
 USAGE_ERROR = 64  # EX_USAGE: kept apart from 2, which scripts read as "rejected by the server"
@@ -137,6 +139,14 @@ def _source_problem(source: str) -> str | None:
     help="The local address to send from, on a host with several (default: the system's choice).",
 )
 @click.option(
+    "--server-key",
+    default=None,
+    metavar="KEY",
+    help="Encrypt the session to this server key: its public key or SHA-256 fingerprint as "
+    "echo-server prints them, or a file holding one. The client refuses a server that does "
+    "not prove it (never falls back to the clear). Default: no encryption.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -166,6 +176,7 @@ def main(
     no_validation: bool,
     duologue_ports: str,
     source: str | None,
+    server_key: str | None,
     as_json: bool,
     log_format: str,
     log_level: str,
@@ -193,6 +204,8 @@ def main(
         unusable = _source_problem(source)
         if unusable:
             raise click.BadParameter(unusable, param_hint="--source")
+    if server_key is not None:
+        server_key = _server_key(server_key)
     config = ClientConfig(
         server=server,
         port=port,
@@ -203,6 +216,7 @@ def main(
         timeout=timeout,
         duologue_ports=duologue_ports,
         source=source,
+        server_key=server_key,
     )
 
     def on_echo(echo: EchoReceived) -> None:
@@ -257,6 +271,24 @@ def main(
         sys.exit(failure.exit_code)
     if machine.state is not ClientState.CLOSED:
         sys.exit(4)
+
+
+def _server_key(value: str) -> str:
+    """--server-key: a key or fingerprint, or a file holding one (checked here)."""
+    from echo.session.crypto import BadPin, Pin
+
+    text = value
+    if os.path.isfile(value):
+        try:
+            with open(value, encoding="utf-8") as handle:
+                text = handle.read(4096).strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise click.BadParameter(one_line(error), param_hint="--server-key") from None
+    try:
+        Pin.parse(text)
+    except BadPin as error:
+        raise click.BadParameter(str(error), param_hint="--server-key") from None
+    return text
 
 
 async def _run(client: EchoClient) -> None:

@@ -27,6 +27,8 @@ Clients connect with:  echo-client --server ADDRESS --port PORT --control-port C
 Ports to open in the firewall (all UDP): --port and --control-port, and
   --duologue-ports shared:     clients-base-port and clients-base-port + 1 (every client);
   --duologue-ports per-client: [clients-base-port, clients-base-port + 2 * max-clients).
+Encryption: make a key once with  echo-keygen server.key  (it prints the public key),
+  start with --key server.key, and give clients  echo-client --server-key PUBLIC_KEY.
 SIGINT or SIGTERM: connected clients get "ERROR server shutting down", then exit 0.
 Exit status 1: a port in use or an address not on this host; 2: a bad command line.
 """
@@ -131,6 +133,23 @@ Exit status 1: a port in use or an address not on this host; 2: a bad command li
     "this server: --server-id if given, else ADDRESS:PORT. Without it, no ticket is asked.",
 )
 @click.option(
+    "--key",
+    "--key-file",
+    "key_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The server's X25519 key file (make one with: echo-keygen FILE; mode 0600). Its "
+    "public key and fingerprint are printed at start, for clients' --server-key.",
+)
+@click.option(
+    "--encryption",
+    type=click.Choice(["required", "optional", "off"]),
+    default=None,
+    help="required: only clients that encrypt; optional: encrypting clients and Echo 2.0's "
+    "plain ones side by side; off: all in the clear. Default: optional with --key, off "
+    "without (Echo 2.0 clients stay servable either way).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     default="console",
@@ -158,6 +177,8 @@ def main(
     ip_salt: str | None,
     no_validation: bool,
     ticket_key_path: str | None,
+    key_path: str | None,
+    encryption: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -166,6 +187,14 @@ def main(
     from echo.telemetry.events import EventLog
 
     configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    server_key = None
+    if key_path is not None:
+        from echo.session.crypto import KeyFileError, load_key_file
+
+        try:
+            server_key = load_key_file(key_path)
+        except KeyFileError as error:
+            raise click.BadParameter(str(error), param_hint="--key") from None
     try:
         config = ServerConfig(
             address=address,
@@ -177,6 +206,8 @@ def main(
             duologue_expiry=duologue_expiry,
             ipv6_prefix=ipv6_prefix,
             duologue_ports=duologue_ports,
+            key=server_key,
+            encryption=encryption,
         )
     except ValueError as error:
         raise click.UsageError(str(error)) from None
@@ -317,6 +348,16 @@ async def _serve(
                 pid=os.getpid(),
                 gc_frozen=frozen,
             )
+            mode = config.encryption_mode.value
+            if config.key is not None:
+                log.info(
+                    "server_key",
+                    encryption=mode,
+                    public_key=config.key.public_text,
+                    fingerprint="SHA256:" + config.key.fingerprint,
+                )
+            else:
+                log.warning("encryption_off", reason="no --key: every session is in the clear")
             async for signum in signals:
                 log.info("shutting_down", signal=signal.Signals(signum).name)
                 await server.stop(reason=signal.Signals(signum).name)
