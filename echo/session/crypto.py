@@ -350,6 +350,17 @@ def server_keys_from_shared(shared: bytes, transcript: Transcript) -> tuple[Sess
     return SessionKeys(send=s2c, receive=c2s, confirm=confirm), confirmation(confirm, transcript)
 
 
+def resume_secret(keys: SessionKeys) -> int:
+    """The resume secret of an encrypted session (echo.session.resume), from its keys.
+
+    In the clear the server sends the secret one-time-padded with a pad from the HELLO, which
+    an on-path reader sees both halves of; in an encrypted session both ends derive it instead
+    (HMAC-SHA256 of the confirmation key, 128 bits), so it never crosses the wire.
+    """
+    mac = hmac.new(keys.confirm, b"echo resume secret", hashlib.sha256).digest()
+    return int.from_bytes(mac[:16], "big")
+
+
 class HandshakeFailed(CryptoError):
     """The server's answer does not prove the pinned key (its message says how)."""
 

@@ -48,7 +48,13 @@ from echo.protocol import (
     decrypt_session,
     format_message,
 )
-from echo.session.crypto import ClientHandshake, HandshakeFailed, SessionKeys, Transcript
+from echo.session.crypto import (
+    ClientHandshake,
+    HandshakeFailed,
+    SessionKeys,
+    Transcript,
+    resume_secret,
+)
 from echo.session.keywire import ConnectKey, HelloKey, append_hello_key, split_connect_key
 from echo.session.resume import (
     ResumableConnect,
@@ -304,7 +310,7 @@ class HandshakeMachine:
                 return self._fail(
                     FailureKind.PROTOCOL, f"a resume secret nobody asked for: {preview(data)}"
                 )
-            secret = parsed.encrypted_secret ^ self._resume_pad
+            secret = parsed.encrypted_secret  # unpadded once the keys are known
             reply: Connect | AllClientsError = parsed.connect
         else:
             reply = parsed
@@ -339,7 +345,7 @@ class HandshakeMachine:
                 return failed
         self._connect = reply
         self._session_id = session
-        self.resume_secret = secret
+        self.resume_secret = None if secret is None else self._secret_of(secret)
         self._state = HandshakeState.JOINING
         self._deadline = now + self._timeout
         return [CloseAllClients(), OpenDuologue(reply.data_port, reply.control_port, session)]
@@ -400,6 +406,11 @@ class HandshakeMachine:
         except HandshakeFailed as error:
             return self._fail(FailureKind.UNTRUSTED, f"server key refused: {error}", str(error))
         return None
+
+    def _secret_of(self, padded: int) -> int:
+        """The resume secret: from the keys when encrypted (the CONNECT's field is noise)."""
+        assert self._resume_pad is not None
+        return padded ^ self._resume_pad if self.keys is None else resume_secret(self.keys)
 
     def on_duologue_closed(self, now: float) -> list[Action]:
         self._require_started("on_duologue_closed")

@@ -47,7 +47,13 @@ from echo.protocol import (
 from echo.session.admission import Admission, JoinVerdict, ResumeVerdict, Slot
 from echo.session.allocators import PortAllocator, RandomSource, SessionAllocator
 from echo.session.config import Encryption, ServerConfig
-from echo.session.crypto import BadKey, SessionKeys, Transcript, server_keys_from_shared
+from echo.session.crypto import (
+    BadKey,
+    SessionKeys,
+    Transcript,
+    resume_secret,
+    server_keys_from_shared,
+)
 from echo.session.crypto import server_nonce as fresh_server_nonce
 from echo.session.keywire import ConnectKey, HelloKey, append_connect_key, split_hello_key
 from echo.session.limits import AddressCounter
@@ -446,17 +452,25 @@ class SessionServer:
             control_port=duologue.control_port,
             encrypted_session=encrypt_session(duologue.session_id, request.key),
         )
-        if resumable and self.config.resume:
-            # Only to a client that said "+R": the Echo 2.0 CONNECT is untouched for others.
-            secret = secrets.randbits(RESUME_BITS)
-            duologue.slot.resume_secret = secret
-            assert isinstance(parsed, ResumableHello)
-            text = format_resumable_connect(ResumableConnect(reply, secret ^ parsed.pad))
-        else:
-            text = format_message(reply)
+        key_tail: ConnectKey | None = None
         if shared_secret is not None:
             assert hello_key is not None
-            text = self._agree(duologue, request, reply, hello_key, shared_secret, text)
+            key_tail = self._agree(duologue, request, reply, hello_key, shared_secret)
+        if resumable and self.config.resume:
+            # Only to a client that said "+R": the Echo 2.0 CONNECT is untouched for others.
+            assert isinstance(parsed, ResumableHello)
+            secret = secrets.randbits(RESUME_BITS)
+            padded = secret ^ parsed.pad
+            if duologue.keys is not None:
+                # Encrypted: the secret comes from the session's keys, and the CONNECT's field
+                # is noise (an on-path reader of the HELLO's pad must not learn the secret).
+                secret = resume_secret(duologue.keys)
+            duologue.slot.resume_secret = secret
+            text = format_resumable_connect(ResumableConnect(reply, padded))
+        else:
+            text = format_message(reply)
+        if key_tail is not None:
+            text = append_connect_key(text, key_tail)
         await self._reply(text, client_session)
 
     def _check_key(self, hello_key: HelloKey | None) -> str | None:
@@ -473,9 +487,8 @@ class SessionServer:
         reply: Connect,
         hello_key: HelloKey,
         shared_secret: bytes,
-        text: bytes,
-    ) -> bytes:
-        """Derive the session's keys; the CONNECT `text` with the server's key tail."""
+    ) -> ConnectKey:
+        """Derive the session's keys (into `duologue.keys`); the CONNECT's key tail."""
         key = self.config.key
         assert key is not None
         nonce = fresh_server_nonce()
@@ -491,7 +504,7 @@ class SessionServer:
         )
         duologue.keys, tag = server_keys_from_shared(shared_secret, transcript)
         self.encrypted_sessions += 1
-        return append_connect_key(text, ConnectKey(key.public, nonce, tag))
+        return ConnectKey(key.public, nonce, tag)
 
     async def _on_resume(self, request: Resume, message: Message, key: str) -> None:
         """A client asks for its session back from a new path (echo.session.resume)."""

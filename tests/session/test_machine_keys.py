@@ -205,3 +205,26 @@ def test_the_tail_parsers_never_raise(data: bytes) -> None:
         assert isinstance(result, BadMessage | tuple)
         result = split(b"HELLO 1 +X " + data)
         assert isinstance(result, BadMessage | tuple)
+
+
+def test_an_encrypted_sessions_resume_secret_comes_from_the_keys_not_the_wire() -> None:
+    """In the clear the secret crosses the wire padded with the HELLO's pad (an on-path reader
+    has both); encrypted, both ends derive it from the keys and the CONNECT's field is noise."""
+    from echo.session.crypto import resume_secret
+
+    client = ClientHandshake(Pin(SERVER.fingerprint))
+    m, _ = started(client, resume_pad=7)
+    connect = Connect(ME, 9012, 9013, encrypt_session(SESSION, PAD))
+    nonce = b"\x05" * 16
+    transcript = Transcript(client.public, SERVER.public, nonce, PAD, ME, SESSION, 9012, 9013)
+    server_keys, tag = server_session_keys(SERVER, transcript)
+    noise = 0xABCDEF
+    reply = append_connect_key(
+        format_resumable_connect(ResumableConnect(connect, noise)),
+        ConnectKey(SERVER.public, nonce, tag),
+    )
+    m.on_all_clients_message(reply, 2.0)
+    (opened,) = m.on_duologue_connected(3.0)
+    assert isinstance(opened, Opened)
+    assert opened.resume_secret == resume_secret(server_keys)
+    assert opened.resume_secret != noise ^ 7
