@@ -403,10 +403,6 @@ class ClientHandshake:
 # ---------------------------------------------------------------- sealing and opening
 
 
-def nonce(counter: int) -> bytes:
-    return _NONCE_PREFIX + _COUNTER.pack(counter)
-
-
 class Sealer:
     """Seals one direction's messages; its counter is the nonce and never goes back."""
 

@@ -199,7 +199,7 @@ def test_pin_accepts_the_public_key_or_the_full_fingerprint() -> None:
 
 @pytest.mark.parametrize("text", ["", "xyz", "0" * 63, "g" * 64, "a" * 51, "1" * 52])
 def test_pin_refuses_anything_else(text: str) -> None:
-    with pytest.raises(BadPin):
+    with pytest.raises(BadPin, match=r"52 base32 characters.*SHA-256 fingerprint \(64 hex"):
         Pin.parse(text)
 
 
@@ -257,7 +257,7 @@ def test_a_sealer_refuses_to_wrap_its_counter() -> None:
     sealer.counter = crypto.MAX_COUNTER
     last = sealer.seal(b"last")
     assert last[:8] == b"\xff" * 8
-    with pytest.raises(CounterExhausted):
+    with pytest.raises(CounterExhausted, match="2\\*\\*64 messages"):
         sealer.seal(b"one too many")
     with pytest.raises(CounterExhausted):
         sealer.seal(b"still not")
@@ -364,7 +364,7 @@ def test_window_against_a_model(counters: list[int], size: int) -> None:
 
 
 def test_window_size_must_be_positive() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 1 counter, got 0"):
         ReplayWindow(0)
 
 
@@ -465,3 +465,124 @@ def test_made_up_bytes_with_a_seen_counter_are_forged_not_replayed() -> None:
         opener.open((0).to_bytes(8, "big") + b"\0" * 30)
     with pytest.raises(Forged):
         opener.open((0).to_bytes(8, "big") + Sealer(KEY_B).seal(b"first")[8:])
+
+
+# ---------------------------------------------------------------- the construction, as documented
+
+
+def test_keys_tag_and_resume_secret_follow_the_documented_construction() -> None:
+    """Recomputed here from the description in docs (not from the module's helpers), with
+    fixed keys: both ends of any implementation must derive exactly these bytes."""
+    import hashlib
+    import hmac
+    import struct
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    client_private = X25519PrivateKey.from_private_bytes(bytes(range(32, 64)))
+    server = ServerKey.from_bytes(bytes(range(64, 96)))
+    client = ClientHandshake(Pin(server.fingerprint), client_private)
+    assert client.public == client_private.public_key().public_bytes_raw()
+    transcript = Transcript(client.public, server.public, b"\x11" * 16, 0xCAFE, -3, 77, 9010, 9011)
+    label = b"echo session v1: X25519, HKDF-SHA256, ChaCha20-Poly1305"
+    digest = hashlib.sha256(
+        label
+        + client.public
+        + server.public
+        + b"\x11" * 16
+        + struct.pack(">IiiHH", 0xCAFE, -3, 77, 9010, 9011)
+    ).digest()
+    assert transcript.digest() == digest
+    shared = client_private.exchange(
+        X25519PrivateKey.from_private_bytes(bytes(range(64, 96))).public_key()
+    )
+    okm = HKDF(algorithm=hashes.SHA256(), length=96, salt=digest, info=label).derive(shared)
+    tag = hmac.new(okm[64:], b"server confirms " + digest, hashlib.sha256).digest()[:16]
+    server_keys, server_tag = server_session_keys(server, transcript)
+    assert server_tag == tag
+    assert (server_keys.receive, server_keys.send, server_keys.confirm) == (
+        okm[:32],
+        okm[32:64],
+        okm[64:],
+    )
+    client_keys = client.complete(transcript, tag)
+    assert (client_keys.send, client_keys.receive) == (okm[:32], okm[32:64])
+    expected_secret = hmac.new(okm[64:], b"echo resume secret", hashlib.sha256).digest()[:16]
+    assert crypto.resume_secret(client_keys) == int.from_bytes(expected_secret, "big")
+    assert crypto.resume_secret(server_keys) == crypto.resume_secret(client_keys)
+    # A sealed message: counter, then ChaCha20-Poly1305 under nonce 0000 || counter.
+    from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+    sealed = client_keys.cipher().seal(b"ECHO hi")
+    assert sealed == bytes(8) + ChaCha20Poly1305(okm[:32]).encrypt(bytes(12), b"ECHO hi", None)
+
+
+def test_error_texts_name_what_is_wrong() -> None:
+    assert str(Forged()) == "forged message"
+    assert str(Replayed("counter 3")) == "replayed message: counter 3"
+    assert Replayed("counter 3").detail == "counter 3" and Forged().detail == ""
+    opener = Opener(KEY_A)
+    with pytest.raises(Forged, match="forged message: counter 7"):
+        opener.open((7).to_bytes(8, "big") + b"\0" * 16)
+    sealed = Sealer(KEY_A).seal(b"m")
+    opener.open(sealed)
+    with pytest.raises(Replayed, match="replayed message: counter 0"):
+        opener.open(sealed)
+    with pytest.raises(BadKey, match="32 bytes"):
+        crypto.fingerprint(b"x" * 31)
+    with pytest.raises(BadKey, match="32 bytes"):
+        crypto.public_key_text(b"x" * 33)
+    with pytest.raises(BadKey, match="random bytes are 16 bytes"):
+        Transcript(b"\1" * 32, b"\2" * 32, b"\3" * 15, 1, 1, 1, 1, 2).digest()
+    server = ServerKey.generate()
+    client = ClientHandshake(Pin(server.fingerprint))
+    other = ClientHandshake(Pin(server.fingerprint))
+    with pytest.raises(HandshakeFailed, match="another client key"):
+        client.complete(transcript_for(other, server), b"\0" * 16)
+    window = ReplayWindow(8)
+    window.accept(20)
+    with pytest.raises(TooOld, match="counter 1, 19 behind"):
+        window.check(1)
+
+
+def test_public_key_text_is_lowercase_base32_without_padding() -> None:
+    key = ServerKey.generate()
+    text = key.public_text
+    assert text == text.lower() and "=" not in text
+    import base64
+
+    assert base64.b32decode(text.upper() + "====") == key.public
+
+
+def test_the_window_bitmap_stays_bounded() -> None:
+    window = ReplayWindow(16)
+    assert window.bitmap == 0
+    window.accept(3)
+    assert window.bitmap == 1
+    window.accept(10**6)
+    window.accept(10**6 - 5)
+    window.accept(10**6 - 15)  # the oldest the window holds
+    assert window.bitmap == (1 << 15) | 0b100001
+    window.accept(10**6 + 1)  # ... and now it falls out
+    assert window.bitmap == 0b1000011
+
+
+def test_a_pem_key_file_with_leading_blank_lines_loads(tmp_path: os.PathLike[str]) -> None:
+    key = ServerKey.generate()
+    path = os.path.join(tmp_path, "indented.key")
+    with open(path, "wb") as f:
+        f.write(b"\n\n" + key.to_pem())
+    os.chmod(path, 0o600)
+    assert crypto.load_key_file(path).public == key.public
+
+
+def test_pin_refuses_64_characters_that_are_not_hex() -> None:
+    for text in ["x" * 64, "X" * 64, "0" * 62 + "xx"]:
+        with pytest.raises(BadPin):
+            Pin.parse(text)
+
+
+def test_server_random_bytes_are_fresh() -> None:
+    first, second = crypto.server_nonce(), crypto.server_nonce()
+    assert len(first) == len(second) == 16 and first != second

@@ -228,3 +228,27 @@ def test_an_encrypted_sessions_resume_secret_comes_from_the_keys_not_the_wire() 
     assert isinstance(opened, Opened)
     assert opened.resume_secret == resume_secret(server_keys)
     assert opened.resume_secret != noise ^ 7
+
+
+def test_a_key_tail_that_fills_the_message_exactly_parses() -> None:
+    tail = b" +X " + b"A" * 64
+    head = b"HELLO 1 " + b"a" * (1024 - 8 - len(tail))
+    data = head + tail
+    assert len(data) == 1024
+    assert split_hello_key(data) == (head, HelloKey(b"\xaa" * 32))
+    assert isinstance(split_hello_key(data + b"A"), BadMessage)
+    assert split_hello_key(b"HELLO 1 +X zz") == BadMessage("malformed key in HELLO")
+    assert split_connect_key(b"1 CONNECT 2 3 4 +X zz") == BadMessage("malformed key in CONNECT")
+
+
+def test_formatting_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="client_public must be 32 bytes"):
+        append_hello_key(b"HELLO 1", HelloKey(b"\0" * 31))
+    with pytest.raises(ValueError, match="server_public must be 32 bytes"):
+        append_connect_key(b"1 CONNECT 2 3 4", ConnectKey(b"\0" * 3, b"\0" * 16, b"\0" * 16))
+    with pytest.raises(ValueError, match="server_nonce must be 16 bytes"):
+        append_connect_key(b"1 CONNECT 2 3 4", ConnectKey(b"\0" * 32, b"\0" * 3, b"\0" * 16))
+    head = b"HELLO 1 " + b"a" * (1024 - 8 - 68)
+    assert len(append_hello_key(head, HelloKey(b"\0" * 32))) == 1024  # exactly the limit
+    with pytest.raises(ValueError, match="tag must be 16 bytes"):
+        append_connect_key(b"1 CONNECT 2 3 4", ConnectKey(b"\0" * 32, b"\0" * 16, b"\0" * 3))
