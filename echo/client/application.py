@@ -61,6 +61,7 @@ from echo.session.session import (
     SendFailed,
     SessionClosed,
     SessionError,
+    Untrusted,
 )
 
 __all__ = [
@@ -110,6 +111,7 @@ _EXIT_CODES: Final = {
     FailureKind.PROTOCOL: 4,
     FailureKind.CONNECTION: 4,
     FailureKind.REJECTED: 5,
+    FailureKind.UNTRUSTED: 6,
 }
 #: nobody answered at all: the runtime failure every echo CLI exits 1 for
 NO_ANSWER_EXIT_CODE: Final = 1
@@ -166,6 +168,8 @@ def failure_of(error: SessionError) -> Failure:
         return Failure(FailureKind.TIMED_OUT, str(error), phase)
     if isinstance(error, ProtocolViolation):
         return Failure(FailureKind.PROTOCOL, str(error))
+    if isinstance(error, Untrusted):
+        return Failure(FailureKind.UNTRUSTED, str(error))
     # LostContact (the all-clients channel went away, a HELLO that could not be sent) and
     # anything else the library may add.
     return Failure(FailureKind.CONNECTION, str(error))

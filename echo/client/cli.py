@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import signal
 import socket
 import sys
@@ -36,6 +37,7 @@ Exit status:
   3  timed out after the server answered (what it was waiting for is printed)
   4  protocol or connection error (the server closed the duologue, went away, ...)
   5  rejected by the server (its message is printed)
+  6  the server did not prove the --server-key (another key, or no encryption)
 """
 
 
@@ -138,6 +140,14 @@ def _source_problem(source: str) -> str | None:
     help="The local address to send from, on a host with several (default: the system's choice).",
 )
 @click.option(
+    "--server-key",
+    default=None,
+    metavar="KEY",
+    help="Encrypt the session to this server key: its public key or SHA-256 fingerprint as "
+    "echo-server prints them, or a file holding one. The client refuses a server that does "
+    "not prove it (never falls back to the clear). Default: no encryption.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -155,6 +165,7 @@ def main(
     no_validation: bool,
     duologue_ports: str,
     source: str | None,
+    server_key: str | None,
     as_json: bool,
     log_format: str,
     log_level: str,
@@ -178,6 +189,8 @@ def main(
         unusable = _source_problem(source)
         if unusable:
             raise click.BadParameter(unusable, param_hint="--source")
+    if server_key is not None:
+        server_key = _server_key(server_key)
     config = ClientConfig(
         server=server,
         port=port,
@@ -188,6 +201,7 @@ def main(
         timeout=timeout,
         duologue_ports=duologue_ports,
         source=source,
+        server_key=server_key,
     )
 
     def on_echo(echo: EchoReceived) -> None:
@@ -254,6 +268,22 @@ def _done_line(result: dict[str, Any]) -> str:
     if rtt["p50"] is None:
         return done
     return f"{done}, rtt p50 {rtt['p50']} ms, p99 {rtt['p99']} ms"
+def _server_key(value: str) -> str:
+    """--server-key: a key or fingerprint, or a file holding one (checked here)."""
+    from echo.session.crypto import BadPin, Pin
+
+    text = value
+    if os.path.isfile(value):
+        try:
+            with open(value, encoding="utf-8") as handle:
+                text = handle.read(4096).strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise click.BadParameter(one_line(error), param_hint="--server-key") from None
+    try:
+        Pin.parse(text)
+    except BadPin as error:
+        raise click.BadParameter(str(error), param_hint="--server-key") from None
+    return text
 
 
 async def _run(client: EchoClient) -> None:

@@ -38,6 +38,7 @@ from echo.client.application import (
 )
 from echo.protocol import ECHO_STREAM_ID, Echo, format_message
 from echo.session.client import HandshakeStep, client_transport_config, connect
+from echo.session.crypto import BadPin, Pin
 from echo.session.machine import HandshakeState
 from echo.session.session import Session, SessionClosed, SessionError
 from echo.transport import Transport, TransportConfig, open_transport
@@ -64,6 +65,14 @@ def _check_source(instance: object, attribute: attrs.Attribute[Any], value: str 
             ipaddress.ip_address(value)
         except ValueError:
             raise ValueError(f"source must be an IP address of this host, got {value!r}") from None
+
+
+def _check_server_key(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        try:
+            Pin.parse(value)
+        except BadPin as error:
+            raise ValueError(str(error)) from None
 
 
 def bound_to(source: str) -> SocketFactory:
@@ -96,6 +105,8 @@ class ClientConfig:
     )
     #: the local address to send from (a host with several); None: the system's choice
     source: str | None = attrs.field(default=None, validator=_check_source)
+    #: the server's key (public key or full fingerprint) to encrypt to; None: in the clear
+    server_key: str | None = attrs.field(default=None, validator=_check_server_key)
 
 
 class EchoClient:
@@ -203,6 +214,7 @@ class EchoClient:
                         duologue_ports=config.duologue_ports,
                         resume=False,  # Echo 2.0's HELLO, byte for byte
                         on_step=self._on_step,
+                        server_key=config.server_key,
                     ) as session:
                         await self._echo(session)
                 except SessionError as error:

@@ -39,6 +39,8 @@ Ports to open in the firewall (all UDP): --port and --control-port, and
   --duologue-ports shared:     clients-base-port and clients-base-port + 1 (every client);
   --duologue-ports per-client: [clients-base-port, clients-base-port + 2 * max-clients).
 Every one of these ports is bound at start: a port in use stops the server there.
+Encryption: make a key once with  echo-keygen server.key  (it prints the public key),
+  start with --key server.key, and give clients  echo-client --server-key PUBLIC_KEY.
 SIGINT or SIGTERM: no more clients are admitted; after --drain-timeout (a second signal
   cuts it short), clients still connected get "ERROR server shutting down", then exit 0.
 \b
@@ -126,6 +128,23 @@ directory and a --ticket-key file that cannot be read).
 )
 @metrics_option()
 @click.option(
+    "--key",
+    "--key-file",
+    "key_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The server's X25519 key file (make one with: echo-keygen FILE; mode 0600). Its "
+    "public key and fingerprint are printed at start, for clients' --server-key.",
+)
+@click.option(
+    "--encryption",
+    type=click.Choice(["required", "optional", "off"]),
+    default=None,
+    help="required: only clients that encrypt; optional: encrypting clients and Echo 2.0's "
+    "plain ones side by side; off: all in the clear. Default: optional with --key, off "
+    "without (Echo 2.0 clients stay servable either way).",
+)
+@click.option(
     "--drain-timeout",
     default=0.0,
     show_default=True,
@@ -152,6 +171,8 @@ def main(
     ticket_key_path: str | None,
     metrics: tuple[str, int] | None,
     drain_timeout: float,
+    key_path: str | None,
+    encryption: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -160,6 +181,14 @@ def main(
     from echo.telemetry.events import EventLog
 
     configure_logging(log_format, log_level)  # type: ignore[arg-type]
+    server_key = None
+    if key_path is not None:
+        from echo.session.crypto import KeyFileError, load_key_file
+
+        try:
+            server_key = load_key_file(key_path)
+        except KeyFileError as error:
+            raise click.BadParameter(str(error), param_hint="--key") from None
     try:
         config = ServerConfig(
             address=address,
@@ -171,6 +200,8 @@ def main(
             duologue_expiry=duologue_expiry,
             ipv6_prefix=ipv6_prefix,
             duologue_ports=duologue_ports,
+            key=server_key,
+            encryption=encryption,
         )
     except ValueError as error:
         raise click.UsageError(str(error)) from None
@@ -325,6 +356,16 @@ async def _serve(
                 pid=os.getpid(),
                 gc_frozen=frozen,
             )
+            mode = config.encryption_mode.value
+            if config.key is not None:
+                log.info(
+                    "server_key",
+                    encryption=mode,
+                    public_key=config.key.public_text,
+                    fingerprint="SHA256:" + config.key.fingerprint,
+                )
+            else:
+                log.warning("encryption_off", reason="no --key: every session is in the clear")
             if ops is not None:
                 ops.health.ready()
             async for signum in signals:

@@ -10,14 +10,19 @@ Client side: `async with connect(server, port, control_port) as session:` runs t
 and gives the same `Session` shape. With `resume=True` (the default) the session survives a
 change of network path: a RESUME proves a secret from the CONNECT (`echo.session.resume`).
 
+Encryption (`echo.session.crypto`): with a server key (`ServerConfig(key=...,
+encryption=...)`) and a client that pins it (`connect(..., server_key=...)`), every message of
+the session is sealed with ChaCha20-Poly1305 under keys agreed in the HELLO / CONNECT.
+
 Pure parts (no trio, no clock): `admission`, `allocators`, `limits`, `config`, `machine`,
-`resume`.
+`resume`, `crypto`, `keywire`.
 Layering: imports only `echo.transport` and `echo.protocol` (and stdlib, attrs, structlog, trio).
 """
 
 from echo.session.admission import Admission, Decision, JoinVerdict, Slot
 from echo.session.client import connect
-from echo.session.config import DuologuePorts, ServerConfig
+from echo.session.config import DuologuePorts, Encryption, ServerConfig
+from echo.session.crypto import Pin, ServerKey
 from echo.session.server import (
     Admit,
     Admitted,
@@ -35,6 +40,7 @@ from echo.session.session import (
     SessionClosed,
     SessionCounters,
     SessionError,
+    Untrusted,
 )
 
 __all__ = [
@@ -44,18 +50,22 @@ __all__ = [
     "Application",
     "Decision",
     "DuologuePorts",
+    "Encryption",
     "HandshakeTimeout",
     "JoinVerdict",
     "LostContact",
+    "Pin",
     "ProtocolViolation",
     "Rejected",
     "ServerConfig",
+    "ServerKey",
     "Session",
     "SessionClosed",
     "SessionCounters",
     "SessionError",
     "SessionServer",
     "Slot",
+    "Untrusted",
     "connect",
     "serve",
     "server_transport_config",

@@ -31,6 +31,7 @@ import trio
 
 from echo.protocol import ECHO_STREAM_ID, RESERVED_SESSION_HIGH, RESERVED_SESSION_LOW
 from echo.session.config import DuologuePorts
+from echo.session.crypto import ClientHandshake, Pin
 from echo.session.machine import (
     Action,
     CloseAllClients,
@@ -61,6 +62,7 @@ from echo.session.session import (
     Rejected,
     Session,
     SessionError,
+    Untrusted,
 )
 from echo.session.timers import echo_timers
 from echo.transport import (
@@ -164,6 +166,8 @@ def failure_error(failure: Failure, timeout: float) -> SessionError:
         return HandshakeTimeout(failure.detail, timeout, failure.phase)
     if failure.kind is FailureKind.CONNECTION:
         return LostContact(failure.message)
+    if failure.kind is FailureKind.UNTRUSTED:
+        return Untrusted(failure.message)
     return ProtocolViolation(failure.message)
 
 
@@ -212,6 +216,7 @@ async def connect(
     duologue_ports: DuologuePorts | str = DuologuePorts.PER_CLIENT,
     resume: bool = True,
     on_step: Callable[[HandshakeStep], None] | None = None,
+    server_key: Pin | str | None = None,
 ) -> AsyncIterator[Session]:
     """Say HELLO to `server` (an IP literal), join the duologue it assigns, yield the Session.
 
@@ -231,17 +236,23 @@ async def connect(
     `on_step(HandshakeStep)` (optional) hears where the handshake got to, as it gets there (a
     CLI prints "connecting...", "server assigned a duologue on ports ...").
 
+    `server_key` (the server's public key as echo-server prints it, or its full SHA-256
+    fingerprint, or a `Pin`): encrypt the session (echo.session.crypto). The handshake then
+    raises `Untrusted` unless the server proves it holds that key; it never falls back to the
+    clear. Raises echo.session.crypto.BadPin at once for a value that is neither.
+
     Either way, a session whose server is gone is closed with LostContact within
     `lost_contact_bound` (see the module docstring).
     """
     shared = DuologuePorts(duologue_ports) is DuologuePorts.SHARED
+    pin = Pin.parse(server_key) if isinstance(server_key, str) else server_key
     try:
         if transport is None:
             async with open_transport(client_transport_config(transport_config)) as own:
                 try:
                     async with _connect(
                         own, server, port, control_port, credentials, timeout, stream_id,
-                        receive_batch, send_timeout, pad, resume, shared, on_step,
+                        receive_batch, send_timeout, pad, resume, shared, on_step, pin,
                     ) as session:  # fmt: skip
                         yield session
                 finally:
@@ -252,7 +263,7 @@ async def connect(
         else:
             async with _connect(
                 transport, server, port, control_port, credentials, timeout, stream_id,
-                receive_batch, send_timeout, pad, resume, shared, on_step,
+                receive_batch, send_timeout, pad, resume, shared, on_step, pin,
             ) as session:  # fmt: skip
                 yield session
     except BaseExceptionGroup as group:
@@ -291,12 +302,15 @@ async def _connect(
     resume: bool,
     shared: bool = False,
     on_step: Callable[[HandshakeStep], None] | None = None,
+    pin: Pin | None = None,
 ) -> AsyncIterator[Session]:
     machine = HandshakeMachine(
         pad=secrets.randbits(32) if pad is None else pad,
         timeout=timeout,
         credentials=credentials,
         resume_pad=secrets.randbits(RESUME_BITS) if resume else None,
+        # A fresh ephemeral key per handshake, never kept: see echo.session.crypto.
+        client_key=None if pin is None else ClientHandshake(pin),
     )
     all_clients = _Pair()
     duologue = _Pair()
@@ -327,6 +341,8 @@ async def _connect(
             receive_batch=receive_batch,
             send_timeout=send_timeout,
         )
+        if opened.keys is not None:
+            session.cipher = opened.keys.cipher()
         images = duologue.subscription.images
         session.image = images[0] if images else None
         live = session

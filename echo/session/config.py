@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from echo.protocol import ECHO_STREAM_ID
+from echo.session.crypto import ServerKey
 
 
 def _port(flag: str) -> Any:
@@ -96,6 +97,31 @@ def _duologue_ports(value: object) -> DuologuePorts:
         ) from None
 
 
+class Encryption(enum.Enum):
+    """Which clients a server serves (--encryption; see echo.session.crypto).
+
+    REQUIRED: only clients that encrypt (a plain HELLO hears "encryption required").
+    OPTIONAL: both; a client that sends its key gets an encrypted session, Echo 2.0's plain
+    clients (the guide's Java client, plain Aeron peers) a session in the clear.
+    OFF: every session in the clear; a HELLO with a key hears "encryption not offered".
+    """
+
+    REQUIRED = "required"
+    OPTIONAL = "optional"
+    OFF = "off"
+
+
+def _encryption(value: object) -> Encryption | None:
+    if value is None:
+        return None
+    try:
+        return Encryption(value)
+    except ValueError:
+        raise ValueError(
+            f"--encryption must be 'required', 'optional' or 'off', got {value!r}"
+        ) from None
+
+
 @attrs.frozen
 class ServerConfig:
     """Everything `echo-server` needs to know.
@@ -111,6 +137,9 @@ class ServerConfig:
     stream_id          the stream id of every channel (the guide's 0x2044F002)
     duologue_ports     per-client (two ports per duologue) or shared (two for all)
                        (--duologue-ports; see DuologuePorts)
+    key                the server's static key (--key FILE; echo.session.crypto)
+    encryption         required, optional or off (--encryption; see Encryption); None, the
+                       default, means optional with a key and off without one
     """
 
     address: str = attrs.field(default="127.0.0.1", validator=_check_address)
@@ -128,8 +157,17 @@ class ServerConfig:
     #: give a resume secret to clients that ask ("+R" in their HELLO; echo.session.resume);
     #: per-client duologue ports only (with shared ports no secret is given out)
     resume: bool = True
+    key: ServerKey | None = attrs.field(default=None, repr=False)
+    encryption: Encryption | None = attrs.field(default=None, converter=_encryption)
 
     def __attrs_post_init__(self) -> None:
+        if self.key is not None and not isinstance(self.key, ServerKey):
+            raise ValueError(f"key must be a ServerKey (echo.session.crypto), got {self.key!r}")
+        if self.encryption in (Encryption.REQUIRED, Encryption.OPTIONAL) and self.key is None:
+            raise ValueError(
+                f"--encryption {self.encryption.value} needs --key FILE "
+                "(make one with: echo-keygen FILE)"
+            )
         # Cross-field checks: the two all-clients ports and the duologue range must be disjoint,
         # or the server would try to bind one port twice.
         if self.port == self.control_port:
@@ -146,6 +184,13 @@ class ServerConfig:
                     f"{flag} {value} lies inside the duologue port range "
                     f"{self.clients_base_port}..{last} (--clients-base-port, --max-clients)"
                 )
+
+    @property
+    def encryption_mode(self) -> Encryption:
+        """The mode in force: `encryption`, or (None) optional with a key, off without."""
+        if self.encryption is not None:
+            return self.encryption
+        return Encryption.OFF if self.key is None else Encryption.OPTIONAL
 
     @property
     def shared(self) -> bool:

@@ -48,6 +48,14 @@ from echo.protocol import (
     decrypt_session,
     format_message,
 )
+from echo.session.crypto import (
+    ClientHandshake,
+    HandshakeFailed,
+    SessionKeys,
+    Transcript,
+    resume_secret,
+)
+from echo.session.keywire import ConnectKey, HelloKey, append_hello_key, split_connect_key
 from echo.session.resume import (
     ResumableConnect,
     ResumableHello,
@@ -81,6 +89,7 @@ class FailureKind(enum.Enum):
     TIMED_OUT = "timed_out"
     PROTOCOL = "protocol"  # a bad reply, or a session id outside the reserved range
     CONNECTION = "connection"  # a channel closed or a send gave up
+    UNTRUSTED = "untrusted"  # the server did not prove the pinned key, or would not encrypt
 
 
 @attrs.frozen
@@ -122,6 +131,8 @@ class Opened:
     control_port: int
     #: the server's resume secret (None: this session cannot resume)
     resume_secret: int | None = None
+    #: the session's keys (None: the session is in the clear)
+    keys: SessionKeys | None = None
 
 
 @attrs.frozen
@@ -168,6 +179,7 @@ class HandshakeMachine:
         timeout: float = 10.0,
         credentials: bytes = b"",
         resume_pad: int | None = None,
+        client_key: ClientHandshake | None = None,
     ) -> None:
         if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad <= U32_MAX:
             raise ValueError(f"pad must be a u32, got {pad!r}")
@@ -181,6 +193,15 @@ class HandshakeMachine:
             if resume_pad is None
             else format_resumable_hello(ResumableHello(Hello(pad, credentials), resume_pad))
         )
+        #: with a client key, every HELLO carries its public half and the CONNECT must prove
+        #: the pinned server key (echo.session.keywire); never a fallback to the clear
+        self._client_key = client_key
+        if client_key is not None:
+            tail = HelloKey(client_key.public)
+            resumable = self._hello is not self._plain_hello
+            self._plain_hello = append_hello_key(self._plain_hello, tail)
+            self._hello = append_hello_key(self._hello, tail) if resumable else self._plain_hello
+        self.keys: SessionKeys | None = None
         self.resume_secret: int | None = None
         self._pad = pad
         self._timeout = float(timeout)
@@ -267,7 +288,17 @@ class HandshakeMachine:
             return []
         if data[: len(self._prefix)] != self._prefix:
             return []  # a reply to another client: checked before parsing (N clients, N replies)
-        parsed = parse_server_reply_untrusted(data)
+        split = split_connect_key(data)
+        if isinstance(split, BadMessage):
+            return self._fail(
+                FailureKind.PROTOCOL, f"bad reply from the server ({split.reason}): {preview(data)}"
+            )
+        parsed = parse_server_reply_untrusted(split[0])
+        connect_key = split[1]
+        if connect_key is not None and self._client_key is None:
+            return self._fail(
+                FailureKind.PROTOCOL, f"a server key nobody asked for: {preview(data)}"
+            )
         if isinstance(parsed, BadMessage | Resumed):
             reason = parsed.reason if isinstance(parsed, BadMessage) else "RESUMED to a HELLO"
             return self._fail(
@@ -279,19 +310,25 @@ class HandshakeMachine:
                 return self._fail(
                     FailureKind.PROTOCOL, f"a resume secret nobody asked for: {preview(data)}"
                 )
-            secret = parsed.encrypted_secret ^ self._resume_pad
+            secret = parsed.encrypted_secret  # unpadded once the keys are known
             reply: Connect | AllClientsError = parsed.connect
         else:
             reply = parsed
         if reply.client_session != self._client_session:
             return []
         if isinstance(reply, AllClientsError):
+            if connect_key is not None:
+                return self._fail(FailureKind.PROTOCOL, f"a key on an ERROR: {preview(data)}")
             if reply.message == ERROR_BAD_MESSAGE and self._hello is not self._plain_hello:
                 # A server without the resume extension (Echo 2.0's own, say) refuses the
                 # "+R" HELLO as malformed: ask again the Echo 2.0 way, without resume.
                 self._hello = self._plain_hello
                 self._deadline = now + self._timeout
                 return [SendHello(self._hello)]
+            if reply.message == ERROR_BAD_MESSAGE and self._client_key is not None:
+                # Echo 2.0's own server (or one before encryption) cannot read the key.
+                detail = f"{ERROR_BAD_MESSAGE} (the server may not support encryption)"
+                return self._fail(FailureKind.REJECTED, detail, reply.message)
             return self._fail(FailureKind.REJECTED, reply.message, reply.message)
         session = decrypt_session(reply.encrypted_session, self._pad)
         if not RESERVED_SESSION_LOW <= session <= RESERVED_SESSION_HIGH:
@@ -302,9 +339,13 @@ class HandshakeMachine:
                 f"server assigned duologue session {session}, outside the reserved range "
                 f"{RESERVED_SESSION_LOW}..{RESERVED_SESSION_HIGH}",
             )
+        if self._client_key is not None:
+            failed = self._agree(reply, session, connect_key)
+            if failed:
+                return failed
         self._connect = reply
         self._session_id = session
-        self.resume_secret = secret
+        self.resume_secret = None if secret is None else self._secret_of(secret)
         self._state = HandshakeState.JOINING
         self._deadline = now + self._timeout
         return [CloseAllClients(), OpenDuologue(reply.data_port, reply.control_port, session)]
@@ -335,8 +376,41 @@ class HandshakeMachine:
                 self._connect.data_port,
                 self._connect.control_port,
                 self.resume_secret,
+                self.keys,
             )
         ]
+
+    def _agree(self, reply: Connect, session: int, key: ConnectKey | None) -> list[Action] | None:
+        """Check the CONNECT's key tail against the pin and derive the keys; None if good,
+        else the failure (a CONNECT without a tail is a server that would talk in the clear)."""
+        assert self._client_key is not None and self._client_session is not None
+        if not isinstance(key, ConnectKey):
+            return self._fail(
+                FailureKind.UNTRUSTED,
+                "the server answered without encryption; a pinned server key needs a server "
+                "with --encryption optional or required",
+                "no encryption",
+            )
+        transcript = Transcript(
+            client_public=self._client_key.public,
+            server_public=key.server_public,
+            server_nonce=key.server_nonce,
+            hello_key=self._pad,
+            client_session=self._client_session,
+            session_id=session,
+            data_port=reply.data_port,
+            control_port=reply.control_port,
+        )
+        try:
+            self.keys = self._client_key.complete(transcript, key.tag)
+        except HandshakeFailed as error:
+            return self._fail(FailureKind.UNTRUSTED, f"server key refused: {error}", str(error))
+        return None
+
+    def _secret_of(self, padded: int) -> int:
+        """The resume secret: from the keys when encrypted (the CONNECT's field is noise)."""
+        assert self._resume_pad is not None
+        return padded ^ self._resume_pad if self.keys is None else resume_secret(self.keys)
 
     def on_duologue_closed(self, now: float) -> list[Action]:
         self._require_started("on_duologue_closed")

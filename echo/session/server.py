@@ -48,8 +48,17 @@ from echo.protocol import (
 )
 from echo.session.admission import Admission, JoinVerdict, ResumeVerdict, Slot
 from echo.session.allocators import PortAllocator, RandomSource, SessionAllocator
-from echo.session.config import ServerConfig
+from echo.session.config import Encryption, ServerConfig
+from echo.session.crypto import (
+    BadKey,
+    SessionKeys,
+    Transcript,
+    resume_secret,
+    server_keys_from_shared,
+)
+from echo.session.crypto import server_nonce as fresh_server_nonce
 from echo.session.held import HeldPorts
+from echo.session.keywire import ConnectKey, HelloKey, append_connect_key, split_hello_key
 from echo.session.limits import AddressCounter
 from echo.session.resume import (
     ERROR_RESUME_REFUSED,
@@ -91,6 +100,10 @@ OPEN_ATTEMPTS = 8
 DEFAULT_APP_GRACE = 2.0
 #: What the peer is told when the application raised.
 ERROR_APPLICATION = "application error"
+#: What a HELLO hears that the server's --encryption mode does not serve.
+ERROR_ENCRYPTION_REQUIRED = "encryption required"
+ERROR_ENCRYPTION_OFF = "encryption not offered"
+ERROR_BAD_KEY = "bad key"
 
 #: What became of a HELLO, for the metrics: a duologue, or which refusal.
 ADMISSION_RESULTS = (
@@ -191,6 +204,8 @@ class Duologue:
         self.session: Session | None = None
         self.close_reason: str | None = None
         self.cancel_scope = trio.CancelScope()
+        #: the session's keys (None: in the clear)
+        self.keys: SessionKeys | None = None
         #: a RESUME moved the client: its next stream is the session's, not a new join
         self.resuming = False
         #: set when the resumed client's new stream arrived (shared ports answer it)
@@ -279,6 +294,11 @@ class SessionServer:
         self.admissions: Counter[str] = Counter()
         self.sessions_opened = 0
         self.closes: Counter[str] = Counter()
+        #: encrypted sessions agreed; HELLOs refused for their key or the encryption mode;
+        #: sessions closed because a message failed authentication or the replay window
+        self.encrypted_sessions = 0
+        self.key_refusals = 0
+        self.messages_refused = 0
 
     @property
     def ports(self) -> PortAllocator:
@@ -330,6 +350,8 @@ class SessionServer:
             clients_base_port=config.clients_base_port,
             max_clients=config.max_clients,
             max_per_ip=config.max_per_ip,
+            encryption=config.encryption_mode.value,
+            key_fingerprint=None if config.key is None else config.key.short_fingerprint,
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -388,7 +410,13 @@ class SessionServer:
         # delivered or reported here as not delivered, never dropped in silence.
         problem: str | None = None
         try:
-            await publication.send(format_message(DuologueError(ERROR_SHUTTING_DOWN)), timeout=0.5)
+            goodbye = DuologueError(ERROR_SHUTTING_DOWN)
+            data = (
+                format_message(goodbye)
+                if duologue.session is None
+                else duologue.session.seal_control(goodbye)
+            )
+            await publication.send(data, timeout=0.5)
             if not await publication.close(timeout=1.0):
                 problem = "not acknowledged by the client"
         except SendError as error:
@@ -459,7 +487,13 @@ class SessionServer:
             self.admissions["unvalidated"] += 1
             self.events.emit("hello_rejected", reason="unvalidated address", **fields)
             return
-        parsed = parse_client_request_untrusted(message.data, credentials=self.admit is not None)
+        split = split_hello_key(message.data)
+        if isinstance(split, BadMessage):
+            self.events.emit("hello_received", **fields)
+            await self._refuse(ERROR_BAD_MESSAGE, client_session, fields)
+            return
+        data, hello_key = split
+        parsed = parse_client_request_untrusted(data, credentials=self.admit is not None)
         if isinstance(parsed, Resume):
             await self._on_resume(parsed, message, key)
             return
@@ -473,6 +507,19 @@ class SessionServer:
         resumable = isinstance(parsed, ResumableHello)
         request = parsed.hello if isinstance(parsed, ResumableHello) else parsed
         admitted: Admitted | None = None
+        shared_secret: bytes | None = None
+        refusal = self._check_key(hello_key)
+        if refusal is None and hello_key is not None:
+            assert self.config.key is not None
+            try:
+                # Before anything is allocated: a low-order key costs the server nothing more.
+                shared_secret = self.config.key.exchange(hello_key.client_public)
+            except BadKey:
+                refusal = ERROR_BAD_KEY
+        if refusal is not None:
+            self.key_refusals += 1
+            await self._refuse(refusal, client_session, fields)
+            return
         if self.admit is not None:
             verdict = await self._ask_admit((source_ip, message.source_port), request)
             if isinstance(verdict, str):
@@ -501,16 +548,60 @@ class SessionServer:
             control_port=duologue.control_port,
             encrypted_session=encrypt_session(duologue.session_id, request.key),
         )
+        key_tail: ConnectKey | None = None
+        if shared_secret is not None:
+            assert hello_key is not None
+            key_tail = self._agree(duologue, request, reply, hello_key, shared_secret)
         if resumable and self.config.resume:
             # Only to a client that said "+R": the Echo 2.0 CONNECT is untouched for others.
-            secret = secrets.randbits(RESUME_BITS)
-            duologue.slot.resume_secret = secret
             assert isinstance(parsed, ResumableHello)
-            text = format_resumable_connect(ResumableConnect(reply, secret ^ parsed.pad))
+            secret = secrets.randbits(RESUME_BITS)
+            padded = secret ^ parsed.pad
+            if duologue.keys is not None:
+                # Encrypted: the secret comes from the session's keys, and the CONNECT's field
+                # is noise (an on-path reader of the HELLO's pad must not learn the secret).
+                secret = resume_secret(duologue.keys)
+            duologue.slot.resume_secret = secret
+            text = format_resumable_connect(ResumableConnect(reply, padded))
         else:
             text = format_message(reply)
         self.admissions["accepted"] += 1
+        if key_tail is not None:
+            text = append_connect_key(text, key_tail)
         await self._reply(text, client_session)
+
+    def _check_key(self, hello_key: HelloKey | None) -> str | None:
+        """Does the --encryption mode serve a HELLO with (or without) a key? The refusal."""
+        mode = self.config.encryption_mode
+        if hello_key is None:
+            return ERROR_ENCRYPTION_REQUIRED if mode is Encryption.REQUIRED else None
+        return ERROR_ENCRYPTION_OFF if mode is Encryption.OFF else None
+
+    def _agree(
+        self,
+        duologue: Duologue,
+        request: Hello,
+        reply: Connect,
+        hello_key: HelloKey,
+        shared_secret: bytes,
+    ) -> ConnectKey:
+        """Derive the session's keys (into `duologue.keys`); the CONNECT's key tail."""
+        key = self.config.key
+        assert key is not None
+        nonce = fresh_server_nonce()
+        transcript = Transcript(
+            client_public=hello_key.client_public,
+            server_public=key.public,
+            server_nonce=nonce,
+            hello_key=request.key,
+            client_session=reply.client_session,
+            session_id=duologue.session_id,
+            data_port=reply.data_port,
+            control_port=reply.control_port,
+        )
+        duologue.keys, tag = server_keys_from_shared(shared_secret, transcript)
+        self.encrypted_sessions += 1
+        return ConnectKey(key.public, nonce, tag)
 
     async def _on_resume(self, request: Resume, message: Message, key: str) -> None:
         """A client asks for its session back from a new path (echo.session.resume)."""
@@ -867,6 +958,8 @@ class SessionServer:
         )
         session.image = image
         session.admission = duologue.admission
+        if duologue.keys is not None:
+            session.cipher = duologue.keys.cipher()
         duologue.session = session
         if duologue.slot.resume_secret is not None:
             # The client can resume: keep what we send (to send again what it missed) and
@@ -912,6 +1005,14 @@ class SessionServer:
         )
 
     def _on_session_closed(self, duologue: Duologue, session: Session) -> None:
+        if session.counters.refused:
+            self.messages_refused += 1
+            self.events.emit(
+                "message_refused",
+                duologue_id=duologue.duologue_id,
+                source_ip=duologue.owner_ip,
+                reason=session.close_reason,
+            )
         # An application that goes on regardless (never reads, sleeps) is cancelled after the
         # grace; one that reads sees SessionClosed at once and returns well before.
         scope = duologue.cancel_scope

@@ -45,6 +45,7 @@ import attrs
 import trio
 
 from echo.protocol import DuologueError, format_message, parse_duologue_reply_untrusted
+from echo.session.crypto import OpenError, SessionCipher
 from echo.transport import (
     NOT_CONNECTED,
     Image,
@@ -98,6 +99,11 @@ class ProtocolViolation(SessionError):
     """The server sent something the handshake cannot accept (a bad reply, an id out of range)."""
 
 
+class Untrusted(SessionError):
+    """The server did not prove it holds the pinned key (another key, a failed confirmation),
+    or answered an encrypting client in the clear: nothing was sent to it but the HELLO."""
+
+
 class SessionClosed(SessionError):
     """The session is closed; `reason` says why (the peer's ERROR text, "client gone", ...)."""
 
@@ -140,6 +146,9 @@ class SessionCounters:
     foreign_dropped: int = 0
     #: times the session moved to a new path (echo.session.resume)
     resumes: int = 0
+    #: messages refused by the session's encryption (forged, replayed, too old): the first
+    #: one closes the session, so this is 0 or 1
+    refused: int = 0
 
 
 class Session:
@@ -206,6 +215,11 @@ class Session:
         self._retain = 0
         self._sent_log: deque[bytes] = deque()
         self._sent_log_bytes = 0
+        #: seals what is sent and opens what is received (None: the session is in the clear).
+        #: What a resume sends again is kept sealed, so it goes out with the same nonce.
+        self.cipher: SessionCipher | None = None
+        #: why a received message was refused (the session closes with it)
+        self._refused: str | None = None
 
     # ---------------------------------------------------------------- state
 
@@ -292,10 +306,11 @@ class Session:
         if not self._path_ready.is_set():
             await self._wait_path()
         publication = self.publication
-        if publication.offer(data) <= 0:
+        wire = data if self.cipher is None else self.cipher.seal(data)
+        if publication.offer(wire) <= 0:
             # Back pressure or a term rotation: retry (and so yield) a while.
             try:
-                await self._send_retrying(publication, data)
+                await self._send_retrying(publication, wire)
             except SendError as error:
                 if self._mark_closed("send failed"):
                     raise SendFailed("send failed", error.name) from None
@@ -307,7 +322,7 @@ class Session:
         counters.messages_sent += 1
         counters.bytes_sent += len(data)
         if self._retain:
-            self._log_sent(data)
+            self._log_sent(wire)
 
     def send_nowait(self, data: bytes) -> bool:
         """`send` without waiting: True once the message is on its way; False (nothing sent)
@@ -321,14 +336,25 @@ class Session:
             raise self._closed_error()
         if data.startswith(_ERROR_PREFIX):
             raise ValueError("messages starting with b'ERROR ' are reserved for close(reason)")
-        if not self._path_ready.is_set() or self.publication.offer(data) <= 0:
+        if not self._path_ready.is_set():
+            return False
+        # (A message that could not be offered leaves a gap in the counters: harmless, the
+        # window accepts gaps; a counter is never used twice.)
+        wire = data if self.cipher is None else self.cipher.seal(data)
+        if self.publication.offer(wire) <= 0:
             return False
         counters = self.counters
         counters.messages_sent += 1
         counters.bytes_sent += len(data)
         if self._retain:
-            self._log_sent(data)
+            self._log_sent(wire)
         return True
+
+    def seal_control(self, message: DuologueError) -> bytes:
+        """The wire form of a duologue ERROR: sealed in an encrypted session (so that a
+        goodbye cannot be forged either)."""
+        data = format_message(message)
+        return data if self.cipher is None else self.cipher.seal(data)
 
     def _log_sent(self, data: bytes) -> None:
         log = self._sent_log
@@ -430,6 +456,15 @@ class Session:
                 self.counters.foreign_dropped += 1
                 continue
             data = message.data
+            if self.cipher is not None:
+                try:
+                    data = self.cipher.open(data)
+                except OpenError as refusal:
+                    # Forged, replayed or too old: nothing after it is trusted either.
+                    batch.clear()
+                    self.counters.refused += 1
+                    self._refused = refusal.reason
+                    return None
             if data.startswith(_ERROR_PREFIX):
                 error = parse_duologue_reply_untrusted(data)
                 if isinstance(error, DuologueError):
@@ -449,6 +484,9 @@ class Session:
             data = self._take()
             if data is not None:
                 return data
+            if self._refused is not None and not self._closing:
+                # Tell the peer why (sealed), then end the session.
+                await self.close(self._refused)
             if self.close_reason is not None:
                 raise self._closed_error()
             if self._moving is not None:
@@ -488,7 +526,7 @@ class Session:
         await self.subscription.close()
         if already or publication.is_closed:
             return
-        goodbye = format_message(DuologueError(_one_line(reason))) if reason else None
+        goodbye = self.seal_control(DuologueError(_one_line(reason))) if reason else None
         publication.close_soon(timeout=CLOSE_LINGER, last=goodbye)
 
 

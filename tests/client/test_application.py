@@ -30,6 +30,7 @@ from echo.session import (
     ProtocolViolation,
     Rejected,
     SessionClosed,
+    Untrusted,
 )
 from echo.session.machine import HandshakeState
 from echo.session.session import PeerClosed, SendFailed
@@ -194,6 +195,10 @@ def test_same_text_every_time() -> None:
             ProtocolViolation("bad reply from the server (x): '...'"),
             Failure(FailureKind.PROTOCOL, "bad reply from the server (x): '...'"),
         ),
+        (
+            Untrusted("server key refused: not the pinned one"),
+            Failure(FailureKind.UNTRUSTED, "server key refused: not the pinned one"),
+        ),
     ],
 )
 def test_a_failed_handshake_is_the_client_s_failure(error: Exception, failure: Failure) -> None:
@@ -208,6 +213,7 @@ def test_a_failed_handshake_is_the_client_s_failure(error: Exception, failure: F
 def test_exit_codes() -> None:
     assert {kind: exit_code(kind) for kind in FailureKind} == {
         FailureKind.REJECTED: 5,
+        FailureKind.UNTRUSTED: 6,
         FailureKind.TIMED_OUT: 3,
         FailureKind.PROTOCOL: 4,
         FailureKind.CONNECTION: 4,
