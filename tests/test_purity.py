@@ -46,7 +46,8 @@ PURE: dict[str, list[str]] = {
         "validation", "wireformat",
     ],
     "echo.session": [
-        "admission", "allocators", "config", "limits", "machine", "resume", "shared", "timers",
+        "admission", "allocators", "config", "crypto", "keywire", "limits", "machine", "resume",
+        "shared", "timers",
     ],
     "echo.tickets": ["core"],
     "echo.channels": ["core", "wire"],

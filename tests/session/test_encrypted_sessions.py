@@ -4,14 +4,12 @@ replayed or tampered message does to a session."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import pytest
 import trio
 
 import echo.session as es
-import echo.session.server as server_module
 from echo.protocol import ECHO_STREAM_ID, Hello, format_message
 from echo.session.crypto import OVERHEAD, ServerKey
 from echo.session.keywire import HelloKey, append_hello_key, split_connect_key
@@ -285,10 +283,10 @@ SERVER = "10.0.0.1"
 
 
 def memory_server(monkeypatch: pytest.MonkeyPatch, net: MemoryNetwork) -> None:
-    monkeypatch.setattr(
-        server_module, "open_transport", functools.partial(open_transport, socket_factory=net)
-    )
-    monkeypatch.setattr(server_module, "check_ports_free", lambda address, ports: None)
+    """Servers of this test open their transport on `net` (and hold no kernel ports)."""
+    from tests.session.test_lost_contact import memory_server as on_memory
+
+    on_memory(monkeypatch, net)
 
 
 def memory_config(**overrides: Any) -> es.ServerConfig:
