@@ -211,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.check:
         try:
-            current = args.output.read_text()
+            current = args.output.read_text(encoding="utf-8")
         except FileNotFoundError:
             print(
                 f"bench-report: {args.output} does not exist: run ./dev bench-report",
@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.output} is up to date")
         return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(page)
+    args.output.write_text(page, encoding="utf-8")
     print(f"wrote {args.output}")
     return 0
 

@@ -134,7 +134,7 @@ class BenchResult:
         text = json.dumps(self.to_json(), indent=2, ensure_ascii=False, allow_nan=False)
         # Validate what is about to be written, as the report will read it.
         from_json(json.loads(text), path)
-        path.write_text(text + "\n")
+        path.write_text(text + "\n", encoding="utf-8")
         return path
 
 
@@ -337,7 +337,7 @@ def from_json(document: Any, path: Path | str) -> BenchResult:
 
 def load(path: Path) -> BenchResult:
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise ResultFileError(path, f"cannot be read: {error.strerror}") from None
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
