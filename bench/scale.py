@@ -1028,7 +1028,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         label="B4",
         title="B4: N echo-clients (once a second) on one echo-server: handshakes/s, CPU, RSS, p99",
         command=shlex.join(["python", "-m", "bench.scale", *argv_used]),
-        own=list(repeats[0]),
+        # the raw run's figures are baselines: they show beside the figures compared to them
+        own=[key for key, result in repeats[0].items() if not result.raw],
         repeats=repeats,
         machine=result_files.machine_info(load_before, result_files.system_load()),
         settings={
