@@ -53,7 +53,9 @@ UDP on the same loopback, or the peer named); the **ratio** is figure / baseline
 repeat, median (range) over the repeats, so a ratio never compares two different runs. ↑: a
 higher figure is better; ↓: a lower one (for those a ratio above 1 is worse). A target is
 checked on the median. **Load** is the machine's 1-minute load average before and after the
-run: this is a shared machine, and a load above its core count means the figures are low.
+run; **busy** marks a load above the machine's core count: the benchmark then shared its CPUs
+with other work, and its figures are low (the ratios suffer less: the baseline of the same
+repeat shared them too).
 """
 
 
@@ -124,7 +126,11 @@ def load_cell(machine: Mapping[str, Any]) -> str:
     if before is None and after is None:
         return "?"
     shown = [f"{x:.1f}" if isinstance(x, int | float) else "?" for x in (before, after)]
-    return " → ".join(shown)
+    loads = [x for x in (before, after) if isinstance(x, int | float)]
+    cores = machine.get("cores")
+    # More runnable tasks than cores: the benchmark shared its CPUs with other work.
+    busy = isinstance(cores, int) and cores > 0 and max(loads) > cores
+    return " → ".join(shown) + (" **busy**" if busy else "")
 
 
 def machine_key(machine: Mapping[str, Any]) -> str:

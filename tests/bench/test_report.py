@@ -24,6 +24,7 @@ def _rows(page: str) -> list[list[str]]:
 
 
 def _samples(directory: Path) -> None:
+    # 2 cores: a load of 3 means other work shared them
     machine = {**MACHINE, "load_before": {"loadavg_1m": 2.5}, "load_after": {"loadavg_1m": 3.04}}
     sample(machine=machine).write(directory)
     lobby = sample(
@@ -60,7 +61,7 @@ def test_the_table_has_one_row_per_figure_with_its_baseline_ratio_and_spread(
             "0.80 x (0.80-0.90)",
             "≥ 0.80 x: met",
             "3",
-            "M1, 2.5 → 3.0",
+            "M1, 2.5 → 3.0 **busy**",
             "2026-12-07 01:00",
         ],
         [
@@ -71,7 +72,7 @@ def test_the_table_has_one_row_per_figure_with_its_baseline_ratio_and_spread(
             "—",
             "",
             "3",
-            "M1, 2.5 → 3.0",
+            "M1, 2.5 → 3.0 **busy**",
             "2026-12-07 01:00",
         ],
         # One repeat: no range; a missing baseline is a dash, not a made-up figure.
@@ -112,6 +113,13 @@ def test_the_page_depends_only_on_the_files_not_their_order(tmp_path: Path) -> N
     loaded = results.load_all(tmp_path)
     assert report.render(loaded) == report.render(list(reversed(loaded)))
     assert report.generate(tmp_path) == report.generate(tmp_path)
+
+
+def test_a_load_within_the_cores_is_not_busy() -> None:
+    quiet = {"cores": 2, "load_before": {"loadavg_1m": 0.5}, "load_after": {"loadavg_1m": 1.94}}
+    assert report.load_cell(quiet) == "0.5 → 1.9"
+    assert report.load_cell({**quiet, "load_after": {"loadavg_1m": 2.01}}) == "0.5 → 2.0 **busy**"
+    assert report.load_cell({"cores": 2}) == "?"
 
 
 def test_a_missed_target_is_marked(tmp_path: Path) -> None:
