@@ -213,7 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         page = generate(args.results_dir)
     except ResultFileError as error:
-        print(f"bench-report: invalid result file {error}", file=sys.stderr)
+        what = "" if error.path.is_dir() or not error.path.suffix else "invalid result file "
+        print(f"bench-report: {what}{error}", file=sys.stderr)
         return 1
     if args.check:
         try:

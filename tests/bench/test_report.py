@@ -179,6 +179,12 @@ def test_check_passes_on_a_fresh_page_and_fails_once_the_results_change(tmp_path
 def test_an_empty_results_directory_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(results.ResultFileError, match="no result files"):
         report.generate(tmp_path)
+    done = _report("--results-dir", str(tmp_path), "--output", str(tmp_path / "page.md"))
+    assert done.returncode == 1
+    assert (
+        done.stderr == f"bench-report: {tmp_path}: no result files (*.json) here: run a "
+        "benchmark first\n"
+    )
 
 
 def test_the_committed_page_is_what_the_committed_results_give() -> None:
