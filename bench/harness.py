@@ -863,7 +863,8 @@ def write_reports(
     directory: Path = RESULTS_DIR,
     load_before: dict[str, float] | None = None,
 ) -> tuple[Path, Path, str]:
-    """Write `<timestamp>.json` and `latest.md` under `directory`; return both and the table."""
+    """Write `runs/<timestamp>.json` and `latest.md` under `directory`; return both and the
+    table. (The per-benchmark result files beside them are bench/results.py's.)"""
     directory.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
     # "before" is the idle machine (or not); "after" includes the run's own last minute, so
@@ -871,7 +872,12 @@ def write_reports(
     machine["load"] = {"before": load_before or {}, "after": system_load()}
     by_key = {(r.name, r.metric): r for r in results}
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    json_path = directory / f"{stamp}.json"
+    (directory / "runs").mkdir(exist_ok=True)
+    json_path = directory / "runs" / f"{stamp}.json"
+    serial = 1
+    while json_path.exists():  # two repeats of a quick run within one second
+        serial += 1
+        json_path = directory / "runs" / f"{stamp}-{serial}.json"
     document = {
         "machine": machine,
         "settings": attrs.asdict(settings),

@@ -28,15 +28,19 @@ import json
 import math
 import os
 import random
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from bench import results as result_files
+from bench.harness import Result
 
 REPO = Path(__file__).resolve().parents[1]
 COLYSEUS_DIR = REPO / "bench" / "colyseus"
@@ -802,13 +806,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="py-spy (pip install py-spy) records echo's server and first bot process in "
         "each phase into DIR (raw collapsed stacks); it costs them some CPU",
     )
-    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "lobby_bench.json"))
+    parser.add_argument(
+        "--out",
+        default=str(REPO / "bench" / "results" / "runs" / "lobby_bench.json"),
+        help="every figure of every repeat, and the logs beside it (not kept in git)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run both targets this many times, one after the other each time",
+    )
+    parser.add_argument(
+        "--results-dir",
+        default=None,
+        help="where lobby.json (the figures over the repeats, echo against Colyseus of the same "
+        "repeat) goes [default: bench/results; a --smoke run writes none unless given]",
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
         help="10 lobbies of 4, 2 bot processes, 2 s of chat: that it runs",
     )
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if args.role == "bot":
         bot_main(args)
         return
@@ -823,6 +845,39 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{args.bot_procs} bot processes per target; load average {os.getloadavg()}",
         flush=True,
     )
+    load_before = result_files.system_load()
+    repeats: list[list[dict[str, Any]]] = []
+    for repeat in range(args.repeats):
+        if args.repeats > 1:
+            print(f"== repeat {repeat + 1} of {args.repeats}", flush=True)
+        repeats.append(run_targets(args, work))
+    results = [result for repeat in repeats for result in repeat]
+    record = {
+        "scenario": {k: v for k, v in vars(args).items() if k not in ("role", "out")},
+        "node": shutil.which("node")
+        and subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip(),
+        "cpus": os.cpu_count(),
+        "results": results,
+    }
+    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+    print(summary_table(results))
+    print(f"results: {args.out}")
+    if args.smoke and args.results_dir is None:
+        print("a --smoke run: no result file written (give --results-dir to have one)")
+        return
+    argv_used = sys.argv[1:] if argv is None else list(argv)
+    written = write_result_file(
+        repeats,
+        args,
+        shlex.join(["python", "-m", "bench.lobby_bench", *argv_used]),
+        Path(args.results_dir) if args.results_dir else result_files.RESULTS_DIR,
+        load_before,
+    )
+    print(f"wrote {written}" if written else "no repeat measured echo: no result file written")
+
+
+def run_targets(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """One run of every target, one after the other."""
     results: list[dict[str, Any]] = []
     for name in args.targets.split(","):
         if name == "colyseus":
@@ -840,16 +895,114 @@ def main(argv: Sequence[str] | None = None) -> None:
         except RuntimeError as error:
             results.append({"target": name, "error": str(error)})
             print(f"{name}: failed: {error}", flush=True)
-    record = {
-        "scenario": {k: v for k, v in vars(args).items() if k not in ("role", "out")},
-        "node": shutil.which("node")
-        and subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip(),
-        "cpus": os.cpu_count(),
-        "results": results,
-    }
-    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
-    print(summary_table(results))
-    print(f"results: {args.out}")
+    return results
+
+
+#: The figures of the result file: (metric, unit, lower is better, how to read it from a
+#: target's record). Chat delivered is the share of the deliveries the bots expected that came.
+FIGURES: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], float | None]], ...] = (
+    ("joins/s", "joins/s", False, lambda r: r["join"]["joins_per_s"]),
+    (
+        "members seated",
+        "%",
+        False,
+        lambda r: 100 * r["join"]["members_seated"] / r["join"]["expected"],
+    ),
+    ("join p50", "ms", True, lambda r: r["join"]["latency_ms_p50"]),
+    ("join p99", "ms", True, lambda r: r["join"]["latency_ms_p99"]),
+    (
+        "chat delivered",
+        "%",
+        False,
+        lambda r: (
+            100 * r["chat"]["deliveries"] / r["chat"]["expected_deliveries"]
+            if r["chat"]["expected_deliveries"]
+            else None
+        ),
+    ),
+    ("chat delivery p50", "ms", True, lambda r: r["chat"]["delivery_ms_p50"]),
+    ("chat delivery p99", "ms", True, lambda r: r["chat"]["delivery_ms_p99"]),
+    ("search p50", "ms", True, lambda r: r["search"]["latency_ms_p50"]),
+    ("search p99", "ms", True, lambda r: r["search"]["latency_ms_p99"]),
+    ("server CPU idle", "%", True, lambda r: r["idle"]["server_cpu_pct"]),
+    ("server CPU chat", "%", True, lambda r: r["chat"]["server_cpu_pct"]),
+    ("server RSS peak", "MiB", True, lambda r: r["server"]["rss_mib_peak"]),
+)
+ECHO_SUBJECT = "echo_lobby"
+PEER_SUBJECT = "colyseus"
+PEER_LABEL = "Colyseus 0.16 on Node 20"
+
+
+def figures_of(record: dict[str, Any], subject: str, peer: bool) -> dict[tuple[str, str], Result]:
+    """A target's record as Results; echo's compared to the peer's of the same repeat."""
+    found: dict[tuple[str, str], Result] = {}
+    if "join" not in record:
+        return found  # the target failed in this repeat
+    for metric, unit, lower, read in FIGURES:
+        try:
+            value = read(record)
+        except (KeyError, TypeError, ZeroDivisionError):
+            value = None
+        if value is None:
+            continue
+        found[subject, metric] = Result(
+            subject,
+            metric,
+            float(value),
+            unit,
+            baseline=(PEER_SUBJECT, metric) if peer else None,
+            lower_is_better=lower,
+        )
+    return found
+
+
+def write_result_file(
+    repeats: list[list[dict[str, Any]]],
+    args: argparse.Namespace,
+    command: str,
+    directory: Path,
+    load_before: dict[str, float],
+) -> Path | None:
+    """bench/results/lobby.json: echo's figures per repeat against Colyseus's of the same one.
+
+    Repeats in which echo failed are left out; if Colyseus did not run (or failed) in a repeat
+    that echo ran, echo's figures have no baseline at all rather than one from another run.
+    """
+    measured = [
+        {r["target"]: r for r in repeat}
+        for repeat in repeats
+        if any(r["target"] == "echo" and "join" in r for r in repeat)
+    ]
+    if not measured:
+        return None
+    with_peer = all("join" in repeat.get("colyseus", {}) for repeat in measured)
+    by_key = []
+    for repeat in measured:
+        figures = figures_of(repeat["echo"], ECHO_SUBJECT, with_peer)
+        if with_peer:
+            figures.update(figures_of(repeat["colyseus"], PEER_SUBJECT, False))
+        by_key.append(figures)
+    own = [key for key in by_key[0] if key[0] == ECHO_SUBJECT]
+    record, left_out = result_files.from_repeats(
+        bench_id="lobby",
+        label="L1",
+        title=f"L1: {args.lobbies} lobbies of {args.members} on one echo-lobby, bots in "
+        f"{args.bot_procs} processes, {args.chat_rate:g} chat lines/s for "
+        f"{args.chat_seconds:g} s, {args.searches} searches per bot process",
+        command=command,
+        own=own,
+        repeats=by_key,
+        machine=result_files.machine_info(load_before, result_files.system_load()),
+        settings={
+            key: value
+            for key, value in vars(args).items()
+            if key not in ("role", "out", "results_dir", "profile")
+        },
+        labels={PEER_SUBJECT: PEER_LABEL},
+    )
+    for note in left_out:
+        print(f"left out of the result file: {note}", file=sys.stderr)
+    return record.write(directory) if record is not None else None
 
 
 if __name__ == "__main__":

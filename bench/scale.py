@@ -74,13 +74,19 @@ import os
 import queue
 import random
 import resource
+import shlex
+import sys
 import time
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
+from bench import results as result_files
+from bench import scale_raw
 from bench.duologue_bench import start_server
 from bench.harness import (
     BenchError,
@@ -831,6 +837,43 @@ def results(row: dict[str, Any]) -> list[Result]:
     ]
 
 
+#: The figures that have a raw counterpart in bench.scale_raw's run at the same N.
+RAW_METRICS = ("server CPU", "server CPU/datagram", "server CPU/echo", "echo p50", "echo p99")
+
+
+def raw_results(row: dict[str, Any]) -> list[Result]:
+    """bench.scale_raw's row (N raw trio UDP clients echoing once a second) as raw figures."""
+    name = f"raw_scale_{row['clients']}"
+    units = {"server CPU": "%", "echo p50": "ms", "echo p99": "ms"}
+    keys = {
+        "server CPU": "server_cpu_percent",
+        "server CPU/datagram": "server_cpu_us_per_datagram",
+        "server CPU/echo": "server_cpu_us_per_echo",
+        "echo p50": "echo_p50_ms",
+        "echo p99": "echo_p99_ms",
+    }
+    return [
+        Result(
+            name,
+            metric,
+            float(row[keys[metric]]),
+            units.get(metric, "µs"),
+            lower_is_better=True,
+            raw=True,
+        )
+        for metric in RAW_METRICS
+    ]
+
+
+def with_raw_baseline(result: Result, clients: int, raw: list[Result]) -> Result:
+    """`result` compared to the raw run at its N, if it is of that N and has a counterpart."""
+    if not result.name.startswith("scale") or not result.name.endswith(f"_{clients}"):
+        return result
+    if result.metric not in RAW_METRICS or not any(r.metric == result.metric for r in raw):
+        return result
+    return attrs.evolve(result, baseline=(f"raw_scale_{clients}", result.metric))
+
+
 def scale(settings: Settings) -> list[Result]:
     """B4 for bench.run: N = 100, 500, 1000 for 30 s each, per-client then shared duologue
     ports (the same N one after the other); --quick: 20 clients, 3 s."""
@@ -851,7 +894,7 @@ def scale(settings: Settings) -> list[Result]:
     return found
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.scale", description=__doc__.splitlines()[0]
     )
@@ -918,32 +961,85 @@ def main() -> None:
         help="py-spy (pip install py-spy, or the bench extra) samples the server and the first "
         "client process over each steady window into DIR (collapsed stacks)",
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run every row this many times; scale.json keeps each repeat's figures",
+    )
+    parser.add_argument(
+        "--no-raw-baseline",
+        dest="raw_baseline",
+        action="store_false",
+        help="leave out the raw trio UDP run at each N (bench.scale_raw) that the server's CPU "
+        "per datagram and the echo latencies are compared to in scale.json",
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=None,
+        help="where scale.json (the figures over the repeats) goes [default: bench/results]",
+    )
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     from bench.run import pin_cpus
 
     cpus = pin_cpus(args.pin)
-    rows = [
-        run(
-            int(n),
-            args.seconds,
-            args.processes,
-            cpus,
-            after_storm=args.after_storm,
-            ramp=args.ramp,
-            duologue_ports=mode,
-            profile=args.profile,
-            interval=args.interval,
-            sources=args.sources,
-            storm_clients=args.storm_clients,
-            per_transport=args.per_transport,
-        )
-        for n in args.clients.split(",")
-        for mode in args.duologue_ports.split(",")
-    ]
-    print(json.dumps(rows, indent=2))
-    for row in rows:
-        for result in results(row):
+    load_before = result_files.system_load()
+    repeats: list[dict[tuple[str, str], Result]] = []
+    for repeat in range(args.repeats):
+        if args.repeats > 1:
+            print(f"== repeat {repeat + 1} of {args.repeats}", file=sys.stderr, flush=True)
+        rows = [
+            run(
+                int(n),
+                args.seconds,
+                args.processes,
+                cpus,
+                after_storm=args.after_storm,
+                ramp=args.ramp,
+                duologue_ports=mode,
+                profile=args.profile,
+                interval=args.interval,
+                sources=args.sources,
+                storm_clients=args.storm_clients,
+                per_transport=args.per_transport,
+            )
+            for n in args.clients.split(",")
+            for mode in args.duologue_ports.split(",")
+        ]
+        print(json.dumps(rows, indent=2))
+        found = [result for row in rows for result in results(row)]
+        if args.raw_baseline:
+            for n in dict.fromkeys(int(n) for n in args.clients.split(",")):
+                raw_row = scale_raw.run(
+                    n, args.seconds, args.processes, cpus, args.interval, args.sources
+                )
+                print(json.dumps(raw_row, indent=2))
+                raw = raw_results(raw_row)
+                found = [with_raw_baseline(r, n, raw) for r in found] + raw
+        for result in found:
             print(f"{result.name:11} {result.metric:20} {format_figure(result.value, result.unit)}")
+        repeats.append({(r.name, r.metric): r for r in found})
+    argv_used = sys.argv[1:] if argv is None else list(argv)
+    record, left_out = result_files.from_repeats(
+        bench_id="scale",
+        label="B4",
+        title="B4: N echo-clients (once a second) on one echo-server: handshakes/s, CPU, RSS, p99",
+        command=shlex.join(["python", "-m", "bench.scale", *argv_used]),
+        # the raw run's figures are baselines: they show beside the figures compared to them
+        own=[key for key, result in repeats[0].items() if not result.raw],
+        repeats=repeats,
+        machine=result_files.machine_info(load_before, result_files.system_load()),
+        settings={
+            key: value for key, value in vars(args).items() if key not in ("results_dir", "profile")
+        },
+    )
+    for note in left_out:
+        print(f"left out of scale.json: {note}", file=sys.stderr)
+    if record is not None:
+        print(f"wrote {record.write(args.results_dir or result_files.RESULTS_DIR)}")
 
 
 if __name__ == "__main__":

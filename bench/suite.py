@@ -39,8 +39,10 @@ class Benchmark:
     func: Callable[[Settings], list[Result]]
     #: names of the benchmarks whose figures this one's ratios are computed against
     needs: tuple[str, ...] = ()
-    #: one line for `--help` / `--list`
+    #: one line for `--help` / `--list`, and the title in bench/results/<name>.json
     about: str = ""
+    #: its name in the docs (B1, B2, ...), "" for none
+    label: str = ""
 
     def __call__(self, settings: Settings) -> list[Result]:
         return self.func(settings)
@@ -62,7 +64,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "transport_oneway": Benchmark(
         transport_bench.transport_oneway,
         _ONEWAY,
-        "echo transport one-way, 64 B / 1 KiB / 16 KiB, and 16 KiB at mtu=8192",
+        "B2: echo transport one-way, 64 B / 1 KiB / 16 KiB, and 16 KiB at mtu=8192",
+        "B2",
     ),
     "transport_echo": Benchmark(
         transport_bench.transport_echo, _ECHO, "echo transport echo round trips, 64 B"
@@ -71,6 +74,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         duologue_bench.duologue_echo,
         _ECHO,
         "B1: echo-server duologue round trips, 64 B (lean client, then echo-client)",
+        "B1",
     ),
     # Its baselines (bulk idle, the bare transport pair) are measured in its own run.
     "channels": Benchmark(
@@ -78,21 +82,27 @@ BENCHMARKS: dict[str, Benchmark] = {
         (),
         "C1/C2: logical channels: control p99 with bulk saturated vs idle (0 / 5 % loss); "
         "one channel's throughput vs the bare transport pair",
+        "C1/C2",
     ),
     # Its baseline is its own 0 % level, measured first in the same run: needs nothing else.
     "loss": Benchmark(
-        loss.loss, (), "B3: echo transport goodput, 1 KiB, at 0 / 5 / 20 % loss (netns + nft)"
+        loss.loss,
+        (),
+        "B3: echo transport goodput, 1 KiB, at 0 / 5 / 20 % loss (netns + nft)",
+        "B3",
     ),
     # Its raw baseline (the same datagrams to the same 1,000 sockets) is measured inside it.
     "topics": Benchmark(
         topics_bench.topics,
         (),
         "T1/T2: echo-topics fan-out to 1,000 subscribers vs raw sendto; publish-to-receive p99",
+        "T1/T2",
     ),
     # Last: the longest (N = 100, 500, 1000 for 30 s each), and it has no raw baseline.
     "scale": Benchmark(
         scale.scale,
         (),
         "B4: N echo-clients (once a second) on one echo-server: handshakes/s, CPU, RSS, p99",
+        "B4",
     ),
 }

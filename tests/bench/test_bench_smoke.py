@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
+from bench import results
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+def quick_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("bench")
     completed = subprocess.run(
         [
@@ -38,7 +40,13 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
         timeout=120,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    (json_path,) = directory.glob("*.json")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def quick_run(quick_dir: Path) -> tuple[dict[str, Any], str]:
+    directory = quick_dir
+    (json_path,) = (directory / "runs").glob("*.json")
     return json.loads(json_path.read_text()), (directory / "latest.md").read_text()
 
 
@@ -118,3 +126,49 @@ def test_the_table_shows_targets_and_whether_they_were_met(
     assert rows["duologue_echo_64", "p99"][4] == "<= 1.50 x raw"
     assert rows["raw_echo_64", "p99"][3:6] == ["baseline", "", ""]
     assert "Targets: " in table
+
+
+def test_the_run_writes_a_result_file_per_benchmark_with_the_same_runs_baseline(
+    quick_dir: Path, quick_run: tuple[dict[str, Any], str]
+) -> None:
+    document, _ = quick_run
+    figures = {key: r["value"] for key, r in _figures(document).items()}
+    # The raw baselines have no file of their own: their figures are in duologue_echo's.
+    assert sorted(p.name for p in quick_dir.glob("*.json")) == ["duologue_echo.json"]
+    record = results.load(quick_dir / "duologue_echo.json")
+    assert (record.id, record.label, record.repeats) == ("duologue_echo", "B1", 1)
+    assert record.command.startswith("python -m bench.run --quick --only ")
+    assert record.settings["quick"] is True and record.settings["repeats_asked"] == 1
+    assert record.machine["cores"] >= 1 and "loadavg_1m" in record.machine["load_before"]
+    assert record.machine["echo_build"] in ("compiled", "interpreted")
+    assert len(record.commit.removesuffix("-dirty")) == 40
+    by_key = {(m.subject, m.name): m for m in record.metrics}
+    assert set(by_key) == {k for k in figures if k[0] in ("duologue_echo_64", "echo_client_cli_64")}
+    for (subject, name), metric in by_key.items():
+        # The file holds the run's own figures, each against the raw figure of the same run.
+        assert metric.values == (figures[subject, name],)
+        assert metric.baseline is not None and metric.baseline.subject == "raw_echo_64"
+        assert metric.baseline.values == (figures["raw_echo_64", name],)
+        assert metric.ratio == pytest.approx(figures[subject, name] / figures["raw_echo_64", name])
+        assert metric.better == ("higher" if name == "round trips/s" else "lower")
+    assert by_key["duologue_echo_64", "round trips/s"].target == {
+        "op": ">=",
+        "threshold": 0.8,
+        "of": "ratio",
+        "note": "",
+    }
+
+
+def test_a_quick_run_into_the_default_directory_writes_no_result_file() -> None:
+    before = {p: p.stat().st_mtime_ns for p in results.RESULTS_DIR.glob("*.json")}
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--only", "raw_echo,transport_echo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "a --quick run: no result files written" in completed.stdout
+    # Smoke figures never replace the committed results.
+    assert {p: p.stat().st_mtime_ns for p in results.RESULTS_DIR.glob("*.json")} == before

@@ -41,7 +41,7 @@ def test_quick_loss_run_delivers_everything_in_order_under_real_kernel_loss(
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output
 
-    (json_path,) = tmp_path.glob("*.json")
+    (json_path,) = (tmp_path / "runs").glob("*.json")
     document = json.loads(json_path.read_text())
     assert not document["failed"], output
     assert "loss" not in document["skipped"], output

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from bench import scale
+from bench import results, scale
 from bench.run import pin_cpus
 
 CLIENTS = 8
@@ -52,3 +55,46 @@ def test_a_few_clients_storm_in_then_echo_once_a_second(ports: str) -> None:
     if len(os.sched_getaffinity(0)) >= 2:
         assert row["server_cpu"] not in row["client_cpus"]
 
+
+def test_the_cli_writes_scale_json_against_its_raw_run_of_the_same_repeat(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.scale",
+            "--clients",
+            str(CLIENTS),
+            "--seconds",
+            str(SECONDS),
+            "--after-storm",
+            "1",
+            "--ramp",
+            "1",
+            "--processes",
+            "2",
+            "--duologue-ports",
+            "shared",
+            "--results-dir",
+            str(tmp_path),
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = results.load(tmp_path / "scale.json")
+    assert (record.id, record.label, record.repeats) == ("scale", "B4", 1)
+    assert record.command.startswith("python -m bench.scale --clients 8 ")
+    by_key = {(m.subject, m.name): m for m in record.metrics}
+    assert by_key["scale_shared_8", "steady connected"].values == (CLIENTS,)
+    per_datagram = by_key["scale_shared_8", "server CPU/datagram"]
+    assert per_datagram.baseline is not None
+    assert per_datagram.baseline.subject == "raw_scale_8"
+    assert per_datagram.baseline.values[0] > 0 and per_datagram.values[0] > 0
+    # The raw run's figures are only baselines, not rows of their own.
+    assert not any(subject.startswith("raw_") for subject, _ in by_key)
+    # What raw UDP has no counterpart of is compared to nothing.
+    assert by_key["scale_shared_8", "server RSS"].baseline is None
