@@ -54,7 +54,7 @@ benchmark writes its file when it runs:
 ./dev bench --list                                              # every benchmark --only takes
 python -m bench.scale --clients 200 --seconds 20 --repeats 3    # B4 (with its raw run)
 python -m bench.lobby_bench --repeats 3                         # L1, echo and Colyseus
-./dev bench-report                                              # this page, from the files
+./dev bench-report                                              # this page and the README's figures
 ```
 
 The exact command, commit and settings of each row are under *How each figure was made*.
