@@ -1,4 +1,5 @@
-"""docs/benchmarks.md is generated from bench/results/*.json (bench/report.py)."""
+"""docs/benchmarks.md and the README's headline block are generated from bench/results/*.json
+(bench/report.py)."""
 
 from __future__ import annotations
 
@@ -137,6 +138,14 @@ def test_a_missed_target_is_marked(tmp_path: Path) -> None:
     assert row[4:6] == ["2.50 x (2.00-3.00)", "≤ 1.50 x: **missed**"]
 
 
+def _readme(directory: Path, text: str | None = None) -> Path:
+    """A README of its own for a test (the command would otherwise rewrite the project's)."""
+    path = directory / "README.md"
+    body = f"# echo\n\n## Headline figures\n\n{report.BEGIN}\n{report.END}\n\n## More\n"
+    path.write_text(body if text is None else text)
+    return path
+
+
 def _report(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bench.report", *args],
@@ -153,7 +162,8 @@ def test_an_invalid_file_stops_the_report_with_an_error_naming_it(tmp_path: Path
     broken["metrics"][0]["median"] = 1000.0  # no longer the median of its repeats
     (tmp_path / "lobby.json").write_text(json.dumps(broken))
     output = tmp_path / "page.md"
-    done = _report("--results-dir", str(tmp_path), "--output", str(output))
+    readme = _readme(tmp_path)
+    done = _report("--results-dir", str(tmp_path), "--output", str(output), "--readme", str(readme))
     assert done.returncode == 1
     assert f"invalid result file {tmp_path / 'lobby.json'}: metrics[0]: 'median'" in done.stderr
     assert not output.exists()
@@ -162,24 +172,161 @@ def test_an_invalid_file_stops_the_report_with_an_error_naming_it(tmp_path: Path
 def test_check_passes_on_a_fresh_page_and_fails_once_the_results_change(tmp_path: Path) -> None:
     _samples(tmp_path)
     output = tmp_path / "page.md"
-    written = _report("--results-dir", str(tmp_path), "--output", str(output))
+    readme = _readme(tmp_path)
+    files = ("--results-dir", str(tmp_path), "--output", str(output), "--readme", str(readme))
+    written = _report(*files)
     assert written.returncode == 0, written.stderr
     assert output.read_text() == report.generate(tmp_path)
-    check = _report("--results-dir", str(tmp_path), "--output", str(output), "--check")
+    block = report.render_headline(results.load_all(tmp_path))
+    assert readme.read_text() == (
+        f"# echo\n\n## Headline figures\n\n{report.BEGIN}\n{block}{report.END}\n\n## More\n"
+    ), "the block is between the markers; the rest of the README is as it was"
+    check = _report(*files, "--check")
     assert check.returncode == 0, check.stderr
     # A new run of one benchmark: the page is now stale, and --check says so without fixing it.
     sample(id="topics", label="T1/T2").write(tmp_path)
-    stale = _report("--results-dir", str(tmp_path), "--output", str(output), "--check")
+    stale = _report(*files, "--check")
     assert stale.returncode == 1
     assert "is out of date" in stale.stderr and "./dev bench-report" in stale.stderr
     assert "+| T1/T2 `topics`" in stale.stderr  # the diff shows what is missing
     assert "topics" not in output.read_text()
 
 
+def test_check_fails_when_the_readme_block_was_edited_by_hand(tmp_path: Path) -> None:
+    _samples(tmp_path)
+    output = tmp_path / "page.md"
+    readme = _readme(tmp_path)
+    files = ("--results-dir", str(tmp_path), "--output", str(output), "--readme", str(readme))
+    assert _report(*files).returncode == 0
+    typed = readme.read_text().replace("9,000 RT/s (8,000-10,000)", "12,000 RT/s (8,000-10,000)")
+    readme.write_text(typed)
+    stale = _report(*files, "--check")
+    assert stale.returncode == 1
+    assert f"bench-report: {readme} is out of date" in stale.stderr
+    assert f"{output} is up to date" in stale.stdout  # the page itself is fine
+    assert "+| B1 round trips via echo-server (`duologue_echo_64`) ↑ | 9,000 RT/s" in stale.stderr
+    assert readme.read_text() == typed, "--check writes nothing"
+    assert _report(*files).returncode == 0
+    assert "9,000 RT/s (8,000-10,000)" in readme.read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("# echo\n\nno block here\n", "found 0 lines <!-- headline:begin --> and 0 lines"),
+        (f"# echo\n{report.BEGIN}\n", "found 0 lines <!-- headline:end -->"),
+        (f"{report.BEGIN}\n{report.END}\n{report.BEGIN}\n", "found 2 lines <!-- headline:begin"),
+        (f"{report.END}\n{report.BEGIN}\n", "<!-- headline:end --> comes before"),
+    ],
+)
+def test_a_readme_without_its_markers_is_a_clear_error_naming_it(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    _samples(tmp_path)
+    output = tmp_path / "page.md"
+    readme = _readme(tmp_path, text)
+    for check in ((), ("--check",)):
+        done = _report(
+            "--results-dir", str(tmp_path), "--output", str(output), "--readme", str(readme), *check
+        )
+        assert done.returncode == 1
+        assert done.stderr.startswith(f"bench-report: {readme}: ")
+        assert problem in done.stderr
+        assert "README.md" in done.stderr
+    assert readme.read_text() == text and not output.exists(), "nothing is written"
+    with pytest.raises(
+        report.ReadmeMarkerError, match=r"README\.md: (needs one line|.* comes before)"
+    ):
+        report.generate_readme(results.load_all(tmp_path), readme)
+
+
+def test_the_headline_block_renders_each_figure_with_its_baseline_and_the_load(
+    tmp_path: Path,
+) -> None:
+    _samples(tmp_path)
+    block = report.render_headline(results.load_all(tmp_path))
+    lines = block.splitlines()
+    assert lines[0].startswith("<!-- Generated by `./dev bench-report`")
+    # One line above the table says how many runs shared their CPUs, with the load.
+    assert lines[2] == (
+        "**Measured on a busy machine:** 1 of the 2 benchmarks below shared their CPUs with "
+        "other work (1-minute load up to 3.0 on 2 cores, marked **busy**), so their figures are "
+        "low; each baseline shared the same CPUs in the same repeats."
+    )
+    assert _rows(block) == [
+        [
+            "figure",
+            "median (range)",
+            "same-run baseline",
+            "ratio (range)",
+            "repeats",
+            "date (UTC), load",
+        ],
+        [
+            "B1 round trips via echo-server (`duologue_echo_64`) ↑",
+            "9,000 RT/s (8,000-10,000)",
+            "10,000 RT/s `raw_echo_64` (raw trio UDP)",
+            "0.80 x (0.80-0.90)",
+            "3",
+            "2026-12-07, 2.5 → 3.0 **busy**",
+        ],
+        # In the results but without a baseline: shown as a dash, never made up.
+        ["L1 lobby joins (`echo_lobby`) ↑", "177 joins/s", "—", "—", "1", "2026-12-06, ?"],
+    ]
+    assert "`scale_200`" not in block, "only the headline figures, not every figure of B1"
+    assert lines[-1] == (
+        "Machine: Test CPU, 2 cores, CPython 3.11.7, Linux 6.1. ↑: higher is better, ↓: lower "
+        "is better; the ratio is figure / baseline of each repeat. Every figure: "
+        "[Benchmarks](docs/benchmarks.md)."
+    )
+
+
+def test_the_headline_figures_come_in_their_order_and_match_any_client_count() -> None:
+    scale = sample(
+        id="scale",
+        label="B4",
+        metrics=(
+            results.metric_from_repeats(
+                "scale_1000", "echo p99", "ms", True, [20.0], ("raw_scale_1000", "raw", [2.0])
+            ),
+            results.metric_from_repeats(
+                "scale_1000", "server CPU/echo", "µs", True, [40.0], ("raw_scale_1000", "raw", [25])
+            ),
+        ),
+        repeats=1,
+        machine={**MACHINE, "load_before": {"loadavg_1m": 0.5}, "load_after": {"loadavg_1m": 1.2}},
+    )
+    found = report.headline_figures([scale, sample()])
+    assert [(r.label, m.subject, m.name) for _, r, m in found] == [
+        ("B1", "duologue_echo_64", "round trips/s"),
+        ("B4", "scale_1000", "server CPU/echo"),
+        ("B4", "scale_1000", "echo p99"),
+    ]
+    quiet = report.render_headline([scale])
+    assert "Measured on a quiet machine" in quiet and "**busy**" not in quiet
+    row = "| B4 echo p99 (`scale_1000`) ↓ | 20.0 ms | 2.00 ms `raw_scale_1000` (raw) | 10.00 x |"
+    assert row in quiet
+    unknown = report.render_headline([sample()]).splitlines()[2]
+    assert unknown == (
+        "The load was not recorded for 1 of the 1 benchmarks below: whether they shared their "
+        "CPUs with other work is not known."
+    )
+    assert report.render_headline([]).splitlines()[2] == (
+        "No headline figure in `bench/results/` yet: run the benchmarks."
+    )
+
+
 def test_an_empty_results_directory_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(results.ResultFileError, match="no result files"):
         report.generate(tmp_path)
-    done = _report("--results-dir", str(tmp_path), "--output", str(tmp_path / "page.md"))
+    done = _report(
+        "--results-dir",
+        str(tmp_path),
+        "--output",
+        str(tmp_path / "page.md"),
+        "--readme",
+        str(_readme(tmp_path)),
+    )
     assert done.returncode == 1
     assert (
         done.stderr == f"bench-report: {tmp_path}: no result files (*.json) here: run a "
@@ -190,4 +337,12 @@ def test_an_empty_results_directory_is_an_error(tmp_path: Path) -> None:
 def test_the_committed_page_is_what_the_committed_results_give() -> None:
     # The page can never drift from the data: regenerate it (./dev bench-report) and commit.
     assert report.OUTPUT.read_text(encoding="utf-8") == report.generate(results.RESULTS_DIR)
-    assert _report("--check").returncode == 0
+    check = _report("--check")
+    assert check.returncode == 0, check.stderr
+
+
+def test_the_committed_readme_block_is_what_the_committed_results_give() -> None:
+    # Nor can the README's headline figures: they come from the same files.
+    current, wanted = report.generate_readme(results.load_all(results.RESULTS_DIR), report.README)
+    assert current == wanted
+    assert report.BEGIN in current and "| B1 round trips via echo-server" in current
