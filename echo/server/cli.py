@@ -153,6 +153,15 @@ directory and a --ticket-key file that cannot be read).
     "end by themselves for up to this many seconds before the rest are told the server is "
     "shutting down. 0: at once.",
 )
+@click.option(
+    "--agones",
+    is_flag=True,
+    help="Run as an Agones game server: talk to the SDK sidecar's REST API on "
+    "localhost:$AGONES_SDK_HTTP_PORT (9358 if unset): Ready once listening, Health on a "
+    "period, each session a player (connect/disconnect), Allocate on the first player, "
+    "Shutdown (then exit 0) when the last session of the game ends or after the drain on "
+    "SIGTERM. A sidecar that is late or down is retried, never fatal.",
+)
 @log_options(default_level="info")
 def main(
     address: str,
@@ -173,6 +182,7 @@ def main(
     drain_timeout: float,
     key_path: str | None,
     encryption: str | None,
+    agones: bool,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -213,6 +223,14 @@ def main(
     ops = open_ops(metrics, "echo-server")
     if ops is not None and admit is not None:
         ops.register(TicketCollector(tickets))
+    agones_port = None
+    if agones:
+        from echo.ops.agones import sidecar_port
+
+        try:
+            agones_port = sidecar_port(os.environ)
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--agones") from None
     try:
         events = EventLog(
             events_path,
@@ -223,7 +241,7 @@ def main(
         fail("echo-server", f"cannot open --events {events_path}: {one_line(error)}")
     try:
         transport = echo_timers(validate_addresses=not no_validation)
-        trio.run(_serve, config, events, transport, admit, ops, drain_timeout)
+        trio.run(_serve, config, events, transport, admit, ops, drain_timeout, agones_port)
     except BaseException as error:
         # A port in use, an address not on this host: one clear line and exit 1.
         found = sole_error(error, (OSError, UriError))
@@ -324,8 +342,16 @@ async def _serve(
     admit: Admit | None = None,
     ops: Ops | None = None,
     drain_timeout: float = 0.0,
+    agones_port: int | None = None,
 ) -> None:
     log = structlog.get_logger("echo.server")
+    agones = None
+    if agones_port is not None:
+        from echo.ops.agones_driver import AgonesClient
+
+        agones = AgonesClient(agones_port)
+        # The session library's hook: every session a player of the GameServer.
+        events = agones.session_events(events)
     server: SessionServer
     if admit is None:
         server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
@@ -343,6 +369,8 @@ async def _serve(
             if ops is not None:
                 await ops.start(nursery)
                 ops.register(*session_collectors(server))
+            if agones is not None:
+                nursery.start_soon(agones.run)
             await nursery.start(server.run)
             nursery.start_soon(trim_heap)
             frozen = freeze_start_up_objects()
@@ -368,15 +396,46 @@ async def _serve(
                 log.warning("encryption_off", reason="no --key: every session is in the clear")
             if ops is not None:
                 ops.health.ready()
+            if agones is not None:
+                agones.listening()
+            reason = await _stop_reason(signals, agones)
+            log.info("shutting_down", reason=reason)
+            if ops is not None:
+                ops.health.draining()
+            if drain_timeout > 0 and reason != "game over":
+                await _drain(server, drain_timeout, signals)
+            await server.stop(reason=reason)
+            if agones is not None:
+                # After the players' disconnects that the stop reported.
+                await agones.shutdown(timeout=AGONES_SHUTDOWN_TIMEOUT)
+            nursery.cancel_scope.cancel()
+
+
+#: Seconds a stopping `--agones` server waits for the sidecar to hear its /shutdown.
+AGONES_SHUTDOWN_TIMEOUT = 10.0
+
+
+async def _stop_reason(signals: AsyncIterator[int], agones: object) -> str:
+    """Wait for the first signal (its name) or, with Agones, the end of the game."""
+    reason = ""
+    async with trio.open_nursery() as nursery:
+
+        async def first_signal() -> None:
+            nonlocal reason
             async for signum in signals:
-                log.info("shutting_down", signal=signal.Signals(signum).name)
-                if ops is not None:
-                    ops.health.draining()
-                if drain_timeout > 0:
-                    await _drain(server, drain_timeout, signals)
-                await server.stop(reason=signal.Signals(signum).name)
+                reason = signal.Signals(signum).name
                 nursery.cancel_scope.cancel()
-                break
+
+        async def game_over() -> None:
+            nonlocal reason
+            await agones.game_over.wait()  # type: ignore[attr-defined]
+            reason = "game over"
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(first_signal)
+        if agones is not None:
+            nursery.start_soon(game_over)
+    return reason
 
 
 async def _drain(server: SessionServer, timeout: float, signals: AsyncIterator[int]) -> None:
