@@ -142,12 +142,12 @@ class Backoff:
         self.failures = 0
 
 
-def _health_spec(gameserver: dict[str, Any]) -> tuple[bool, float | None]:
-    """(disabled, period seconds or None) from GameServer.spec.health."""
+def _health_spec(gameserver: dict[str, Any]) -> tuple[bool | None, float | None]:
+    """(disabled, period seconds), each None where GameServer.spec.health does not say."""
     spec = gameserver.get("spec")
     health = spec.get("health") if isinstance(spec, dict) else None
     if not isinstance(health, dict):
-        return False, None
+        return None, None
     disabled = health.get("disabled") is True
     period = health.get("period_seconds", health.get("periodSeconds"))
     try:
@@ -251,7 +251,8 @@ class Agones:
                 self.played = self.played or bool(self.players)
                 self._maybe_game_over(now)
         disabled, period = _health_spec(gameserver)
-        self.health_disabled = disabled
+        if disabled is not None:
+            self.health_disabled = disabled
         if period is not None:
             self.health_period = period
             if self._next_health is not None:
