@@ -44,9 +44,12 @@ Encryption: make a key once with  echo-keygen server.key  (it prints the public 
 SIGINT or SIGTERM: no more clients are admitted; after --drain-timeout (a second signal
   cuts it short), clients still connected get "ERROR server shutting down", then exit 0.
 \b
-Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host, an --events
-file that cannot be opened; 2 a bad command line (including an --events file in a missing
-directory and a --ticket-key file that cannot be read).
+Agones (--agones): docs/operations.md; the sidecar may start later, it is retried.
+\b
+Exit status: 0 stopped by a signal, or with --agones the game over; 1 a port in use, an address
+not on this host, an --events file that cannot be opened; 2 a bad command line (including an
+--events file in a missing directory, a --ticket-key file that cannot be read and --agones with
+an AGONES_SDK_HTTP_PORT that is no port number).
 """
 
 
