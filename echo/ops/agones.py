@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections import deque
 from typing import Any
 
@@ -154,7 +155,8 @@ def _health_spec(gameserver: dict[str, Any]) -> tuple[bool | None, float | None]
         seconds = float(period) if period is not None else None
     except (TypeError, ValueError):
         seconds = None
-    return disabled, seconds if seconds is not None and seconds > 0 else None
+    usable = seconds is not None and math.isfinite(seconds) and seconds > 0
+    return disabled, seconds if usable else None
 
 
 class Agones:

@@ -10,6 +10,7 @@ import signal
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 import click
 import structlog
@@ -32,6 +33,9 @@ from echo.session.config import ServerConfig
 from echo.session.server import Admit, Admitted, SessionServer
 from echo.session.timers import echo_timers
 from echo.transport import TransportConfig, UriError
+
+if TYPE_CHECKING:
+    from echo.ops.agones_driver import AgonesClient
 
 EPILOG = """\b
 Clients connect with:  echo-client --server ADDRESS --port PORT --control-port CONTROL_PORT
@@ -402,10 +406,13 @@ async def _serve(
             if agones is not None:
                 agones.listening()
             reason = await _stop_reason(signals, agones)
-            log.info("shutting_down", reason=reason)
+            if reason == GAME_OVER:
+                log.info("shutting_down", reason=reason)
+            else:
+                log.info("shutting_down", signal=reason)
             if ops is not None:
                 ops.health.draining()
-            if drain_timeout > 0 and reason != "game over":
+            if drain_timeout > 0 and reason != GAME_OVER:
                 await _drain(server, drain_timeout, signals)
             await server.stop(reason=reason)
             if agones is not None:
@@ -416,9 +423,11 @@ async def _serve(
 
 #: Seconds a stopping `--agones` server waits for the sidecar to hear its /shutdown.
 AGONES_SHUTDOWN_TIMEOUT = 10.0
+#: Why an `--agones` server stops when its last player left (else: the signal's name)
+GAME_OVER = "game over"
 
 
-async def _stop_reason(signals: AsyncIterator[int], agones: object) -> str:
+async def _stop_reason(signals: AsyncIterator[int], agones: AgonesClient | None) -> str:
     """Wait for the first signal (its name) or, with Agones, the end of the game."""
     reason = ""
     async with trio.open_nursery() as nursery:
@@ -431,8 +440,9 @@ async def _stop_reason(signals: AsyncIterator[int], agones: object) -> str:
 
         async def game_over() -> None:
             nonlocal reason
-            await agones.game_over.wait()  # type: ignore[attr-defined]
-            reason = "game over"
+            assert agones is not None
+            await agones.game_over.wait()
+            reason = GAME_OVER
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(first_signal)

@@ -47,6 +47,9 @@ def test_the_gameservers_health_spec_sets_the_period_or_turns_pings_off() -> Non
     assert machine.health_interval == 0.5
     machine.gameserver_seen({"spec": {"health": {"periodSeconds": "8"}}}, 0)
     assert machine.health_period == 8.0
+    for nonsense in ("inf", "nan", -1, 0, [5], "five"):
+        machine.gameserver_seen({"spec": {"health": {"period_seconds": nonsense}}}, 0)
+        assert machine.health_period == 8.0
     machine.gameserver_seen({"spec": {"health": {"disabled": True}}}, 0)
     assert drain(machine, 100) == ["ready", "gameserver"]  # and no health at all
 
