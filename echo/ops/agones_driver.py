@@ -122,10 +122,15 @@ class AgonesClient:
     # -------------------------------------------------------------- the calls
 
     async def run(self) -> None:
-        """Make the calls the state machine asks for, and watch the GameServer, forever."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch)
-            await self._calls()
+        """Make the calls the state machine asks for, and watch the GameServer, until
+        cancelled. A failure of its own (a bug) is logged and ends the Agones client only:
+        the game server goes on without it."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch)
+                await self._calls()
+        except Exception as error:
+            log.error("agones_client_failed", error=repr(error), exc_info=error)
 
     async def _calls(self) -> None:
         machine = self.machine
