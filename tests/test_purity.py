@@ -56,6 +56,8 @@ PURE: dict[str, list[str]] = {
         "games", "hello", "home", "limits", "listings", "protocol", "replica", "state",
         "timers",
     ],
+    # the package (a docstring); the Agones SDK client's state machine
+    "echo.ops": ["__init__", "agones"],
 }  # fmt: skip
 DRIVERS: dict[str, list[str]] = {
     # the CLIs' helpers: logging setup and usage errors
@@ -75,6 +77,9 @@ DRIVERS: dict[str, list[str]] = {
     "echo.topics": ["__init__", "cli", "client", "driver", "events", "serve"],
     # the package (loads the client, and trio, on first use), the client, the trio server
     "echo.lobby": ["__init__", "cli", "client", "server"],
+    # the --metrics option, the operations endpoint and its collectors; the Agones client's
+    # trio driver and its HTTP/1.1 client
+    "echo.ops": ["agones_driver", "cli", "http", "httpclient", "metrics"],
 }  # fmt: skip
 
 # Which packages of echo each package may import (besides itself): downward only.

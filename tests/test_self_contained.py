@@ -57,6 +57,9 @@ ALLOWED_ROOTS = {
     "run",  # /run/netns, /run/user
     "var",  # /var/lib/echo, /var/log (deployment)
     "nonexistent",  # a path that exists nowhere: what a missing-file test passes
+    # not files: the Agones SDK sidecar's REST paths (/watch/gameserver, /alpha/player/...)
+    "watch",
+    "alpha",
 }
 
 #: Paths that escape the checkout however they are written.

@@ -10,6 +10,7 @@ import signal
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 import click
 import structlog
@@ -33,6 +34,9 @@ from echo.session.server import Admit, Admitted, SessionServer
 from echo.session.timers import echo_timers
 from echo.transport import TransportConfig, UriError
 
+if TYPE_CHECKING:
+    from echo.ops.agones_driver import AgonesClient
+
 EPILOG = """\b
 Clients connect with:  echo-client --server ADDRESS --port PORT --control-port CONTROL_PORT
 Ports to open in the firewall (all UDP): --port and --control-port, and
@@ -44,9 +48,12 @@ Encryption: make a key once with  echo-keygen server.key  (it prints the public 
 SIGINT or SIGTERM: no more clients are admitted; after --drain-timeout (a second signal
   cuts it short), clients still connected get "ERROR server shutting down", then exit 0.
 \b
-Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host, an --events
-file that cannot be opened; 2 a bad command line (including an --events file in a missing
-directory and a --ticket-key file that cannot be read).
+Agones (--agones): docs/operations.md; the sidecar may start later, it is retried.
+\b
+Exit status: 0 stopped by a signal, or with --agones the game over; 1 a port in use, an address
+not on this host, an --events file that cannot be opened; 2 a bad command line (including an
+--events file in a missing directory, a --ticket-key file that cannot be read and --agones with
+an AGONES_SDK_HTTP_PORT that is no port number).
 """
 
 
@@ -153,6 +160,15 @@ directory and a --ticket-key file that cannot be read).
     "end by themselves for up to this many seconds before the rest are told the server is "
     "shutting down. 0: at once.",
 )
+@click.option(
+    "--agones",
+    is_flag=True,
+    help="Run as an Agones game server: talk to the SDK sidecar's REST API on "
+    "localhost:$AGONES_SDK_HTTP_PORT (9358 if unset): Ready once listening, Health on a "
+    "period, each session a player (connect/disconnect), Allocate on the first player, "
+    "Shutdown (then exit 0) when the last session of the game ends or after the drain on "
+    "SIGTERM. A sidecar that is late or down is retried, never fatal.",
+)
 @log_options(default_level="info")
 def main(
     address: str,
@@ -173,6 +189,7 @@ def main(
     drain_timeout: float,
     key_path: str | None,
     encryption: str | None,
+    agones: bool,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -213,6 +230,14 @@ def main(
     ops = open_ops(metrics, "echo-server")
     if ops is not None and admit is not None:
         ops.register(TicketCollector(tickets))
+    agones_port = None
+    if agones:
+        from echo.ops.agones import sidecar_port
+
+        try:
+            agones_port = sidecar_port(os.environ)
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--agones") from None
     try:
         events = EventLog(
             events_path,
@@ -223,7 +248,7 @@ def main(
         fail("echo-server", f"cannot open --events {events_path}: {one_line(error)}")
     try:
         transport = echo_timers(validate_addresses=not no_validation)
-        trio.run(_serve, config, events, transport, admit, ops, drain_timeout)
+        trio.run(_serve, config, events, transport, admit, ops, drain_timeout, agones_port)
     except BaseException as error:
         # A port in use, an address not on this host: one clear line and exit 1.
         found = sole_error(error, (OSError, UriError))
@@ -324,8 +349,16 @@ async def _serve(
     admit: Admit | None = None,
     ops: Ops | None = None,
     drain_timeout: float = 0.0,
+    agones_port: int | None = None,
 ) -> None:
     log = structlog.get_logger("echo.server")
+    agones = None
+    if agones_port is not None:
+        from echo.ops.agones_driver import AgonesClient
+
+        agones = AgonesClient(agones_port)
+        # The session library's hook: every session a player of the GameServer.
+        events = agones.session_events(events)
     server: SessionServer
     if admit is None:
         server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
@@ -343,6 +376,8 @@ async def _serve(
             if ops is not None:
                 await ops.start(nursery)
                 ops.register(*session_collectors(server))
+            if agones is not None:
+                nursery.start_soon(agones.run)
             await nursery.start(server.run)
             nursery.start_soon(trim_heap)
             frozen = freeze_start_up_objects()
@@ -368,15 +403,52 @@ async def _serve(
                 log.warning("encryption_off", reason="no --key: every session is in the clear")
             if ops is not None:
                 ops.health.ready()
+            if agones is not None:
+                agones.listening()
+            reason = await _stop_reason(signals, agones)
+            if reason == GAME_OVER:
+                log.info("shutting_down", reason=reason)
+            else:
+                log.info("shutting_down", signal=reason)
+            if ops is not None:
+                ops.health.draining()
+            if drain_timeout > 0 and reason != GAME_OVER:
+                await _drain(server, drain_timeout, signals)
+            await server.stop(reason=reason)
+            if agones is not None:
+                # After the players' disconnects that the stop reported.
+                await agones.shutdown(timeout=AGONES_SHUTDOWN_TIMEOUT)
+            nursery.cancel_scope.cancel()
+
+
+#: Seconds a stopping `--agones` server waits for the sidecar to hear its /shutdown.
+AGONES_SHUTDOWN_TIMEOUT = 10.0
+#: Why an `--agones` server stops when its last player left (else: the signal's name)
+GAME_OVER = "game over"
+
+
+async def _stop_reason(signals: AsyncIterator[int], agones: AgonesClient | None) -> str:
+    """Wait for the first signal (its name) or, with Agones, the end of the game."""
+    reason = ""
+    async with trio.open_nursery() as nursery:
+
+        async def first_signal() -> None:
+            nonlocal reason
             async for signum in signals:
-                log.info("shutting_down", signal=signal.Signals(signum).name)
-                if ops is not None:
-                    ops.health.draining()
-                if drain_timeout > 0:
-                    await _drain(server, drain_timeout, signals)
-                await server.stop(reason=signal.Signals(signum).name)
+                reason = signal.Signals(signum).name
                 nursery.cancel_scope.cancel()
-                break
+
+        async def game_over() -> None:
+            nonlocal reason
+            assert agones is not None
+            await agones.game_over.wait()
+            reason = GAME_OVER
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(first_signal)
+        if agones is not None:
+            nursery.start_soon(game_over)
+    return reason
 
 
 async def _drain(server: SessionServer, timeout: float, signals: AsyncIterator[int]) -> None:
