@@ -74,7 +74,7 @@ DRIVERS: dict[str, list[str]] = {
     "echo.channels": ["__init__", "api"],
     "echo.topics": ["__init__", "cli", "client", "driver", "events", "serve"],
     # the package (loads the client, and trio, on first use), the client, the trio server
-    "echo.lobby": ["__init__", "cli", "client", "server"],
+    "echo.lobby": ["__init__", "cli", "client", "server", "statefile"],
 }  # fmt: skip
 
 # Which packages of echo each package may import (besides itself): downward only.
