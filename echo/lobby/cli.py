@@ -169,7 +169,9 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
     show_default=True,
     help="Comma-separated metadata keys that searches may filter on (and listings carry).",
 )
-@events_option(help="Append one JSON line per lobby and session event to this file (echo-analyze).")
+@events_option(
+    help="Append one JSON line per lobby and session event to this file (echo-analyze)."
+)
 @metrics_option()
 @log_options(default_level="info")
 def server_main(
@@ -356,8 +358,8 @@ after a restart, "resumed LOBBY_ID SERVER" or "resume_refused CODE message" (the
 without a seat). With --json, one JSON object a line with an "event" key.
 \b
 Exit status: 0 standard input ended (or quit) and every command was accepted; 1 no lobby
-server answered (or all went away); 2 a bad command line; 3 some command was refused or
-malformed (the lines say which); 4 a wait timed out.
+server answered or let the member in (or all went away); 2 a bad command line; 3 some command
+was refused or malformed (the lines say which); 4 a wait timed out.
 """
 
 STATE_FILE_HELP = (

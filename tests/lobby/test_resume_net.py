@@ -4,16 +4,24 @@ tokens are refused with their code; a client without a token is still refused a 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import attrs
 import pytest
 import trio
 
 import echo.lobby
-from echo.lobby.client import LobbyClient, ResumeRefused, Resumed
+from echo.lobby.client import LobbyClient, Resumed, ResumeRefused
 from echo.lobby.home import failover_home, home_of
 from echo.lobby.protocol import Presence, ResumeToken
 from echo.lobby.resume import ResumeReason, decode_resume_token_untrusted
 from echo.lobby.server import LobbyServer
-from tests.lobby.servers import cluster, until
+from echo.lobby.statefile import read_state
+from tests.lobby.servers import LOBBY, cluster, until
+from tests.lobby.test_cli import CLIENT, REPO
 
 
 def presence(server: LobbyServer, lobby_id: int, member: str) -> Presence | None:
@@ -118,3 +126,74 @@ async def test_the_token_resumes_on_the_server_that_recreated_the_lobby() -> Non
                 assert nxt.counters["seats_resumed"] == 1
                 await sees_bob_back(alice)
                 await sees_bob_back(carol)
+
+
+async def test_a_killed_process_s_half_open_session_is_replaced_by_the_resume() -> None:
+    """bob runs as an echo-lobby-client process and is killed with SIGKILL; the server trusts
+    a silent member for 30 s here, so bob's old session is still open (half-open) when its
+    new client resumes: the new one replaces it at once, it is not refused."""
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp) / "bob.state"
+        async with (
+            cluster(1, liveness=30.0) as c,
+            echo.lobby.connect(c.names, member="alice") as alice,
+        ):
+            server = c.lobby[0]
+            lobby_id = await alice.create("room", 4)
+            argv = [*CLIENT, "--servers", c.names[0], "--member", "bob", "--json"]
+            process = await trio.lowlevel.open_process(
+                [*argv, "--state-file", str(state)],
+                cwd=REPO,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+            try:
+                assert process.stdin is not None and process.stdout is not None
+                await process.stdin.send_all(f"join {lobby_id}\nready\n".encode())
+                seen: set[str] = set()
+                buffer = b""
+                with trio.fail_after(60):
+                    while not {"token_saved", "ok ready"} <= seen:
+                        buffer += await process.stdout.receive_some()
+                        *lines, buffer = buffer.split(b"\n")
+                        for line in lines:
+                            record = json.loads(line)
+                            seen.add(record["event"])
+                            if record["event"] == "ok":
+                                seen.add(f"ok {record['command']}")
+            finally:
+                process.kill()
+                await process.wait()
+            saved = read_state(state)
+            assert saved is not None
+            assert presence(server, lobby_id, "bob") is Presence.CONNECTED  # half-open
+            async with echo.lobby.connect(
+                c.names, member="bob", resume_token=saved.token
+            ) as bob:
+                assert bob.lobby_id == lobby_id
+                assert server.counters["sessions_replaced"] == 1
+                assert server.counters["seats_resumed"] == 1
+                assert server.counters["hellos_refused"] == 0
+                assert bob.replica is not None and bob.replica.members["bob"].ready
+                await bob.chat("back")
+                assert presence(server, lobby_id, "bob") is Presence.CONNECTED
+
+
+async def test_the_token_is_renewed_every_grace_period() -> None:
+    lobby = attrs.evolve(LOBBY, reconnect_grace=0.5)
+    async with (
+        cluster(1, lobby=lobby) as c,
+        echo.lobby.connect(c.names, member="alice") as alice,
+    ):
+        await alice.create("room", 4)
+        first = await alice.next_event(ResumeToken)
+        with trio.fail_after(10):
+            second = await alice.next_event(ResumeToken)
+        assert second.lobby_id == first.lobby_id and second.token != first.token
+        before = decode_resume_token_untrusted(first.token).expires_at
+        after = decode_resume_token_untrusted(second.token).expires_at
+        assert after > before
+        assert alice.resume_token == second.token
+        # Leaving the lobby: no token any more.
+        await alice.leave()
+        assert alice.resume_token is None

@@ -15,6 +15,7 @@ import signal
 import stat
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from echo.lobby.statefile import read_state
+from tests.lobby.servers import free_base
 from tests.lobby.test_cli import CLIENT, REPO, start_lobby
 from tests.netlab.lab import LineReader
 
@@ -69,12 +71,28 @@ class LineClient:
                 self.process.wait()
 
 
+METRICS: dict[str, int] = {}
+
+
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[str]:
-    process, port = start_lobby(tmp_path / "lobby.log")
+    metrics = free_base(1)
+    process, port = start_lobby(tmp_path / "lobby.log", "--metrics", f"127.0.0.1:{metrics}")
+    METRICS[f"127.0.0.1:{port}"] = metrics
     yield f"127.0.0.1:{port}"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
+
+
+def counter(servers: str, name: str) -> float:
+    """echo-lobby's counter `name`, from its /metrics."""
+    url = f"http://127.0.0.1:{METRICS[servers]}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith(f"echo_lobby_{name}_total "):
+            return float(line.split()[1])
+    raise AssertionError(f"no echo_lobby_{name}_total in /metrics")
 
 
 def seated_bob(servers: str, state: Path, lobby_id: int) -> LineClient:
@@ -89,9 +107,7 @@ def seated_bob(servers: str, state: Path, lobby_id: int) -> LineClient:
     return bob
 
 
-def test_a_killed_client_resumes_its_seat_from_its_state_file(
-    servers: str, tmp_path: Path
-) -> None:
+def test_a_killed_client_resumes_its_seat_from_its_state_file(servers: str, tmp_path: Path) -> None:
     state = tmp_path / "bob.state"
     alice = LineClient(servers, "alice")
     clients = [alice]
@@ -104,9 +120,7 @@ def test_a_killed_client_resumes_its_seat_from_its_state_file(
         saved = read_state(state)
         assert saved is not None and (saved.member, saved.lobby_id) == ("bob", lobby_id)
         assert stat.S_IMODE(os.stat(state).st_mode) == 0o600
-        assert os.listdir(tmp_path) == ["lobby.log", "bob.state"] or set(
-            os.listdir(tmp_path)
-        ) == {"lobby.log", "bob.state"}
+        assert set(os.listdir(tmp_path)) == {"lobby.log", "bob.state"}  # no temporary left
         bob.process.send_signal(signal.SIGKILL)
         bob.process.wait(timeout=10)
         started = time.monotonic()
@@ -115,6 +129,8 @@ def test_a_killed_client_resumes_its_seat_from_its_state_file(
         resumed = again.until("resumed")
         took = time.monotonic() - started
         assert resumed["lobby"] == lobby_id and resumed["server"] == servers
+        assert counter(servers, "seats_resumed") == 1
+        assert counter(servers, "hellos_refused") == 0  # never refused for the grace period
         # Back in its seat: connected, still ready, still on its team, as alice sees it.
         view = alice.state()
         assert "bob" in view["connected"] and "bob" in view["ready"], view
@@ -133,9 +149,7 @@ def test_a_killed_client_resumes_its_seat_from_its_state_file(
             client.stop()
 
 
-def test_a_stale_or_corrupt_state_file_starts_without_a_seat(
-    servers: str, tmp_path: Path
-) -> None:
+def test_a_stale_or_corrupt_state_file_starts_without_a_seat(servers: str, tmp_path: Path) -> None:
     state = tmp_path / "bob.state"
     alice = LineClient(servers, "alice")
     clients = [alice]
@@ -163,6 +177,7 @@ def test_a_stale_or_corrupt_state_file_starts_without_a_seat(
         records = [json.loads(line) for line in second.stdout.splitlines()]
         refused = [r for r in records if r["event"] == "resume_refused"]
         assert refused and refused[0]["code"] == "REPLAYED", second.stdout
+        assert counter(servers, "resumes_refused") == 1
         assert "could not take the seat back" in second.stderr
         assert not copy.exists()
         # bob's seat is held by `first`: a fresh start is refused too, and the text says a
