@@ -204,3 +204,63 @@ def test_a_stale_or_corrupt_state_file_starts_without_a_seat(servers: str, tmp_p
     finally:
         for client in clients:
             client.stop()
+
+
+def test_the_resume_finds_the_lobby_re_created_after_its_home_was_killed(
+    tmp_path: Path,
+) -> None:
+    """Three echo-lobby processes sharing a seat key; bob is killed, then the lobby's home is
+    killed too: alice's client re-creates the lobby on the next server of the ring, and bob's
+    new process, from its state file, takes its seat back there."""
+    key = tmp_path / "seat.key"
+    key.write_text(f"1 {os.urandom(32).hex()}\n")
+    ports: list[int] = []
+    while len(ports) < 3:
+        port = free_base(40)
+        if all(abs(port - p) > 40 for p in ports):
+            ports.append(port)
+    names = ",".join(f"127.0.0.1:{p}" for p in ports)
+    lobbies: dict[str, subprocess.Popen[bytes]] = {}
+    clients: list[LineClient] = []
+    try:
+        for i, port in enumerate(ports):
+            log = tmp_path / f"lobby{i}.log"
+            with log.open("wb") as out:
+                lobbies[f"127.0.0.1:{port}"] = subprocess.Popen(
+                    [*CLIENT[:-1], "server", "--port", str(port), "--max-clients", "16",
+                     "--lobby-servers", names, "--seat-key", str(key), "--log-format", "json"],
+                    cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            deadline = time.monotonic() + 30
+            while '"listening"' not in log.read_text():
+                assert lobbies[f"127.0.0.1:{port}"].poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+        alice = LineClient(names, "alice")
+        clients.append(alice)
+        alice.send("create room 4")
+        joined = alice.until("joined")
+        lobby_id, home = joined["lobby_id"], joined["server"]
+        state = tmp_path / "bob.state"
+        bob = seated_bob(names, state, lobby_id)
+        clients.append(bob)
+        bob.process.send_signal(signal.SIGKILL)
+        bob.process.wait(timeout=10)
+        lobbies[home].send_signal(signal.SIGKILL)
+        lobbies[home].wait(timeout=10)
+        moved = alice.until("rehomed", timeout=30)
+        assert moved["lobby_id"] == lobby_id and moved["server"] != home
+        again = LineClient(names, "bob", "--state-file", str(state), "--connect-timeout", "1")
+        clients.append(again)
+        resumed = again.until("resumed", timeout=60)
+        assert resumed["lobby"] == lobby_id and resumed["server"] == moved["server"]
+        view = alice.state()
+        assert "bob" in view["connected"] and "bob" in view["ready"], view
+        assert view["attributes"]["bob"] == {"team": "red"}
+    finally:
+        for client in clients:
+            client.stop()
+        for process in lobbies.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=30)
