@@ -53,8 +53,8 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "wire"],
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
-        "games", "hello", "home", "limits", "listings", "protocol", "replica", "state",
-        "timers",
+        "games", "hello", "home", "limits", "listings", "protocol", "replica", "resume",
+        "state", "timers",
     ],
     # the package (a docstring); the Agones SDK client's state machine
     "echo.ops": ["__init__", "agones"],
@@ -76,7 +76,7 @@ DRIVERS: dict[str, list[str]] = {
     "echo.channels": ["__init__", "api"],
     "echo.topics": ["__init__", "cli", "client", "driver", "events", "serve"],
     # the package (loads the client, and trio, on first use), the client, the trio server
-    "echo.lobby": ["__init__", "cli", "client", "server"],
+    "echo.lobby": ["__init__", "cli", "client", "server", "statefile"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
     "echo.ops": ["agones_driver", "cli", "http", "httpclient", "metrics"],

@@ -33,6 +33,8 @@ def __getattr__(name: str) -> Any:
         "LobbyError",
         "LobbyUnavailable",
         "NoReply",
+        "ResumeRefused",
+        "Resumed",
         "filters_from",
     }:
         from echo.lobby import client

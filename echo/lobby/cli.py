@@ -352,13 +352,22 @@ Values that are integers are sent as numbers; KEY= deletes a key.
 Output, one line each: "ok COMMAND", "refused CODE message", "joined ID SERVER",
 "lobby ID NAME MEMBERS/MAX home=SERVER KEY=VALUE...", and the events as they arrive:
 snapshot, member_joined, member_left, owner, metadata, locked, attributes, ready, presence,
-banned, game SERVER_ID ADDRESS TICKET_HEX, chat MEMBER TEXT, rehomed, reconnected, left.
-With --json, one JSON object a line with an "event" key.
+banned, game SERVER_ID ADDRESS TICKET_HEX, chat MEMBER TEXT, rehomed, reconnected, left;
+with --state-file also "token_saved LOBBY_ID" (each new resume token, kept in the file) and,
+after a restart, "resumed LOBBY_ID SERVER" or "resume_refused CODE message" (then it starts
+without a seat). With --json, one JSON object a line with an "event" key.
 \b
 Exit status: 0 standard input ended (or quit) and every command was accepted; 1 no lobby
-server answered (or all went away); 2 a bad command line; 3 some command was refused or
-malformed (the lines say which); 4 a wait timed out.
+server answered or let the member in (or all went away); 2 a bad command line; 3 some command
+was refused or malformed (the lines say which); 4 a wait timed out.
 """
+
+STATE_FILE_HELP = (
+    "Keep this member's resume token in FILE (written atomically, mode 0600). If FILE exists "
+    "at start, take the seat it names back (a restart after a crash): prints "
+    '"resumed LOBBY_ID". A corrupt FILE or a refused token is said on standard error and '
+    "the client starts without a seat; a FILE of another member is a usage error."
+)
 
 
 @click.command(epilog=CLIENT_EPILOG)
@@ -394,6 +403,13 @@ malformed (the lines say which); 4 a wait timed out.
     "member reconnects, or re-creates its lobby on the next server (the server heartbeats "
     "every 0.8 s; failover within 5 s assumes the default).",
 )
+@click.option(
+    "--state-file",
+    default=None,
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help=STATE_FILE_HELP,
+)
 @log_options(default_level="warning")
 def client_main(
     servers: str,
@@ -402,6 +418,7 @@ def client_main(
     timeout: float,
     connect_timeout: float,
     liveness: float,
+    state_file: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -415,8 +432,12 @@ def client_main(
     if not 1 <= len(member.encode()) <= 64 or not member.isprintable():
         raise click.BadParameter("1..64 printable bytes", param_hint="--member")
     out = _Printer(as_json)
+    token = _saved_token(state_file, member)
     try:
-        code = trio.run(_client, list(listed), member, timeout, out, connect_timeout, liveness)
+        code = trio.run(
+            _client, list(listed), member, timeout, out, connect_timeout, liveness, state_file,
+            token,
+        )  # fmt: skip
     except KeyboardInterrupt:
         code = 0
     sys.exit(code)
@@ -495,9 +516,34 @@ def _filters(words: Sequence[str]) -> tuple[tuple[Any, ...], int]:
     return filters_from(equals, ranges, free), page
 
 
+def _saved_token(state_file: str | None, member: str) -> bytes | None:
+    """The resume token kept in `state_file` for `member`, if there is one to use."""
+    from echo.lobby.statefile import StateFileError, read_state
+
+    if state_file is None:
+        return None
+    try:
+        saved = read_state(state_file)
+    except StateFileError as error:
+        click.echo(
+            f"echo-lobby-client: state file {state_file} is {error}: starting without a seat "
+            "(the file is replaced once seated)",
+            err=True,
+        )
+        return None
+    if saved is None:
+        return None
+    if saved.member != member:
+        raise click.BadParameter(
+            f"it keeps the seat of member {saved.member!r}, not {member!r}",
+            param_hint="--state-file",
+        )
+    return saved.token
+
+
 def _print_event(out: _Printer, event: Any) -> None:
     from echo.lobby import protocol as p
-    from echo.lobby.client import Left, Reconnected, Rehomed
+    from echo.lobby.client import Left, Reconnected, Rehomed, Resumed
 
     match event:
         case p.LobbySnapshot():
@@ -555,13 +601,15 @@ def _print_event(out: _Printer, event: Any) -> None:
             )
         case Reconnected():
             out("reconnected", event.server, server=event.server)
+        case Resumed():
+            out("resumed", event.lobby_id, event.server, lobby=event.lobby_id, server=event.server)
         case Left():
             out("left", event.lobby_id, event.reason, lobby_id=event.lobby_id, reason=event.reason)
 
 
 def _event_name(event: Any) -> str:
     from echo.lobby import protocol as p
-    from echo.lobby.client import Left, Reconnected, Rehomed
+    from echo.lobby.client import Left, Reconnected, Rehomed, Resumed
 
     names = {
         p.LobbySnapshot: "snapshot",
@@ -578,6 +626,8 @@ def _event_name(event: Any) -> str:
         p.ChatLine: "chat",
         Rehomed: "rehomed",
         Reconnected: "reconnected",
+        Resumed: "resumed",
+        p.ResumeToken: "token",
         Left: "left",
     }
     return names.get(type(event), type(event).__name__)
@@ -590,92 +640,138 @@ async def _client(
     out: _Printer,
     connect_timeout: float,
     liveness: float,
+    state_file: str | None = None,
+    token: bytes | None = None,
 ) -> int:
+    import echo.lobby.client as lc
+    from echo.lobby.statefile import remove_state
+
+    options: dict[str, Any] = {
+        "timeout": timeout,
+        "connect_timeout": connect_timeout,
+        "liveness": liveness,
+    }
+    try:
+        try:
+            async with lc.connect(
+                servers, member=member, resume_token=token, **options
+            ) as lobby:  # fmt: skip
+                return await _session(lobby, member, timeout, out, state_file)
+        except lc.ResumeRefused as refused:
+            # The seat is gone (grace over), or the token is stale: start without it.
+            click.echo(
+                f"echo-lobby-client: could not take the seat back ({refused}): starting "
+                "without a seat",
+                err=True,
+            )
+            reason = refused.reason.name
+            out("resume_refused", reason, refused.message, code=reason, message=refused.message)
+            if state_file is not None:
+                remove_state(state_file)
+            async with lc.connect(servers, member=member, **options) as lobby:
+                return await _session(lobby, member, timeout, out, state_file)
+    except lc.LobbyUnavailable as error:
+        click.echo(f"echo-lobby-client: {error}", err=True)
+        return 1
+
+
+def _keep_token(out: _Printer, state_file: str | None, member: str, event: Any) -> None:
+    """With --state-file: each new resume token saved, the file removed once seatless."""
+    from echo.lobby import protocol as p
+    from echo.lobby.client import Left
+    from echo.lobby.statefile import SavedSeat, StateFileError, remove_state, write_state
+
+    if state_file is None:
+        return
+    try:
+        if isinstance(event, p.ResumeToken):
+            write_state(state_file, SavedSeat(member, event.lobby_id, event.token))
+            out("token_saved", event.lobby_id, lobby=event.lobby_id, file=state_file)
+        elif isinstance(event, Left):
+            remove_state(state_file)
+    except (OSError, StateFileError) as error:
+        click.echo(f"echo-lobby-client: state file {state_file}: {error}", err=True)
+
+
+async def _session(
+    lobby: Any, member: str, timeout: float, out: _Printer, state_file: str | None
+) -> int:
+    """Commands from standard input on a connected client, events printed; the exit status."""
     import echo.lobby.client as lc
 
     status = 0
     seen: list[str] = []
     arrived = trio.Event()
-    try:
-        async with lc.connect(
-            servers,
-            member=member,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            liveness=liveness,
-        ) as lobby:
-            out("connected", lobby.server, server=lobby.server, member=member)
+    out("connected", lobby.server, server=lobby.server, member=member)
 
-            async def show_events() -> None:
-                nonlocal arrived
-                async for event in lobby.events():
-                    _print_event(out, event)
-                    seen.append(_event_name(event))
-                    arrived.set()
-                    arrived = trio.Event()
+    async def show_events() -> None:
+        nonlocal arrived
+        async for event in lobby.events():
+            _print_event(out, event)
+            _keep_token(out, state_file, member, event)
+            seen.append(_event_name(event))
+            arrived.set()
+            arrived = trio.Event()
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(show_events)
-                stdin = trio.wrap_file(sys.stdin)
-                while True:
-                    line = await stdin.readline()
-                    if not line:
-                        break
-                    try:
-                        words = shlex.split(line)
-                    except ValueError as error:
-                        out(
-                            "refused",
-                            "BAD_COMMAND",
-                            str(error),
-                            code="BAD_COMMAND",
-                            message=str(error),
-                        )
-                        status = 3
-                        continue
-                    if not words or words[0].startswith("#"):
-                        continue
-                    if words[0] == "quit":
-                        break
-                    if words[0] == "wait":
-                        name = words[1] if len(words) > 1 else "snapshot"
-                        limit = float(words[2]) if len(words) > 2 else timeout
-                        start = len(seen)
-                        with trio.move_on_after(limit) as waited:
-                            while name not in seen[start:]:
-                                await arrived.wait()
-                        if waited.cancelled_caught:
-                            out("timeout", name, event_name=name)
-                            status = 4
-                        continue
-                    try:
-                        await _command(lobby, words, out)
-                    except lc.LobbyError as error:
-                        out(
-                            "refused",
-                            error.code.name,
-                            error.message,
-                            command=words[0],
-                            code=error.code.name,
-                            message=error.message,
-                        )
-                        status = 3
-                    except (ValueError, IndexError) as error:
-                        # An IndexError is an argument the command needs and did not get.
-                        why = "missing argument" if isinstance(error, IndexError) else str(error)
-                        out(
-                            "refused",
-                            "BAD_COMMAND",
-                            why,
-                            command=words[0],
-                            code="BAD_COMMAND",
-                            message=why,
-                        )
-                        status = 3
-                nursery.cancel_scope.cancel()
-    except lc.LobbyUnavailable as error:
-        click.echo(f"echo-lobby-client: {error}", err=True)
-        return 1
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(show_events)
+        stdin = trio.wrap_file(sys.stdin)
+        while True:
+            line = await stdin.readline()
+            if not line:
+                break
+            try:
+                words = shlex.split(line)
+            except ValueError as error:
+                out(
+                    "refused",
+                    "BAD_COMMAND",
+                    str(error),
+                    code="BAD_COMMAND",
+                    message=str(error),
+                )
+                status = 3
+                continue
+            if not words or words[0].startswith("#"):
+                continue
+            if words[0] == "quit":
+                break
+            if words[0] == "wait":
+                name = words[1] if len(words) > 1 else "snapshot"
+                limit = float(words[2]) if len(words) > 2 else timeout
+                start = len(seen)
+                with trio.move_on_after(limit) as waited:
+                    while name not in seen[start:]:
+                        await arrived.wait()
+                if waited.cancelled_caught:
+                    out("timeout", name, event_name=name)
+                    status = 4
+                continue
+            try:
+                await _command(lobby, words, out)
+            except lc.LobbyError as error:
+                out(
+                    "refused",
+                    error.code.name,
+                    error.message,
+                    command=words[0],
+                    code=error.code.name,
+                    message=error.message,
+                )
+                status = 3
+            except (ValueError, IndexError) as error:
+                # An IndexError is an argument the command needs and did not get.
+                why = "missing argument" if isinstance(error, IndexError) else str(error)
+                out(
+                    "refused",
+                    "BAD_COMMAND",
+                    why,
+                    command=words[0],
+                    code="BAD_COMMAND",
+                    message=why,
+                )
+                status = 3
+        nursery.cancel_scope.cancel()
     return status
 
 
@@ -777,6 +873,10 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
                     owner=snap.owner,
                     members=[m.member_id for m in snap.members],
                     ready=[m.member_id for m in snap.members if m.ready],
+                    connected=[
+                        m.member_id for m in snap.members if m.presence.name == "CONNECTED"
+                    ],
+                    attributes={m.member_id: dict(m.attributes) for m in snap.members},
                     metadata=dict(snap.metadata),
                 )
             return

@@ -72,6 +72,7 @@ from echo.lobby.protocol import (
     Refusal,
     Reply,
     Request,
+    ResumeToken,
     SearchLobbies,
     SearchResults,
     SeatTags,
@@ -90,6 +91,12 @@ from echo.lobby.protocol import (
     parse_server_message_untrusted,
 )
 from echo.lobby.replica import ApplyResult, LobbyReplica
+from echo.lobby.resume import (
+    ResumeReason,
+    ResumeTokenError,
+    decode_resume_token_untrusted,
+    parse_refusal_reason,
+)
 from echo.lobby.server import code_walk, lobby_channel_specs
 from echo.lobby.timers import CLIENT_LIVENESS, RETRY_TIMEOUT, lobby_client_timers
 from echo.session import HandshakeTimeout, LostContact, SessionError
@@ -137,6 +144,17 @@ class LobbyUnavailable(Exception):
     """No lobby server could be reached (or the one that holds the lobby is gone)."""
 
 
+class ResumeRefused(Exception):
+    """A lobby server answered and refused to give the seat back for this resume token:
+    `reason` (`echo.lobby.resume.ResumeReason`) says why, `server` which server it was."""
+
+    def __init__(self, reason: ResumeReason, server: str, message: str) -> None:
+        super().__init__(f"{reason.name}: {server}: {message}")
+        self.reason = reason
+        self.server = server
+        self.message = message
+
+
 class NoReply(LobbyUnavailable):
     """The request went out but its reply did not come back (the session dropped, or no reply
     within the timeout): the server may have carried it out. Asked again, a create or join
@@ -171,7 +189,16 @@ class Left:
     reason: str
 
 
-Event = Update | ChatLine | GameStarting | Rehomed | Reconnected | Left
+@attrs.frozen
+class Resumed:
+    """This new client took its seat in `lobby_id` back on `server` with a resume token (its
+    ready state and attributes as they were: the snapshot follows)."""
+
+    lobby_id: int
+    server: str
+
+
+Event = Update | ChatLine | GameStarting | ResumeToken | Rehomed | Reconnected | Resumed | Left
 
 
 def split_server(server: str) -> tuple[str, int, int]:
@@ -211,6 +238,7 @@ class _Link:
 
     def __init__(self, server: str) -> None:
         self.server = server
+        self.resume = b""  # a resume token for the hello (a new process taking its seat back)
         self.channels: Channels | None = None
         self.closed = trio.Event()
         self.close_reason = ""
@@ -258,6 +286,11 @@ class LobbyClient:
         self.events_dropped = 0
         self.replica: LobbyReplica | None = None
         self._seats: dict[int, bytes] = {}
+        #: The seat's resume token (`echo.lobby.resume`): keep it (a state file) and pass it to
+        #: `connect(resume_token=...)` in a new process to take the seat back after a crash.
+        #: Set as soon as the member is seated and renewed every grace period, each time also
+        #: sent as a `ResumeToken` event; None when not seated.
+        self.resume_token: bytes | None = None
         self._changed = trio.Event()
         self.dead: set[str] = set()
         self._lock = trio.Lock()  # one server switch at a time
@@ -314,13 +347,18 @@ class LobbyClient:
 
     # ------------------------------------------------------------------ links
 
-    async def _open(self, server: str, timeout: float) -> _Link:
-        """A new link to `server` (the old one closed first)."""
+    async def _open(self, server: str, timeout: float, resume: bytes = b"") -> _Link:
+        """A new link to `server` (the old one closed first); with a resume token, one that
+        takes this member's seat back (`ResumeRefused` if the server will not)."""
         await self._close_link()
         link = _Link(server)
+        link.resume = resume
         try:
             await self._nursery.start(self._run_link, link, timeout)
         except (SessionError, OSError, trio.TooSlowError, ChannelsClosed) as error:
+            refused = parse_refusal_reason(str(error)) if resume else None
+            if refused is not None:
+                raise ResumeRefused(refused, server, str(error)) from None
             # Silence is what a dead server looks like; a server that answers with a refusal
             # (its reason in the error) is alive, and stays on the members' walk of the ring.
             if isinstance(error, HandshakeTimeout | LostContact | OSError | trio.TooSlowError):
@@ -354,7 +392,8 @@ class LobbyClient:
                     seat = b""
                     if self.replica is not None:
                         seat = self.replica.seat
-                    await session.send(encode_hello(Hello(self.member, seat, self.secret)))
+                    hello = Hello(self.member, seat, self.secret, link.resume)
+                    await session.send(encode_hello(hello))
                     with trio.fail_after(timeout):
                         welcome = await session.receive()
                     if parse_welcome_untrusted(welcome) is None:
@@ -430,6 +469,11 @@ class LobbyClient:
         if isinstance(message, ChatLine | GameStarting):
             self._event(message)
             return
+        if isinstance(message, ResumeToken):
+            if self.replica is None or self.replica.lobby_id == message.lobby_id:
+                self.resume_token = message.token
+                self._event(message)
+            return
         if isinstance(message, SeatTags):
             # The seats' tags, for our copy (not an event: nothing a game acts on).
             if self.replica is not None:
@@ -444,6 +488,7 @@ class LobbyClient:
             self._nursery.start_soon(self._resync, replica.lobby_id)
         elif result is ApplyResult.LEFT:
             self.replica = None
+            self.resume_token = None
             reason = getattr(message, "reason", None)
             self._event(message)
             self._event(Left(replica.lobby_id, reason.name.lower() if reason else "left"))
@@ -465,6 +510,7 @@ class LobbyClient:
             if self.replica is not None:
                 self._event(Left(self.replica.lobby_id, "replaced"))
                 self.replica = None
+                self.resume_token = None
             return
         if not self.auto_reconnect:
             return
@@ -614,7 +660,7 @@ class LobbyClient:
                     return
                 except LobbyUnavailable as error:
                     errors.append(str(error))
-            raise LobbyUnavailable("no lobby server answered at " + "; ".join(errors))
+            raise LobbyUnavailable(_none_let_in(order, self.dead, errors))
 
     async def _joined(self, reply: Reply) -> int:
         assert isinstance(reply, LobbyJoined)
@@ -648,6 +694,51 @@ class LobbyClient:
     async def connect(self) -> None:
         """Open a session to this member's server now (otherwise the first request does)."""
         await self._connect_any()
+
+    async def resume(self, token: bytes) -> int:
+        """Take this member's seat back with `token` (another process's `resume_token`: this
+        one's predecessor, crashed or killed): on the lobby's home, or on the server of its
+        ring where the lobby was re-created if the home is gone (asked again for
+        `FAILOVER_WAIT` while the other members re-create it). The lobby id; the seat comes
+        back with its ready state and attributes, and a session of the old process still open
+        is replaced. Raises `ResumeRefused` (forged, expired, replayed, seat gone), or
+        `LobbyUnavailable` if no server of the lobby answers."""
+        try:
+            claims = decode_resume_token_untrusted(token)
+        except ResumeTokenError as error:
+            raise ResumeRefused(ResumeReason.MALFORMED, "(not sent)", str(error)) from None
+        if claims.member_id != self.member:
+            raise ResumeRefused(
+                ResumeReason.WRONG_MEMBER, "(not sent)", f"the token is {claims.member_id!r}'s"
+            )
+        self._not_in_a_lobby()
+        lobby_id = claims.lobby_id
+        deadline = trio.current_time() + FAILOVER_WAIT
+        async with self._lock:
+            while True:
+                target = failover_home(self.ring, lobby_id, self.dead)
+                if target is None:
+                    raise LobbyUnavailable(f"every lobby server of lobby {lobby_id} is gone")
+                try:
+                    await self._open(target, self.connect_timeout, resume=token)
+                except ResumeRefused as refused:
+                    # A server of the ring other than the home may not have the lobby yet:
+                    # the members re-create it there within seconds of the home's death.
+                    home = failover_home(self.ring, lobby_id, ())
+                    if refused.reason is not ResumeReason.NOT_SEATED or target == home:
+                        raise
+                    if trio.current_time() >= deadline:
+                        raise
+                    await trio.sleep(JOIN_RETRY_INTERVAL)
+                    continue
+                except LobbyUnavailable:
+                    if target not in self.dead:
+                        raise  # it answered, and not with a resume refusal
+                    continue  # silent: the next server of the ring
+                break
+        await self.wait_until(lambda c: c.replica is not None and c.replica.lobby_id == lobby_id)
+        self._event(Resumed(lobby_id, target))
+        return lobby_id
 
     async def create(
         self,
@@ -840,6 +931,7 @@ async def connect(
     connect_now: bool = True,
     connect_timeout: float = CONNECT_TIMEOUT,
     liveness: float = CLIENT_LIVENESS,
+    resume_token: bytes | None = None,
 ) -> AsyncIterator[LobbyClient]:
     """A member's lobby client over `servers` (``host:port`` of every lobby server, the same
     list on every member: it is the ring). Leaving the block closes the session without
@@ -847,12 +939,16 @@ async def connect(
 
     `connect_timeout` bounds each handshake with a server before the next one is tried;
     `liveness` is how long a silent server is trusted before the member moves on (its own
-    transport's image liveness: `transport_config` or a shared `transport` set theirs)."""
+    transport's image liveness: `transport_config` or a shared `transport` set theirs).
+
+    `resume_token`: a previous process's `LobbyClient.resume_token` (it crashed or was
+    killed): the block starts back in that seat (`LobbyClient.resume`; `ResumeRefused` if the
+    server will not give it back)."""
 
     try:
         async with _client(
             servers, member, timeout, reconnect, transport, transport_config, connect_now,
-            connect_timeout, liveness,
+            connect_timeout, liveness, resume_token,
         ) as client:  # fmt: skip
             yield client
     except BaseExceptionGroup as group:
@@ -862,6 +958,14 @@ async def connect(
         if sole is None:
             raise
         raise sole from None
+
+
+def _none_let_in(order: Sequence[str], dead: Iterable[str], errors: Sequence[str]) -> str:
+    """What `LobbyUnavailable` says after a walk of `order`: nobody answered, or who refused."""
+    said = "; ".join(errors)
+    if set(order) <= set(dead):
+        return "no lobby server answered at " + said
+    return "no lobby server let this member in (a server that answered refused): " + said
 
 
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -884,6 +988,7 @@ async def _client(
     connect_now: bool,
     connect_timeout: float,
     liveness: float,
+    resume_token: bytes | None = None,
 ) -> AsyncIterator[LobbyClient]:
     from echo.session.client import client_transport_config
     from echo.transport import open_transport
@@ -905,7 +1010,9 @@ async def _client(
             connect_timeout=connect_timeout,
         )
         try:
-            if connect_now:
+            if resume_token is not None:
+                await client.resume(resume_token)
+            elif connect_now:
                 await client.connect()
             yield client
         finally:

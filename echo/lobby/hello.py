@@ -17,6 +17,11 @@ retry was refused until the grace period ended, and the lobby held a ghost.
 The secret is a trailing field so that a hello without it (a client from before it) parses
 as it always did; a server from before it refuses a hello that carries one (trailing bytes).
 
+A brand-new process of a member that crashed adds, after its (new) secret, u16 length + its
+resume token (`echo.lobby.resume`): the seat comes back to it, ready state and attributes, and
+is bound to its new secret. Only a resuming client sends the field, so every other hello is the
+same bytes as before it existed.
+
 Pure module: no trio, no clock. ``parse_hello_untrusted`` raises only `HelloError`.
 """
 
@@ -34,7 +39,10 @@ WELCOME: Final = b"LOBBY1 OK "
 MAX_SEAT_BYTES: Final = 4096
 MIN_SECRET_BYTES: Final = 16  # 128 bits: not guessed within a grace period
 MAX_SECRET_BYTES: Final = 64
-MAX_HELLO_BYTES: Final = len(MAGIC) + 1 + 255 + 2 + MAX_SEAT_BYTES + 1 + MAX_SECRET_BYTES
+MAX_RESUME_BYTES: Final = 512
+MAX_HELLO_BYTES: Final = (
+    len(MAGIC) + 1 + 255 + 2 + MAX_SEAT_BYTES + 1 + MAX_SECRET_BYTES + 2 + MAX_RESUME_BYTES
+)
 
 
 class HelloError(CodecError):
@@ -46,6 +54,7 @@ class Hello:
     member_id: str
     seat: bytes = b""
     secret: bytes = b""  # empty: not sent (a client from before secrets)
+    resume: bytes = b""  # a resume token (empty: not resuming); needs a secret
 
 
 def encode_hello(hello: Hello) -> bytes:
@@ -65,6 +74,12 @@ def encode_hello(hello: Hello) -> bytes:
         if not MIN_SECRET_BYTES <= len(hello.secret) <= MAX_SECRET_BYTES:
             raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
         out.push_bytes8(hello.secret)
+    if hello.resume:
+        if not hello.secret:
+            raise HelloError("a resuming hello carries a secret")
+        if len(hello.resume) > MAX_RESUME_BYTES:
+            raise HelloError(f"a resume token of more than {MAX_RESUME_BYTES} bytes")
+        out.push_bytes16(hello.resume)
     return out.data
 
 
@@ -82,19 +97,26 @@ def parse_hello_untrusted(data: bytes) -> Hello:
     if buf.remaining < size:
         raise HelloError("a truncated seat")
     seat = buf.pull_bytes(size)
-    secret = b""
+    secret = resume = b""
     if not buf.eof():
         length = buf.pull_uint8()
-        if buf.remaining != length:
-            raise HelloError("a truncated secret or trailing bytes")
+        if buf.remaining < length:
+            raise HelloError("a truncated secret")
         secret = buf.pull_bytes(length)
         if not MIN_SECRET_BYTES <= length <= MAX_SECRET_BYTES:
             raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
+        if not buf.eof():
+            if buf.remaining < 2:
+                raise HelloError("a truncated resume token or trailing bytes")
+            size = buf.pull_uint16()
+            if buf.remaining != size or not 1 <= size <= MAX_RESUME_BYTES:
+                raise HelloError("a truncated resume token or trailing bytes")
+            resume = buf.pull_bytes(size)
     try:
         member_id = member.decode("utf-8")
     except UnicodeDecodeError:
         raise HelloError("a member id is not UTF-8") from None
-    return Hello(member_id, bytes(seat), bytes(secret))
+    return Hello(member_id, bytes(seat), bytes(secret), bytes(resume))
 
 
 class SeatBindings:

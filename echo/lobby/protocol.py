@@ -150,6 +150,7 @@ class MessageType(enum.IntEnum):
     MEMBER_BANNED = 0x49
     GAME_STARTING = 0x4A
     SEAT_TAGS = 0x4B
+    RESUME_TOKEN = 0x4C
     # chat (server -> members), Channel.CHAT
     CHAT_LINE = 0x60
 
@@ -520,6 +521,17 @@ class SeatTags:
     tags: tuple[SeatTag, ...]
 
 
+@attrs.frozen
+class ResumeToken:
+    """To one member: its seat's resume token (`echo.lobby.resume`), sent when it is seated
+    and again before the last one expires. Kept by the client (a state file), it lets a brand-new
+    process of the member take the seat back. Not a state change (no version); a message of its
+    own so that a member from before it skips it (and logs it), as `SeatTags`."""
+
+    lobby_id: int
+    token: bytes
+
+
 # --- chat -------------------------------------------------------------------------------------
 
 
@@ -530,7 +542,7 @@ class ChatLine:
     text: str
 
 
-Message: TypeAlias = Request | Reply | Update | GameStarting | SeatTags | ChatLine
+Message: TypeAlias = Request | Reply | Update | GameStarting | SeatTags | ResumeToken | ChatLine
 
 
 # --- the codec: one table entry per message type ----------------------------------------------
@@ -941,6 +953,8 @@ _MESSAGES: Final = (
              lobby_id=_U64, server_id=_STR8, address=_STR8, ticket=_BYTES16),
     _Message(MessageType.SEAT_TAGS, Channel.UPDATES, SeatTags,
              lobby_id=_U64, tags=_SEAT_TAG_LIST),
+    _Message(MessageType.RESUME_TOKEN, Channel.UPDATES, ResumeToken,
+             lobby_id=_U64, token=_BYTES16),
     # chat (server -> members)
     _Message(MessageType.CHAT_LINE, Channel.CHAT, ChatLine,
              lobby_id=_U64, member_id=_STR8, text=_STR16),
@@ -1018,7 +1032,7 @@ def parse_request_untrusted(data: bytes | bytearray | memoryview) -> Request:
 
 def parse_server_message_untrusted(
     data: bytes | bytearray | memoryview,
-) -> Reply | Update | GameStarting | SeatTags | ChatLine:
+) -> Reply | Update | GameStarting | SeatTags | ResumeToken | ChatLine:
     """Decode what the lobby server sent to a member. Raises only LobbyProtocolError."""
     msg = parse_message_untrusted(data)
     if isinstance(msg, _REQUEST_TYPES):

@@ -90,11 +90,19 @@ from echo.lobby.protocol import (
     RecreateLobby,
     Refusal,
     Request,
+    ResumeToken,
     SearchLobbies,
     StartGame,
     channel_of,
     encode,
     parse_request_untrusted,
+)
+from echo.lobby.resume import (
+    ResumeRefusal,
+    ResumeTokenError,
+    check_resume,
+    issue_resume_token,
+    token_ttl,
 )
 from echo.lobby.state import LobbyRegistry, Send, random_join_code, random_lobby_id
 from echo.lobby.timers import lobby_server_timers
@@ -317,6 +325,7 @@ class LobbyServer:
             self._nursery = nursery
             await nursery.start(self.sessions.run)
             nursery.start_soon(self._expiry_loop)
+            nursery.start_soon(self._renew_resume_tokens)
             if self.config.topics:
                 await nursery.start(self._topics_loop)
             self._emit(
@@ -423,6 +432,8 @@ class LobbyServer:
                 self.counters["hellos_refused"] += 1
                 await session.close(f"a member id is 1..{limit} printable bytes")
                 return None
+            if hello.resume:
+                return await self._resume(session, hello)
             lobby_id = self.registry.lobby_of(member_id)
             if lobby_id is not None and not self.seats.check(hello.seat, lobby_id, member_id):
                 # Seated here (connected or reconnecting): only its own seat takes it back, or
@@ -446,6 +457,59 @@ class LobbyServer:
         self.counters["hellos_timed_out"] += 1
         await session.close("no hello")
         return None
+
+    async def _resume(self, session: Session, hello: Hello) -> Hello | None:
+        """A brand-new process of the member shows its resume token: its seat back, or the
+        session closed with the refusal's code (`echo.lobby.resume`). A session of the member
+        still open here (half-open: the crashed process's) is replaced by this one in `_app`."""
+        decision = check_resume(
+            self.registry,
+            hello.member_id,
+            hello.resume,
+            self.seats.keys,
+            self.seats.clock(),
+            bindings=self.bindings,
+        )
+        if isinstance(decision, ResumeRefusal):
+            self.counters["resumes_refused"] += 1
+            log.info(
+                "lobby_resume_refused",
+                member_id=hello.member_id,
+                reason=decision.reason.name,
+                detail=decision.detail,
+            )
+            await session.close(decision.close_reason())
+            return None
+        self.counters["seats_resumed"] += 1
+        self._emit("lobby_resumed", lobby_id=decision, member_id=hello.member_id)
+        return hello
+
+    def _send_resume_token(self, member_id: str) -> None:
+        """Queue the member's resume token, for its session's secret and its seat here (none
+        without a secret, a seat, or a grace period: the token would take nothing back)."""
+        conn = self.conns.get(member_id)
+        lobby_id = self.registry.lobby_of(member_id)
+        grace = self.config.lobby.reconnect_grace
+        if conn is None or not conn.secret or lobby_id is None or grace <= 0:
+            return
+        expires = self.seats.clock() + token_ttl(grace)
+        try:
+            token = issue_resume_token(self.seats.key, lobby_id, member_id, conn.secret, expires)
+        except ResumeTokenError:  # pragma: no cover - a secret the hello parser let through
+            return
+        self._send_to(member_id, Channel.UPDATES, encode(ResumeToken(lobby_id, token)))
+
+    async def _renew_resume_tokens(self) -> None:
+        """Every grace period, a new token to each seated member: a token lives two, so the
+        one a process holds when it dies outlives its seat's grace period (`token_ttl`)."""
+        grace = self.config.lobby.reconnect_grace
+        if grace <= 0:
+            return
+        while True:
+            await trio.sleep(grace)
+            for member_id in list(self.conns):
+                self._send_resume_token(member_id)
+            self._flush()
 
     async def _read_requests(self, conn: _Conn) -> None:
         assert conn.channels is not None
@@ -604,6 +668,8 @@ class LobbyServer:
             data = encode(message)  # once, for every member it goes to
             for member in out.to:
                 self._send_to(member, ch, data)
+                if isinstance(message, LobbyJoined):
+                    self._send_resume_token(member)  # seated: a token for this seat
         if not self._holding:
             self._flush()
 

@@ -289,6 +289,8 @@ LOBBY_SERVER_COUNTERS: dict[str, str] = {
     "hellos_timed_out": "Member sessions closed for sending no hello",
     "seats_reclaimed": "Seats taken back by a returning member",
     "sessions_replaced": "Member sessions replaced by a newer one of the same member",
+    "seats_resumed": "Seats taken back by a new process of the member with a resume token",
+    "resumes_refused": "Resume tokens refused (forged, expired, replayed, seat gone)",
     "chat_dropped": "Chat lines dropped for a member whose chat backlog was full",
     "members_too_slow": "Member sessions closed for falling behind on updates",
 }

@@ -106,6 +106,7 @@ EVENT_FIELDS: Final[Mapping[str, Mapping[str, FieldType]]] = {
     "lobby_started": {"lobby_id": _I, "members": _I, "game_server": _S},
     "lobby_deleted": {"lobby_id": _I, "reason": _S},
     "lobby_refused": {"member_id": _S, "request": _S, "code": _S},
+    "lobby_resumed": {"lobby_id": _I, "member_id": _S},
     "client_summary": {
         "server": _S,
         "sent": _I,

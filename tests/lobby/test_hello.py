@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from echo.lobby.hello import (
     MAX_HELLO_BYTES,
+    MAX_RESUME_BYTES,
     Hello,
     HelloError,
     SeatBindings,
@@ -37,9 +38,20 @@ def test_the_secret_is_a_trailing_u8_length_and_its_bytes() -> None:
     assert parse_hello_untrusted(data) == Hello("alice", b"", SECRET)
     seated = Hello("bob", b"\x01seat", b"s" * 64)
     assert parse_hello_untrusted(encode_hello(seated)) == seated
-    longest = Hello("m" * 255, b"x" * 4096, b"s" * 64)
+    longest = Hello("m" * 255, b"x" * 4096, b"s" * 64, b"r" * MAX_RESUME_BYTES)
     assert len(encode_hello(longest)) == MAX_HELLO_BYTES
     assert parse_hello_untrusted(encode_hello(longest)) == longest
+
+
+def test_a_resume_token_trails_the_secret_and_needs_one() -> None:
+    data = encode_hello(Hello("alice", b"", SECRET, b"token"))
+    assert data == encode_hello(Hello("alice", b"", SECRET)) + b"\x00\x05token"
+    assert parse_hello_untrusted(data) == Hello("alice", b"", SECRET, b"token")
+    with pytest.raises(HelloError, match="carries a secret"):
+        encode_hello(Hello("alice", resume=b"token"))
+    for bad in (data[:-1], data + b"x", encode_hello(Hello("alice", b"", SECRET)) + b"\x00\x00"):
+        with pytest.raises(HelloError, match="resume token"):
+            parse_hello_untrusted(bad)
 
 
 @pytest.mark.parametrize("secret", [b"s" * 15, b"s" * 65])

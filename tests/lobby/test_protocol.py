@@ -47,6 +47,7 @@ from echo.lobby.protocol import (
     ReadyChanged,
     RecreateLobby,
     Refusal,
+    ResumeToken,
     SearchLobbies,
     SearchResults,
     SeatTag,
@@ -120,6 +121,7 @@ SAMPLES: list[Message] = [
     StartGame(20, 77),
     GameStarting(77, "game-1", "203.0.113.5:40123", b"\x01ticket"),
     SeatTags(77, (SeatTag("bob", bytes([1]) + b"\xaa" * 16),)),
+    ResumeToken(77, b"Rtok"),
 ]
 
 
@@ -241,6 +243,7 @@ SAMPLES_HEX = [
     "1000000014000000000000004d",
     "4a000000000000004d0667616d652d31113230332e302e3131332e353a34303132330007017469636b6574",
     "4b000000000000004d000103626f621101aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "4c000000000000004d000452746f6b",
 ]
 EDGES_HEX = [
     (
