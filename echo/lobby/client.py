@@ -46,6 +46,7 @@ from echo.channels import ChannelsClosed, open_channels
 from echo.channels.api import Channels
 from echo.lobby.hello import Hello, encode_hello, parse_welcome_untrusted
 from echo.lobby.home import failover_home
+from echo.lobby.identity import parse_close_reason, token_subject
 from echo.lobby.limits import LobbyConfig
 from echo.lobby.protocol import (
     I64_MAX,
@@ -92,7 +93,7 @@ from echo.lobby.protocol import (
 from echo.lobby.replica import ApplyResult, LobbyReplica
 from echo.lobby.server import code_walk, lobby_channel_specs
 from echo.lobby.timers import CLIENT_LIVENESS, RETRY_TIMEOUT, lobby_client_timers
-from echo.session import HandshakeTimeout, LostContact, SessionError
+from echo.session import HandshakeTimeout, LostContact, SessionClosed, SessionError
 from echo.session import connect as session_connect
 from echo.session.machine import HandshakeState
 from echo.topics.ring import HashRing
@@ -135,6 +136,18 @@ class LobbyError(Exception):
 
 class LobbyUnavailable(Exception):
     """No lobby server could be reached (or the one that holds the lobby is gone)."""
+
+
+class AuthRefused(LobbyUnavailable):
+    """The lobby (``echo-lobby --auth-key``) refused the member's identity token: `reason` is
+    one of `echo.lobby.identity.REASONS` ("expired", "wrong_audience", ...), `detail` the
+    server's words. Every lobby server of a ring checks the same keys, so no other server is
+    tried: get a fresh token from the game's backend (`LobbyClient.identity_token`)."""
+
+    def __init__(self, server: str, reason: str, detail: str) -> None:
+        super().__init__(f"{server}: identity refused: {reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
 
 
 class NoReply(LobbyUnavailable):
@@ -233,6 +246,7 @@ class LobbyClient:
         timeout: float,
         reconnect: bool,
         connect_timeout: float = CONNECT_TIMEOUT,
+        identity_token: str | bytes | None = None,
     ) -> None:
         if not servers:
             raise ValueError("the lobby-server list is empty")
@@ -245,6 +259,9 @@ class LobbyClient:
         # this client (and no other naming the same member) gets the seat back without the
         # seat itself, should the LobbyJoined carrying it be lost.
         self.secret = secrets.token_bytes(16)
+        #: Sent in every hello (a lobby with --auth-key checks it on every new session, the
+        #: reconnections included): replace it with a fresh one before it expires.
+        self.identity_token = _token_bytes(identity_token)
         self.timeout = timeout
         self.connect_timeout = min(timeout, connect_timeout)
         self.auto_reconnect = reconnect
@@ -327,6 +344,9 @@ class LobbyClient:
                 self.dead.add(server)
             if isinstance(error, HandshakeTimeout) and error.phase is HandshakeState.CONNECTING:
                 raise LobbyUnavailable(f"{server} within {error.timeout:g} s") from None
+            refused = isinstance(error, SessionClosed) and parse_close_reason(error.reason)
+            if refused:
+                raise AuthRefused(server, *refused) from None
             raise LobbyUnavailable(f"{server}: {error}") from None
         self.dead.discard(server)
         self._link = link
@@ -354,7 +374,8 @@ class LobbyClient:
                     seat = b""
                     if self.replica is not None:
                         seat = self.replica.seat
-                    await session.send(encode_hello(Hello(self.member, seat, self.secret)))
+                    hello = Hello(self.member, seat, self.secret, self.identity_token)
+                    await session.send(encode_hello(hello))
                     with trio.fail_after(timeout):
                         welcome = await session.receive()
                     if parse_welcome_untrusted(welcome) is None:
@@ -482,6 +503,8 @@ class LobbyClient:
                         await self._open(
                             link.server, RETRY_TIMEOUT if silent else self.connect_timeout
                         )
+                    except AuthRefused:
+                        raise
                     except LobbyUnavailable:
                         pass
                     else:
@@ -515,6 +538,8 @@ class LobbyClient:
         while trio.current_time() < deadline and self.replica is replica:
             try:
                 await self._open(server, self.connect_timeout)
+            except AuthRefused:
+                raise
             except LobbyUnavailable:
                 continue  # (each attempt waited for its handshake's timeout)
             self.dead.discard(server)
@@ -539,6 +564,8 @@ class LobbyClient:
                 raise LobbyUnavailable("every lobby server of this lobby is gone")
             try:
                 await self._open(target, self.connect_timeout)
+            except AuthRefused:
+                raise
             except LobbyUnavailable:
                 continue  # _open marked it dead
             reply = await self._exchange(replica.recreate_request(self._next_id()))
@@ -612,6 +639,8 @@ class LobbyClient:
                 try:
                     await self._open(server, self.connect_timeout)
                     return
+                except AuthRefused:
+                    raise  # (every server of the ring checks the same keys)
                 except LobbyUnavailable as error:
                     errors.append(str(error))
             raise LobbyUnavailable("no lobby server answered at " + "; ".join(errors))
@@ -832,7 +861,8 @@ class LobbyClient:
 async def connect(
     servers: Sequence[str],
     *,
-    member: str,
+    member: str | None = None,
+    identity_token: str | bytes | None = None,
     timeout: float = 10.0,
     reconnect: bool = True,
     transport: Any = None,
@@ -847,12 +877,17 @@ async def connect(
 
     `connect_timeout` bounds each handshake with a server before the next one is tried;
     `liveness` is how long a silent server is trusted before the member moves on (its own
-    transport's image liveness: `transport_config` or a shared `transport` set theirs)."""
+    transport's image liveness: `transport_config` or a shared `transport` set theirs).
 
+    `identity_token`: the member's token from the game's backend, for a lobby that verifies
+    identities (``echo-lobby --auth-key``; one without ignores it). Its ``sub`` is the member
+    id: `member` may then be left out, and if given must be the same. A token the lobby
+    refuses raises `AuthRefused` (a `LobbyUnavailable`) with the reason."""
+    member = member_of(member, identity_token)
     try:
         async with _client(
             servers, member, timeout, reconnect, transport, transport_config, connect_now,
-            connect_timeout, liveness,
+            connect_timeout, liveness, identity_token,
         ) as client:  # fmt: skip
             yield client
     except BaseExceptionGroup as group:
@@ -862,6 +897,25 @@ async def connect(
         if sole is None:
             raise
         raise sole from None
+
+
+def member_of(member: str | None, identity_token: str | bytes | None) -> str:
+    """The member id: `member`, or the ``sub`` of the token (read, not verified: the lobby
+    verifies it); both given, they must agree (ValueError otherwise, as with neither)."""
+    if identity_token is None or identity_token in ("", b""):
+        if member is None:
+            raise ValueError("a member id or an identity token (whose sub is the id) is needed")
+        return member
+    subject = token_subject(identity_token)
+    if member is not None and member != subject:
+        raise ValueError(f"the identity token is for {subject!r}, not {member!r}")
+    return subject
+
+
+def _token_bytes(token: str | bytes | None) -> bytes:
+    if token is None:
+        return b""
+    return token.encode("ascii") if isinstance(token, str) else bytes(token)
 
 
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -884,6 +938,7 @@ async def _client(
     connect_now: bool,
     connect_timeout: float,
     liveness: float,
+    identity_token: str | bytes | None,
 ) -> AsyncIterator[LobbyClient]:
     from echo.session.client import client_transport_config
     from echo.transport import open_transport
@@ -903,6 +958,7 @@ async def _client(
             timeout=timeout,
             reconnect=reconnect,
             connect_timeout=connect_timeout,
+            identity_token=identity_token,
         )
         try:
             if connect_now:

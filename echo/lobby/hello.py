@@ -2,20 +2,26 @@
 
 The client's first session message is ``LOBBY1`` + str8 member id + bytes16 seat (empty, or
 the seat of the lobby it sits in on that server: `echo.tickets.TicketSeats`), then,
-optionally, u8 length + the client's *secret* (16..64 random bytes, made once per client). The
-server answers ``LOBBY1 OK `` + its server id, then both sides open the lobby's channels; or it
-closes the session with the reason (the client's `Rejected`-like error). A member id is the
-member's claim: a member already seated on that server (connected or reconnecting) is taken
-back only with its seat, or by the client that was seated (`SeatBindings`: the same secret),
-so nobody can take over another member's seat or see its lobby.
+optionally, u8 length + the client's *secret* (16..64 random bytes, made once per client), and
+after the secret, optionally, u16 length + the member's *identity token* (a JWT from the game's
+backend, 1..4096 bytes: `echo.lobby.identity`; a lobby with ``--auth-key`` needs it, one without
+ignores it). The server answers ``LOBBY1 OK `` + its server id, then both sides open the
+lobby's channels; or it closes the session with the reason (the client's `Rejected`-like
+error). A member id is the member's claim (checked against its token's subject in a lobby
+that verifies identities): a member already seated on that server (connected or
+reconnecting) is taken back only with its seat, or by the client that was seated
+(`SeatBindings`: the same secret), so nobody can take over another member's seat or see its
+lobby.
 
 Why the secret: a seat travels in the LobbyJoined reply, and a reply can be lost (the session
 dropped under load right after the server seated the member, or the client gave up waiting).
 Such a member is seated but never learned its seat; without the secret every hello of its
 retry was refused until the grace period ended, and the lobby held a ghost.
 
-The secret is a trailing field so that a hello without it (a client from before it) parses
-as it always did; a server from before it refuses a hello that carries one (trailing bytes).
+The secret and the token are trailing fields so that a hello without them (a client from
+before them) parses as it always did; a server from before one refuses a hello that carries it
+(trailing bytes). A token travels only after a secret (every client that sends tokens sends a
+secret).
 
 Pure module: no trio, no clock. ``parse_hello_untrusted`` raises only `HelloError`.
 """
@@ -34,7 +40,10 @@ WELCOME: Final = b"LOBBY1 OK "
 MAX_SEAT_BYTES: Final = 4096
 MIN_SECRET_BYTES: Final = 16  # 128 bits: not guessed within a grace period
 MAX_SECRET_BYTES: Final = 64
-MAX_HELLO_BYTES: Final = len(MAGIC) + 1 + 255 + 2 + MAX_SEAT_BYTES + 1 + MAX_SECRET_BYTES
+MAX_TOKEN_BYTES: Final = 4096
+MAX_HELLO_BYTES: Final = (
+    len(MAGIC) + 1 + 255 + 2 + MAX_SEAT_BYTES + 1 + MAX_SECRET_BYTES + 2 + MAX_TOKEN_BYTES
+)
 
 
 class HelloError(CodecError):
@@ -46,6 +55,7 @@ class Hello:
     member_id: str
     seat: bytes = b""
     secret: bytes = b""  # empty: not sent (a client from before secrets)
+    token: bytes = b""  # empty: not sent (development mode, or a client from before tokens)
 
 
 def encode_hello(hello: Hello) -> bytes:
@@ -65,6 +75,12 @@ def encode_hello(hello: Hello) -> bytes:
         if not MIN_SECRET_BYTES <= len(hello.secret) <= MAX_SECRET_BYTES:
             raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
         out.push_bytes8(hello.secret)
+    if hello.token:
+        if not hello.secret:
+            raise HelloError("a token travels after a secret: give the hello a secret")
+        if len(hello.token) > MAX_TOKEN_BYTES:
+            raise HelloError(f"a token of more than {MAX_TOKEN_BYTES} bytes")
+        out.push_bytes16(hello.token)
     return out.data
 
 
@@ -82,19 +98,28 @@ def parse_hello_untrusted(data: bytes) -> Hello:
     if buf.remaining < size:
         raise HelloError("a truncated seat")
     seat = buf.pull_bytes(size)
-    secret = b""
+    secret = token = b""
     if not buf.eof():
         length = buf.pull_uint8()
-        if buf.remaining != length:
-            raise HelloError("a truncated secret or trailing bytes")
+        if buf.remaining < length:
+            raise HelloError("a truncated secret")
         secret = buf.pull_bytes(length)
         if not MIN_SECRET_BYTES <= length <= MAX_SECRET_BYTES:
             raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
+    if not buf.eof():
+        if buf.remaining < 2:
+            raise HelloError("a truncated token or trailing bytes")
+        length = buf.pull_uint16()
+        if buf.remaining != length:
+            raise HelloError("a truncated token or trailing bytes")
+        if not 1 <= length <= MAX_TOKEN_BYTES:
+            raise HelloError(f"a token is 1..{MAX_TOKEN_BYTES} bytes")
+        token = buf.pull_bytes(length)
     try:
         member_id = member.decode("utf-8")
     except UnicodeDecodeError:
         raise HelloError("a member id is not UTF-8") from None
-    return Hello(member_id, bytes(seat), bytes(secret))
+    return Hello(member_id, bytes(seat), bytes(secret), bytes(token))
 
 
 class SeatBindings:
