@@ -209,10 +209,10 @@ def _check_times(claims: dict[str, Any], now: float, leeway: float) -> None:
     if exp is None:
         raise IdentityRefused("missing_claim", "no 'exp' claim")
     if not now < exp + leeway:
-        raise IdentityRefused("expired", f"the token expired at {exp:g} (now {now:.0f})")
+        raise IdentityRefused("expired", f"the token expired at {exp:.0f} (now {now:.0f})")
     nbf = _number(claims, "nbf")
     if nbf is not None and now < nbf - leeway:
-        raise IdentityRefused("not_yet_valid", f"the token is valid from {nbf:g} (now {now:.0f})")
+        raise IdentityRefused("not_yet_valid", f"the token is valid from {nbf:.0f} (now {now:.0f})")
 
 
 def _number(claims: dict[str, Any], name: str) -> float | None:
