@@ -53,8 +53,8 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "wire"],
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
-        "games", "hello", "home", "limits", "listings", "protocol", "replica", "state",
-        "timers",
+        "games", "hello", "home", "identity", "limits", "listings", "protocol", "replica",
+        "state", "timers",
     ],
 }  # fmt: skip
 DRIVERS: dict[str, list[str]] = {
