@@ -125,7 +125,10 @@ def test_bad_client_token_options_exit_2(tmp_path: Path, keys: Path) -> None:
 
 
 def test_development_mode_is_announced_at_start_and_in_help(tmp_path: Path) -> None:
-    assert "DEVELOPMENT MODE" in run([*LOBBY, "--help"]).stdout
+    server_help = run([*LOBBY, "--help"]).stdout
+    assert "DEVELOPMENT MODE" in server_help
+    for option in ("--auth-key", "--auth-issuer", "--auth-audience"):
+        assert option in server_help
     help_text = run([*CLIENT, "--help"]).stdout
     assert "--token" in help_text and "5 the lobby refused the --token" in " ".join(
         help_text.split()
