@@ -44,7 +44,7 @@ import trio
 
 from echo.channels import ChannelsClosed, open_channels
 from echo.channels.api import Channels
-from echo.lobby.hello import Hello, encode_hello, parse_welcome_untrusted
+from echo.lobby.hello import MAX_TOKEN_BYTES, Hello, encode_hello, parse_welcome_untrusted
 from echo.lobby.home import failover_home
 from echo.lobby.identity import parse_close_reason, token_subject
 from echo.lobby.limits import LobbyConfig
@@ -259,9 +259,7 @@ class LobbyClient:
         # this client (and no other naming the same member) gets the seat back without the
         # seat itself, should the LobbyJoined carrying it be lost.
         self.secret = secrets.token_bytes(16)
-        #: Sent in every hello (a lobby with --auth-key checks it on every new session, the
-        #: reconnections included): replace it with a fresh one before it expires.
-        self.identity_token = _token_bytes(identity_token)
+        self._identity_token = _token_bytes(identity_token)
         self.timeout = timeout
         self.connect_timeout = min(timeout, connect_timeout)
         self.auto_reconnect = reconnect
@@ -281,6 +279,16 @@ class LobbyClient:
         self._recovering = False
 
     # ------------------------------------------------------------------ state
+
+    @property
+    def identity_token(self) -> bytes:
+        """Sent in every hello (a lobby with --auth-key checks it on every new session, the
+        reconnections included): replace it with a fresh one before it expires."""
+        return self._identity_token
+
+    @identity_token.setter
+    def identity_token(self, token: str | bytes | None) -> None:
+        self._identity_token = _token_bytes(token)
 
     @property
     def server(self) -> str | None:
@@ -915,7 +923,13 @@ def member_of(member: str | None, identity_token: str | bytes | None) -> str:
 def _token_bytes(token: str | bytes | None) -> bytes:
     if token is None:
         return b""
-    return token.encode("ascii") if isinstance(token, str) else bytes(token)
+    try:
+        data = token.encode("ascii") if isinstance(token, str) else bytes(token)
+    except UnicodeEncodeError:
+        raise ValueError("an identity token is ASCII (a compact JWT)") from None
+    if len(data) > MAX_TOKEN_BYTES:
+        raise ValueError(f"an identity token of more than {MAX_TOKEN_BYTES} bytes")
+    return data
 
 
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

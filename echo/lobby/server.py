@@ -339,7 +339,7 @@ class LobbyServer:
                 port=self.session_config.port,
                 lobby_servers=len(self.config.lobby_servers),
                 topics=len(self.config.topics),
-                identities="verified" if self.config.identity else "development mode",
+                identities="development mode" if self.config.identity is None else "verified",
             )
             if self.config.identity is None:
                 log.warning(

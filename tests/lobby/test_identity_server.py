@@ -157,3 +157,19 @@ async def test_a_verifying_server_does_not_warn() -> None:
     assert not [e for e in logs if e["event"] == "lobby_development_mode"]
     started = next(e for e in logs if e["event"] == "lobby_server_listening")
     assert started["identities"] == "verified"
+
+
+async def test_the_client_refuses_tokens_it_could_not_send() -> None:
+    from echo.lobby.client import member_of
+
+    with pytest.raises(ValueError, match="member id or an identity token"):
+        member_of(None, None)
+    assert member_of("carol", None) == "carol" and member_of(None, token()) == "alice"
+    async with echo.lobby.connect(["127.0.0.1:9"], member="alice", connect_now=False) as alice:
+        with pytest.raises(ValueError, match="more than 4096"):
+            alice.identity_token = "e" * 4097
+        with pytest.raises(ValueError, match="ASCII"):
+            alice.identity_token = "é"
+        fresh = token()
+        alice.identity_token = fresh  # a str is kept as its bytes
+        assert alice.identity_token == fresh.encode()
