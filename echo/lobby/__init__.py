@@ -30,6 +30,7 @@ def __getattr__(name: str) -> Any:
     if name in {
         "connect",
         "LobbyClient",
+        "AuthRefused",
         "LobbyError",
         "LobbyUnavailable",
         "NoReply",

@@ -48,9 +48,17 @@ your firewall, all UDP. SIGINT or SIGTERM: members get "ERROR server shutting do
 \b
 Every one of these ports is bound at start: a port in use stops the server there.
 \b
+Identities: with --auth-key (a JWK Set of the game backend's keys, by kid) and --auth-issuer,
+a member proves its id with a token signed by the game's backend (a JWT, EdDSA or HS256,
+whose sub is the member id; members pass it with echo-lobby-client --token). WITHOUT
+--auth-key THE SERVER RUNS IN DEVELOPMENT MODE: a member is whoever it claims to be (it says
+so at start). See docs/security.md, "Verified identities"; examples/auth_backend.py issues
+tokens.
+\b
 Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host or an
---events file that cannot be opened; 2 a bad command line (including an unreadable key file
-and an --events file in a missing directory).
+--events file that cannot be opened; 2 a bad command line (including an unreadable key file,
+an --auth-key file that is not a usable key set, --auth-key without --auth-issuer, and an
+--events file in a missing directory).
 """
 
 
@@ -73,6 +81,42 @@ def _server_list(text: str | None, flag: str, resolve: bool = False) -> tuple[st
     if len(set(out)) != len(out):
         raise click.BadParameter("a server is listed twice", param_hint=flag)
     return out
+
+
+def _identity(path: str | None, issuer: str | None, audience: str) -> Any:
+    """The verifier of --auth-key, or None (development mode)."""
+    import stat
+
+    from echo.lobby.identity import IdentityKeyError, IdentityVerifier, parse_key_set
+
+    if path is None:
+        if issuer is not None:
+            raise click.BadParameter("needs --auth-key", param_hint="--auth-issuer")
+        return None
+    if not issuer:
+        raise click.BadParameter(
+            "--auth-key needs --auth-issuer (the iss your backend puts in its tokens)",
+            param_hint="--auth-issuer",
+        )
+    try:
+        with open(path, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            data = handle.read(1 << 20)
+        keys = parse_key_set(data)
+    except OSError as error:
+        raise click.BadParameter(
+            f"cannot read {path}: {error.strerror}", param_hint="--auth-key"
+        ) from None
+    except IdentityKeyError as error:
+        raise click.BadParameter(f"{path}: {error}", param_hint="--auth-key") from None
+    secret = any(key.algorithm_name == "HS256" for key in keys.keys.values())
+    if secret and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise click.BadParameter(
+            f"{path} holds HS256 secrets and is accessible by others (mode "
+            f"{stat.S_IMODE(mode):04o}); run: chmod 600 {path}",
+            param_hint="--auth-key",
+        )
+    return IdentityVerifier(keys, issuer=issuer, audience=audience)
 
 
 def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
@@ -169,6 +213,27 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
     show_default=True,
     help="Comma-separated metadata keys that searches may filter on (and listings carry).",
 )
+@click.option(
+    "--auth-key",
+    "auth_key_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="JWK Set (JSON) of the game backend's token keys by kid (Ed25519 public keys or "
+    "HS256 secrets): members must prove their id with a token [default: none: DEVELOPMENT "
+    "MODE, any member id is taken as claimed].",
+)
+@click.option(
+    "--auth-issuer",
+    default=None,
+    help="The iss every member token must carry (required with --auth-key).",
+)
+@click.option(
+    "--auth-audience",
+    default="echo-lobby",
+    show_default=True,
+    help="The aud every member token must carry: the lobby service's name, the same on every "
+    "lobby server of the ring.",
+)
 @events_option(
     help="Append one JSON line per lobby and session event to this file (echo-analyze)."
 )
@@ -189,12 +254,17 @@ def server_main(
     seat_key_path: str | None,
     reconnect_grace: float,
     indexed_keys: str,
+    auth_key_path: str | None,
+    auth_issuer: str | None,
+    auth_audience: str,
     events_path: str | None,
     metrics: tuple[str, int] | None,
     log_format: str,
     log_level: str,
 ) -> None:
-    """Run a lobby server: lobbies over echo sessions, spread over many servers."""
+    """Run a lobby server: lobbies over echo sessions, spread over many servers.
+
+    Without --auth-key it runs in development mode: member ids are not verified."""
     from echo.lobby.limits import LobbyConfig
     from echo.lobby.server import LobbyServer, LobbyServerConfig
     from echo.lobby.timers import lobby_server_timers
@@ -238,6 +308,7 @@ def server_main(
         seat_keys=_keys(seat_key_path, "--seat-key"),
         ticket_keys=_keys(ticket_key_path, "--ticket-key"),
         ticket_ttl=ticket_ttl,
+        identity=_identity(auth_key_path, auth_issuer, auth_audience),
     )
     try:
         events = EventLog(events_path, server_id=name) if events_path else None
@@ -359,7 +430,9 @@ without a seat). With --json, one JSON object a line with an "event" key.
 \b
 Exit status: 0 standard input ended (or quit) and every command was accepted; 1 no lobby
 server answered or let the member in (or all went away); 2 a bad command line; 3 some command
-was refused or malformed (the lines say which); 4 a wait timed out.
+was refused or malformed (the lines say which); 4 a wait timed out; 5 the lobby refused the
+--token (the reason is printed: expired, not_yet_valid, wrong_audience, bad_signature,
+unknown_kid, ...).
 """
 
 STATE_FILE_HELP = (
@@ -377,7 +450,19 @@ STATE_FILE_HELP = (
     show_default=True,
     help="Comma-separated HOST:PORT of every lobby server (the same list as theirs).",
 )
-@click.option("--member", required=True, help="Your member id (1..64 printable bytes).")
+@click.option(
+    "--member",
+    default=None,
+    help="Your member id (1..64 printable bytes) [default: the sub of --token; one of the "
+    "two is needed].",
+)
+@click.option(
+    "--token",
+    default=None,
+    metavar="TOKEN|@FILE",
+    help="Your identity token from the game's backend, or @FILE to read it from a file, for a "
+    "lobby that verifies identities (echo-lobby --auth-key).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per output line.")
 @click.option(
     "--timeout",
@@ -413,7 +498,8 @@ STATE_FILE_HELP = (
 @log_options(default_level="warning")
 def client_main(
     servers: str,
-    member: str,
+    member: str | None,
+    token: str | None,
     as_json: bool,
     timeout: float,
     connect_timeout: float,
@@ -429,18 +515,52 @@ def client_main(
     listed = _server_list(servers, "--servers", resolve=True)
     if not listed:
         raise click.BadParameter("no servers listed", param_hint="--servers")
+    token = _token(token)
+    member = _member(member, token)
     if not 1 <= len(member.encode()) <= 64 or not member.isprintable():
         raise click.BadParameter("1..64 printable bytes", param_hint="--member")
     out = _Printer(as_json)
-    token = _saved_token(state_file, member)
+    resume = _saved_token(state_file, member)
     try:
         code = trio.run(
             _client, list(listed), member, timeout, out, connect_timeout, liveness, state_file,
-            token,
+            resume, token,
         )  # fmt: skip
     except KeyboardInterrupt:
         code = 0
     sys.exit(code)
+
+
+def _token(value: str | None) -> str | None:
+    """--token: the token itself, or @FILE holding it (surrounding whitespace dropped)."""
+    if value is None:
+        return None
+    if value.startswith("@"):
+        try:
+            with open(value[1:], encoding="ascii") as handle:
+                value = handle.read(64 * 1024)
+        except (OSError, UnicodeDecodeError) as error:
+            why = error.strerror if isinstance(error, OSError) else "not ASCII"
+            raise click.BadParameter(
+                f"cannot read {value[1:]}: {why}", param_hint="--token"
+            ) from None
+    value = value.strip()
+    if not value:
+        raise click.BadParameter("an empty token", param_hint="--token")
+    return value
+
+
+def _member(member: str | None, token: str | None) -> str:
+    from echo.lobby.client import member_of
+
+    if member is None and token is None:
+        raise click.BadParameter(
+            "give --member, or --token (its sub is the member id)", param_hint="--member"
+        )
+    try:
+        return member_of(member, token)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--token") from None
 
 
 class _Printer:
@@ -641,12 +761,14 @@ async def _client(
     connect_timeout: float,
     liveness: float,
     state_file: str | None = None,
-    token: bytes | None = None,
+    resume: bytes | None = None,
+    identity: str | None = None,
 ) -> int:
     import echo.lobby.client as lc
     from echo.lobby.statefile import remove_state
 
     options: dict[str, Any] = {
+        "identity_token": identity,
         "timeout": timeout,
         "connect_timeout": connect_timeout,
         "liveness": liveness,
@@ -654,7 +776,7 @@ async def _client(
     try:
         try:
             async with lc.connect(
-                servers, member=member, resume_token=token, **options
+                servers, member=member, resume_token=resume, **options
             ) as lobby:  # fmt: skip
                 return await _session(lobby, member, timeout, out, state_file)
         except lc.ResumeRefused as refused:
@@ -670,6 +792,9 @@ async def _client(
                 remove_state(state_file)
             async with lc.connect(servers, member=member, **options) as lobby:
                 return await _session(lobby, member, timeout, out, state_file)
+    except lc.AuthRefused as error:
+        click.echo(f"echo-lobby-client: {error}", err=True)
+        return 5
     except lc.LobbyUnavailable as error:
         click.echo(f"echo-lobby-client: {error}", err=True)
         return 1

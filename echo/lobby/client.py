@@ -44,8 +44,9 @@ import trio
 
 from echo.channels import ChannelsClosed, open_channels
 from echo.channels.api import Channels
-from echo.lobby.hello import Hello, encode_hello, parse_welcome_untrusted
+from echo.lobby.hello import MAX_TOKEN_BYTES, Hello, encode_hello, parse_welcome_untrusted
 from echo.lobby.home import failover_home
+from echo.lobby.identity import parse_close_reason, token_subject
 from echo.lobby.limits import LobbyConfig
 from echo.lobby.protocol import (
     I64_MAX,
@@ -99,7 +100,7 @@ from echo.lobby.resume import (
 )
 from echo.lobby.server import code_walk, lobby_channel_specs
 from echo.lobby.timers import CLIENT_LIVENESS, RETRY_TIMEOUT, lobby_client_timers
-from echo.session import HandshakeTimeout, LostContact, SessionError
+from echo.session import HandshakeTimeout, LostContact, SessionClosed, SessionError
 from echo.session import connect as session_connect
 from echo.session.machine import HandshakeState
 from echo.topics.ring import HashRing
@@ -153,6 +154,18 @@ class ResumeRefused(Exception):
         self.reason = reason
         self.server = server
         self.message = message
+
+
+class AuthRefused(LobbyUnavailable):
+    """The lobby (``echo-lobby --auth-key``) refused the member's identity token: `reason` is
+    one of `echo.lobby.identity.REASONS` ("expired", "wrong_audience", ...), `detail` the
+    server's words. Every lobby server of a ring checks the same keys, so no other server is
+    tried: get a fresh token from the game's backend (`LobbyClient.identity_token`)."""
+
+    def __init__(self, server: str, reason: str, detail: str) -> None:
+        super().__init__(f"{server}: identity refused: {reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
 
 
 class NoReply(LobbyUnavailable):
@@ -261,6 +274,7 @@ class LobbyClient:
         timeout: float,
         reconnect: bool,
         connect_timeout: float = CONNECT_TIMEOUT,
+        identity_token: str | bytes | None = None,
     ) -> None:
         if not servers:
             raise ValueError("the lobby-server list is empty")
@@ -273,6 +287,7 @@ class LobbyClient:
         # this client (and no other naming the same member) gets the seat back without the
         # seat itself, should the LobbyJoined carrying it be lost.
         self.secret = secrets.token_bytes(16)
+        self._identity_token = _token_bytes(identity_token)
         self.timeout = timeout
         self.connect_timeout = min(timeout, connect_timeout)
         self.auto_reconnect = reconnect
@@ -297,6 +312,16 @@ class LobbyClient:
         self._recovering = False
 
     # ------------------------------------------------------------------ state
+
+    @property
+    def identity_token(self) -> bytes:
+        """Sent in every hello (a lobby with --auth-key checks it on every new session, the
+        reconnections included): replace it with a fresh one before it expires."""
+        return self._identity_token
+
+    @identity_token.setter
+    def identity_token(self, token: str | bytes | None) -> None:
+        self._identity_token = _token_bytes(token)
 
     @property
     def server(self) -> str | None:
@@ -365,6 +390,9 @@ class LobbyClient:
                 self.dead.add(server)
             if isinstance(error, HandshakeTimeout) and error.phase is HandshakeState.CONNECTING:
                 raise LobbyUnavailable(f"{server} within {error.timeout:g} s") from None
+            auth = isinstance(error, SessionClosed) and parse_close_reason(error.reason)
+            if auth:
+                raise AuthRefused(server, *auth) from None
             raise LobbyUnavailable(f"{server}: {error}") from None
         self.dead.discard(server)
         self._link = link
@@ -392,7 +420,9 @@ class LobbyClient:
                     seat = b""
                     if self.replica is not None:
                         seat = self.replica.seat
-                    hello = Hello(self.member, seat, self.secret, link.resume)
+                    hello = Hello(
+                        self.member, seat, self.secret, self.identity_token, link.resume
+                    )
                     await session.send(encode_hello(hello))
                     with trio.fail_after(timeout):
                         welcome = await session.receive()
@@ -528,6 +558,8 @@ class LobbyClient:
                         await self._open(
                             link.server, RETRY_TIMEOUT if silent else self.connect_timeout
                         )
+                    except AuthRefused:
+                        raise
                     except LobbyUnavailable:
                         pass
                     else:
@@ -561,6 +593,8 @@ class LobbyClient:
         while trio.current_time() < deadline and self.replica is replica:
             try:
                 await self._open(server, self.connect_timeout)
+            except AuthRefused:
+                raise
             except LobbyUnavailable:
                 continue  # (each attempt waited for its handshake's timeout)
             self.dead.discard(server)
@@ -585,6 +619,8 @@ class LobbyClient:
                 raise LobbyUnavailable("every lobby server of this lobby is gone")
             try:
                 await self._open(target, self.connect_timeout)
+            except AuthRefused:
+                raise
             except LobbyUnavailable:
                 continue  # _open marked it dead
             reply = await self._exchange(replica.recreate_request(self._next_id()))
@@ -658,6 +694,8 @@ class LobbyClient:
                 try:
                     await self._open(server, self.connect_timeout)
                     return
+                except AuthRefused:
+                    raise  # (every server of the ring checks the same keys)
                 except LobbyUnavailable as error:
                     errors.append(str(error))
             raise LobbyUnavailable(_none_let_in(order, self.dead, errors))
@@ -923,7 +961,8 @@ class LobbyClient:
 async def connect(
     servers: Sequence[str],
     *,
-    member: str,
+    member: str | None = None,
+    identity_token: str | bytes | None = None,
     timeout: float = 10.0,
     reconnect: bool = True,
     transport: Any = None,
@@ -943,12 +982,17 @@ async def connect(
 
     `resume_token`: a previous process's `LobbyClient.resume_token` (it crashed or was
     killed): the block starts back in that seat (`LobbyClient.resume`; `ResumeRefused` if the
-    server will not give it back)."""
+    server will not give it back).
 
+    `identity_token`: the member's token from the game's backend, for a lobby that verifies
+    identities (``echo-lobby --auth-key``; one without ignores it). Its ``sub`` is the member
+    id: `member` may then be left out, and if given must be the same. A token the lobby
+    refuses raises `AuthRefused` (a `LobbyUnavailable`) with the reason."""
+    member = member_of(member, identity_token)
     try:
         async with _client(
             servers, member, timeout, reconnect, transport, transport_config, connect_now,
-            connect_timeout, liveness, resume_token,
+            connect_timeout, liveness, identity_token, resume_token,
         ) as client:  # fmt: skip
             yield client
     except BaseExceptionGroup as group:
@@ -966,6 +1010,31 @@ def _none_let_in(order: Sequence[str], dead: Iterable[str], errors: Sequence[str
     if set(order) <= set(dead):
         return "no lobby server answered at " + said
     return "no lobby server let this member in (a server that answered refused): " + said
+
+
+def member_of(member: str | None, identity_token: str | bytes | None) -> str:
+    """The member id: `member`, or the ``sub`` of the token (read, not verified: the lobby
+    verifies it); both given, they must agree (ValueError otherwise, as with neither)."""
+    if identity_token is None or identity_token in ("", b""):
+        if member is None:
+            raise ValueError("a member id or an identity token (whose sub is the id) is needed")
+        return member
+    subject = token_subject(identity_token)
+    if member is not None and member != subject:
+        raise ValueError(f"the identity token is for {subject!r}, not {member!r}")
+    return subject
+
+
+def _token_bytes(token: str | bytes | None) -> bytes:
+    if token is None:
+        return b""
+    try:
+        data = token.encode("ascii") if isinstance(token, str) else bytes(token)
+    except UnicodeEncodeError:
+        raise ValueError("an identity token is ASCII (a compact JWT)") from None
+    if len(data) > MAX_TOKEN_BYTES:
+        raise ValueError(f"an identity token of more than {MAX_TOKEN_BYTES} bytes")
+    return data
 
 
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -988,6 +1057,7 @@ async def _client(
     connect_now: bool,
     connect_timeout: float,
     liveness: float,
+    identity_token: str | bytes | None,
     resume_token: bytes | None = None,
 ) -> AsyncIterator[LobbyClient]:
     from echo.session.client import client_transport_config
@@ -1008,6 +1078,7 @@ async def _client(
             timeout=timeout,
             reconnect=reconnect,
             connect_timeout=connect_timeout,
+            identity_token=identity_token,
         )
         try:
             if resume_token is not None:

@@ -2,25 +2,32 @@
 
 The client's first session message is ``LOBBY1`` + str8 member id + bytes16 seat (empty, or
 the seat of the lobby it sits in on that server: `echo.tickets.TicketSeats`), then,
-optionally, u8 length + the client's *secret* (16..64 random bytes, made once per client). The
-server answers ``LOBBY1 OK `` + its server id, then both sides open the lobby's channels; or it
-closes the session with the reason (the client's `Rejected`-like error). A member id is the
-member's claim: a member already seated on that server (connected or reconnecting) is taken
-back only with its seat, or by the client that was seated (`SeatBindings`: the same secret),
-so nobody can take over another member's seat or see its lobby.
+optionally, u8 length + the client's *secret* (16..64 random bytes, made once per client), and
+after the secret, optionally, u16 length + the member's *identity token* (a JWT from the game's
+backend, 1..4096 bytes: `echo.lobby.identity`; a lobby with ``--auth-key`` needs it, one without
+ignores it). The server answers ``LOBBY1 OK `` + its server id, then both sides open the
+lobby's channels; or it closes the session with the reason (the client's `Rejected`-like
+error). A member id is the member's claim (checked against its token's subject in a lobby
+that verifies identities): a member already seated on that server (connected or
+reconnecting) is taken back only with its seat, or by the client that was seated
+(`SeatBindings`: the same secret), so nobody can take over another member's seat or see its
+lobby.
 
 Why the secret: a seat travels in the LobbyJoined reply, and a reply can be lost (the session
 dropped under load right after the server seated the member, or the client gave up waiting).
 Such a member is seated but never learned its seat; without the secret every hello of its
 retry was refused until the grace period ended, and the lobby held a ghost.
 
-The secret is a trailing field so that a hello without it (a client from before it) parses
-as it always did; a server from before it refuses a hello that carries one (trailing bytes).
+The secret and the token are trailing fields so that a hello without them (a client from
+before them) parses as it always did; a server from before one refuses a hello that carries it
+(trailing bytes). A token travels only after a secret (every client that sends tokens sends a
+secret).
 
-A brand-new process of a member that crashed adds, after its (new) secret, u16 length + its
-resume token (`echo.lobby.resume`): the seat comes back to it, ready state and attributes, and
-is bound to its new secret. Only a resuming client sends the field, so every other hello is the
-same bytes as before it existed.
+A brand-new process of a member that crashed adds, after its (new) secret and its identity
+token (which is empty, u16 0, where it has none), u16 length + its resume token
+(`echo.lobby.resume`): the seat comes back to it, ready state and attributes, and is bound to
+its new secret. Only a resuming client sends the field, so every other hello is the same bytes
+as before it existed.
 
 Pure module: no trio, no clock. ``parse_hello_untrusted`` raises only `HelloError`.
 """
@@ -40,8 +47,10 @@ MAX_SEAT_BYTES: Final = 4096
 MIN_SECRET_BYTES: Final = 16  # 128 bits: not guessed within a grace period
 MAX_SECRET_BYTES: Final = 64
 MAX_RESUME_BYTES: Final = 512
+MAX_TOKEN_BYTES: Final = 4096
 MAX_HELLO_BYTES: Final = (
-    len(MAGIC) + 1 + 255 + 2 + MAX_SEAT_BYTES + 1 + MAX_SECRET_BYTES + 2 + MAX_RESUME_BYTES
+    len(MAGIC) + 1 + 255 + 2 + MAX_SEAT_BYTES + 1 + MAX_SECRET_BYTES
+    + 2 + MAX_TOKEN_BYTES + 2 + MAX_RESUME_BYTES
 )
 
 
@@ -54,6 +63,7 @@ class Hello:
     member_id: str
     seat: bytes = b""
     secret: bytes = b""  # empty: not sent (a client from before secrets)
+    token: bytes = b""  # empty: not sent (development mode, or a client from before tokens)
     resume: bytes = b""  # a resume token (empty: not resuming); needs a secret
 
 
@@ -74,9 +84,15 @@ def encode_hello(hello: Hello) -> bytes:
         if not MIN_SECRET_BYTES <= len(hello.secret) <= MAX_SECRET_BYTES:
             raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
         out.push_bytes8(hello.secret)
-    if hello.resume:
+    if hello.resume and not hello.secret:
+        raise HelloError("a resuming hello carries a secret")
+    if hello.token or hello.resume:
         if not hello.secret:
-            raise HelloError("a resuming hello carries a secret")
+            raise HelloError("a token travels after a secret: give the hello a secret")
+        if len(hello.token) > MAX_TOKEN_BYTES:
+            raise HelloError(f"a token of more than {MAX_TOKEN_BYTES} bytes")
+        out.push_bytes16(hello.token)  # empty: no identity token, a resume token follows
+    if hello.resume:
         if len(hello.resume) > MAX_RESUME_BYTES:
             raise HelloError(f"a resume token of more than {MAX_RESUME_BYTES} bytes")
         out.push_bytes16(hello.resume)
@@ -97,7 +113,7 @@ def parse_hello_untrusted(data: bytes) -> Hello:
     if buf.remaining < size:
         raise HelloError("a truncated seat")
     seat = buf.pull_bytes(size)
-    secret = resume = b""
+    secret = token = resume = b""
     if not buf.eof():
         length = buf.pull_uint8()
         if buf.remaining < length:
@@ -105,6 +121,15 @@ def parse_hello_untrusted(data: bytes) -> Hello:
         secret = buf.pull_bytes(length)
         if not MIN_SECRET_BYTES <= length <= MAX_SECRET_BYTES:
             raise HelloError(f"a secret is {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes")
+    if not buf.eof():
+        if buf.remaining < 2:
+            raise HelloError("a truncated token or trailing bytes")
+        length = buf.pull_uint16()
+        if buf.remaining < length:
+            raise HelloError("a truncated token")
+        if length > MAX_TOKEN_BYTES:
+            raise HelloError(f"a token is 1..{MAX_TOKEN_BYTES} bytes (0: none, a resume token follows)")
+        token = buf.pull_bytes(length)
         if not buf.eof():
             if buf.remaining < 2:
                 raise HelloError("a truncated resume token or trailing bytes")
@@ -112,11 +137,13 @@ def parse_hello_untrusted(data: bytes) -> Hello:
             if buf.remaining != size or not 1 <= size <= MAX_RESUME_BYTES:
                 raise HelloError("a truncated resume token or trailing bytes")
             resume = buf.pull_bytes(size)
+        elif not token:
+            raise HelloError("an empty token with no resume token after it")
     try:
         member_id = member.decode("utf-8")
     except UnicodeDecodeError:
         raise HelloError("a member id is not UTF-8") from None
-    return Hello(member_id, bytes(seat), bytes(secret), bytes(resume))
+    return Hello(member_id, bytes(seat), bytes(secret), bytes(token), bytes(resume))
 
 
 class SeatBindings:

@@ -67,6 +67,8 @@ from echo.lobby.hello import (
     parse_hello_untrusted,
 )
 from echo.lobby.home import home_of
+from echo.lobby.identity import IdentityRefused, IdentityVerifier
+from echo.lobby.identity import close_reason as identity_close_reason
 from echo.lobby.limits import LobbyConfig, TokenBucket
 from echo.lobby.listings import (
     ListingBoard,
@@ -165,6 +167,8 @@ class LobbyServerConfig:
     seat_keys      the key every lobby server shares to sign seats (first signs); empty: a
                    random key of this process (seats then only work on this server)
     ticket_keys    the game servers' key for game tickets (first signs); empty: no starts
+    identity       checks each member's identity token (a JWT from the game's backend:
+                   `echo.lobby.identity`); None: development mode, a member is who it claims
     """
 
     lobby: LobbyConfig = attrs.Factory(LobbyConfig)
@@ -184,6 +188,7 @@ class LobbyServerConfig:
     updates_backlog: int = 1 << 20  # bytes of replies/updates waiting for one member: cut off
     chat_backlog: int = 16 * 1024  # bytes of chat waiting for one member: lines dropped for it
     topic_k: int = 3
+    identity: IdentityVerifier | None = None
 
 
 class _Conn:
@@ -268,6 +273,9 @@ class LobbyServer:
         self.conns: dict[str, _Conn] = {}
         self.bindings = SeatBindings()
         self.counters: Counter[str] = Counter()
+        #: identity tokens refused, by reason (`echo.lobby.identity.REASONS`)
+        self.auth_refusals: Counter[str] = Counter()
+        self._clock = clock
         join = Histogram(
             "echo_lobby_join_duration_seconds",
             "Time the server took to handle a join (by id, by code, quick): decide, and queue "
@@ -340,7 +348,14 @@ class LobbyServer:
                 port=self.session_config.port,
                 lobby_servers=len(self.config.lobby_servers),
                 topics=len(self.config.topics),
+                identities="development mode" if self.config.identity is None else "verified",
             )
+            if self.config.identity is None:
+                log.warning(
+                    "lobby_development_mode",
+                    detail="no --auth-key: member ids are not verified, a member is whoever "
+                    "it claims to be; do not expose this server to the internet",
+                )
             task_status.started(self)
 
     async def stop(self, reason: str = "signal") -> None:
@@ -432,6 +447,15 @@ class LobbyServer:
                 self.counters["hellos_refused"] += 1
                 await session.close(f"a member id is 1..{limit} printable bytes")
                 return None
+            if self.config.identity is not None:
+                try:
+                    self.config.identity.verify(hello.token, member_id, self._clock())
+                except IdentityRefused as refused:
+                    self.counters["hellos_refused"] += 1
+                    self.auth_refusals[refused.reason] += 1
+                    log.info("lobby_identity_refused", member_id=member_id, reason=str(refused))
+                    await session.close(identity_close_reason(refused))
+                    return None
             if hello.resume:
                 return await self._resume(session, hello)
             lobby_id = self.registry.lobby_of(member_id)

@@ -285,7 +285,8 @@ LOBBY_COUNTERS: dict[str, str] = {
 }
 #: LobbyServer (driver) counters, as echo_lobby_<name>_total.
 LOBBY_SERVER_COUNTERS: dict[str, str] = {
-    "hellos_refused": "Member sessions refused at the hello (bad id, id in use, seat needed)",
+    "hellos_refused": "Member sessions refused at the hello (bad id, id in use, seat needed, "
+    "identity token refused)",
     "hellos_timed_out": "Member sessions closed for sending no hello",
     "seats_reclaimed": "Seats taken back by a returning member",
     "sessions_replaced": "Member sessions replaced by a newer one of the same member",
@@ -343,6 +344,15 @@ class LobbyCollector(Collector):
             "code",
             refusals,
             (code.name.lower() for code in ErrorCode),
+        )
+        from echo.lobby.identity import REASONS
+
+        yield _labelled_counter(
+            "echo_lobby_auth_refusals",
+            "Member sessions refused for their identity token (--auth-key), by reason",
+            "reason",
+            server.auth_refusals,
+            REASONS,
         )
         seen: set[int] = set()
         for histogram in server.latency.values():

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from echo.lobby.hello import (
     MAX_HELLO_BYTES,
     MAX_RESUME_BYTES,
+    MAX_TOKEN_BYTES,
     Hello,
     HelloError,
     SeatBindings,
@@ -38,15 +39,21 @@ def test_the_secret_is_a_trailing_u8_length_and_its_bytes() -> None:
     assert parse_hello_untrusted(data) == Hello("alice", b"", SECRET)
     seated = Hello("bob", b"\x01seat", b"s" * 64)
     assert parse_hello_untrusted(encode_hello(seated)) == seated
-    longest = Hello("m" * 255, b"x" * 4096, b"s" * 64, b"r" * MAX_RESUME_BYTES)
+    longest = Hello(
+        "m" * 255, b"x" * 4096, b"s" * 64, b"t" * MAX_TOKEN_BYTES, b"r" * MAX_RESUME_BYTES
+    )
     assert len(encode_hello(longest)) == MAX_HELLO_BYTES
     assert parse_hello_untrusted(encode_hello(longest)) == longest
 
 
-def test_a_resume_token_trails_the_secret_and_needs_one() -> None:
-    data = encode_hello(Hello("alice", b"", SECRET, b"token"))
-    assert data == encode_hello(Hello("alice", b"", SECRET)) + b"\x00\x05token"
-    assert parse_hello_untrusted(data) == Hello("alice", b"", SECRET, b"token")
+def test_a_resume_token_trails_the_secret_and_the_identity_token_and_needs_a_secret() -> None:
+    data = encode_hello(Hello("alice", b"", SECRET, resume=b"token"))
+    # no identity token: its field is empty (u16 0), then the resume token
+    assert data == encode_hello(Hello("alice", b"", SECRET)) + b"\x00\x00\x00\x05token"
+    assert parse_hello_untrusted(data) == Hello("alice", b"", SECRET, resume=b"token")
+    both = encode_hello(Hello("alice", b"", SECRET, b"a.b.c", b"token"))
+    assert both == encode_hello(Hello("alice", b"", SECRET)) + b"\x00\x05a.b.c\x00\x05token"
+    assert parse_hello_untrusted(both) == Hello("alice", b"", SECRET, b"a.b.c", b"token")
     with pytest.raises(HelloError, match="carries a secret"):
         encode_hello(Hello("alice", resume=b"token"))
     for bad in (data[:-1], data + b"x", encode_hello(Hello("alice", b"", SECRET)) + b"\x00\x00"):
@@ -68,6 +75,10 @@ def test_a_secret_of_the_wrong_size_is_not_encoded(secret: bytes) -> None:
         (b"LOBBY1\x05alice\x00\x00\x41" + b"s" * 65, "secret is 16..64"),
         (b"LOBBY1\x05alice\x00\x00\x10" + b"s" * 15, "truncated secret"),
         (b"LOBBY1\x05alice\x00\x00\x10" + b"s" * 17, "trailing"),
+        (b"LOBBY1\x05alice\x00\x00\x10" + b"s" * 16 + b"\x00\x00", "empty token"),
+        (b"LOBBY1\x05alice\x00\x00\x10" + b"s" * 16 + b"\x00\x03ab", "truncated token"),
+        (b"LOBBY1\x05alice\x00\x00\x10" + b"s" * 16 + b"\x00\x01ab", "trailing"),
+        (b"LOBBY1\x05alice\x00\x00\x10" + b"s" * 16 + b"\x10\x01" + b"t" * 4097, "1..4096"),
         (b"LOBBY1\x05alice\x00\x05abc", "truncated seat"),
         (b"LOBBY1\x05ali", "truncated member"),
         (b"LOBBY2\x05alice\x00\x00", "not a lobby hello"),
@@ -78,14 +89,31 @@ def test_hostile_hellos_are_refused(data: bytes, why: str) -> None:
         parse_hello_untrusted(data)
 
 
-HELLO = encode_hello(Hello("bob", b"\x01seat", SECRET))
+HELLO = encode_hello(Hello("bob", b"\x01seat", SECRET, b"a.b.c"))
 
 
-def test_every_truncation_but_the_one_without_the_secret_is_refused() -> None:
+def test_the_token_is_a_trailing_u16_length_and_its_bytes_after_the_secret() -> None:
+    data = encode_hello(Hello("alice", b"", SECRET, b"eyJ.x.y"))
+    assert data == encode_hello(Hello("alice", b"", SECRET)) + b"\x00\x07eyJ.x.y"
+    assert parse_hello_untrusted(data) == Hello("alice", b"", SECRET, b"eyJ.x.y")
+
+
+def test_a_token_is_not_encoded_without_a_secret_or_beyond_its_limit() -> None:
+    with pytest.raises(HelloError, match="after a secret"):
+        encode_hello(Hello("alice", b"", b"", b"a.b.c"))
+    with pytest.raises(HelloError, match="token of more than"):
+        encode_hello(Hello("alice", b"", SECRET, b"t" * (MAX_TOKEN_BYTES + 1)))
+
+
+def test_every_truncation_but_the_ones_without_the_optional_fields_is_refused() -> None:
     without_secret = len(encode_hello(Hello("bob", b"\x01seat")))
+    without_token = len(encode_hello(Hello("bob", b"\x01seat", SECRET)))
     for cut in range(len(HELLO)):
         if cut == without_secret:  # the secret is optional: that is the hello without it
             assert parse_hello_untrusted(HELLO[:cut]) == Hello("bob", b"\x01seat")
+            continue
+        if cut == without_token:  # and so is the token
+            assert parse_hello_untrusted(HELLO[:cut]) == Hello("bob", b"\x01seat", SECRET)
             continue
         with pytest.raises(HelloError):
             parse_hello_untrusted(HELLO[:cut])
