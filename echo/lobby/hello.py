@@ -128,7 +128,7 @@ def parse_hello_untrusted(data: bytes) -> Hello:
         if buf.remaining < length:
             raise HelloError("a truncated token")
         if length > MAX_TOKEN_BYTES:
-            raise HelloError(f"a token is 1..{MAX_TOKEN_BYTES} bytes (0: none, a resume token follows)")
+            raise HelloError(f"a token is 1..{MAX_TOKEN_BYTES} bytes (0: none, before a resume)")
         token = buf.pull_bytes(length)
         if not buf.eof():
             if buf.remaining < 2:
