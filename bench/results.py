@@ -540,6 +540,10 @@ def from_repeats(
         ):
             left_out.append(f"{key[0]} {key[1]}: not a finite number in some repeat")
             continue
+        if base is not None and not all(base[2]):
+            # a ratio to nothing is no figure (a short or starved run measured a zero baseline)
+            left_out.append(f"{key[0]} {key[1]}: its baseline is 0 in some repeat")
+            continue
         metrics.append(
             metric_from_repeats(
                 key[0], key[1], first.unit, first.lower_is_better, values, base, target

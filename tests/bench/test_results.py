@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,32 @@ def test_a_run_records_the_commit_the_machine_and_its_load() -> None:
     assert machine["echo_build"] in ("compiled", "interpreted")
     assert set(machine["load_before"]) >= {"loadavg_1m", "loadavg_5m", "loadavg_15m"}
     assert machine["load_after"] == {"loadavg_1m": 1.5}
+
+
+def test_a_figure_whose_baseline_is_zero_or_nan_in_a_repeat_is_left_out_not_written() -> None:
+    """A short or starved run can measure a baseline of 0 (or no echo at all: NaN): a ratio to
+    it is no figure, and the file must still be written with the figures that are."""
+    def repeat(base: float, value: float) -> dict[tuple[str, str], Result]:
+        own = Result("echo", "cpu", value, "us", baseline=("raw", "cpu"), lower_is_better=True)
+        plain = Result("echo", "rss", 50.0, "MiB")
+        raw = Result("raw", "cpu", base, "us", raw=True)
+        return {("echo", "cpu"): own, ("echo", "rss"): plain, ("raw", "cpu"): raw}
+
+    for repeats in ([repeat(10.0, 20.0), repeat(0.0, 20.0)], [repeat(10.0, math.nan)]):
+        record, left_out = results.from_repeats(
+            bench_id="x",
+            label="X",
+            title="x",
+            command="python -m x",
+            own=[("echo", "cpu"), ("echo", "rss")],
+            repeats=repeats,
+            machine={"cores": 2},
+            settings={},
+            commit="0" * 40,
+            date="2026-12-07T00:00:00Z",
+        )
+        assert record is not None
+        assert [m.subject for m in record.metrics] == ["echo"]
+        assert [m.name for m in record.metrics] == ["rss"]
+        assert len(left_out) == 1 and left_out[0].startswith("echo cpu: ")
+        json.dumps(record.to_json(), allow_nan=False)  # what is written is valid JSON
