@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import hmac
 import secrets
 import unicodedata
 from collections import Counter
@@ -359,7 +360,7 @@ class LobbyRegistry:
             return ()
         seat = lobby.members[member_id]
         tags = {member_id: self._seats.tag(lobby.lobby_id, member_id, secret)}
-        if seat.tags == tags:
+        if _same_tags(seat.tags, tags):
             return ()
         seat.tags = tags
         return (Send(lobby.audience(), self._seat_tags(lobby, member_id)),)
@@ -937,7 +938,7 @@ class LobbyRegistry:
         for seat in lobby.members.values():
             if not seat.arrived and seat.member_id in copy_tags:
                 more = _with_tag(seat.tags, sender, copy_tags[seat.member_id])
-                changed = changed or more != seat.tags
+                changed = changed or more is not seat.tags  # (a new dict when it added one)
                 seat.tags = more
         if changed:
             self._out.append(Send(lobby.audience(), self._seat_tags(lobby)))
@@ -1519,9 +1520,16 @@ def _is_its_create(lobby: _Lobby, member_id: str, req: CreateLobby) -> bool:
 
 def _with_tag(kept: dict[str, bytes], sender: str, tag: bytes | None) -> dict[str, bytes]:
     """`kept` and `sender`'s `tag`: one per sender, at most MAX_SEAT_TAGS (the first kept)."""
-    if tag is None or sender in kept or tag in kept.values() or len(kept) >= MAX_SEAT_TAGS:
+    if tag is None or sender in kept or len(kept) >= MAX_SEAT_TAGS:
+        return kept
+    if any(hmac.compare_digest(tag, other) for other in kept.values()):
         return kept
     return {**kept, sender: tag}
+
+
+def _same_tags(a: Mapping[str, bytes], b: Mapping[str, bytes]) -> bool:
+    """Do two seats' tags say the same, compared in constant time (tags are MACs)?"""
+    return a.keys() == b.keys() and all(hmac.compare_digest(a[k], b[k]) for k in a)
 
 
 def _listing_matches(listing: LobbyListing, filters: Iterable[Filter]) -> bool:

@@ -9,7 +9,7 @@ offset  field       meaning
 0       u8          format version, 1
 1       u8          key id: which shared key signed it (rotation: a verifier holds old and new)
 2       u64         lobby id
-10      u64         expiry, UNIX time in milliseconds
+10      u64         expiry, UNIX time in milliseconds, at most 2^50 - 1 (exact as float seconds)
 18      str8        member id (u8 length + UTF-8)
 .       str8        game server id the ticket is for
 .       32 bytes    HMAC-SHA256 under the key `key id` names, over every byte before it
@@ -46,6 +46,10 @@ MIN_KEY_BYTES: Final = 16
 _HEAD_BYTES: Final = 1 + 1 + 8 + 8  # version, key id, lobby id, expiry
 MAX_TICKET_BYTES: Final = _HEAD_BYTES + 2 * 256 + MAC_BYTES
 MIN_TICKET_BYTES: Final = _HEAD_BYTES + 2 + MAC_BYTES
+#: The latest expiry a ticket carries, in milliseconds (about the year 37,600): every value up
+#: to it survives the float seconds of `TicketClaims.expires_at` and back exactly, so the claims
+#: a verifier believes are the ones that were signed (a u64 of milliseconds would round).
+MAX_EXPIRY_MILLIS: Final = 2**50 - 1
 
 
 class TicketError(CodecError):
@@ -112,8 +116,8 @@ def issue(
     if not math.isfinite(expires_at):
         raise TicketError("the expiry is not a finite time")
     millis = round(expires_at * 1000)
-    if not 0 <= millis < 2**64:
-        raise TicketError("the expiry does not fit a u64 of milliseconds")
+    if not 0 <= millis <= MAX_EXPIRY_MILLIS:
+        raise TicketError(f"the expiry is not 0..{MAX_EXPIRY_MILLIS} milliseconds")
     buf = Buffer(error=TicketError)
     buf.push_uint8(TICKET_VERSION)
     buf.push_uint8(key.key_id)
@@ -139,6 +143,8 @@ def decode_ticket_untrusted(data: bytes | bytearray | memoryview) -> tuple[Ticke
     key_id = buf.pull_uint8()
     lobby_id = buf.pull_uint64()
     millis = buf.pull_uint64()
+    if millis > MAX_EXPIRY_MILLIS:
+        raise TicketError(f"an expiry of {millis} ms is beyond {MAX_EXPIRY_MILLIS}")
     ids: list[str] = []
     for _ in range(2):
         text = buf.pull_bytes8()

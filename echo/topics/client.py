@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import hmac
 import random
 import socket
 from collections import OrderedDict
@@ -314,7 +315,8 @@ class ClientCore:
 
     def on_work(self, server: str, cookie: bytes, work: bytes, now: float) -> None:
         state = self.servers[server]
-        if state.cookie != cookie:
+        # Cookies are compared in constant time everywhere (docs/security.md), here too.
+        if state.cookie is None or not hmac.compare_digest(state.cookie, cookie):
             return  # a newer cookie came meanwhile
         state.work = work
         self.counters.works_solved += 1
@@ -371,7 +373,7 @@ class ClientCore:
             self._on_cookie(state, cookie, now, handover=confirmed)
 
     def _on_cookie(self, state: _ServerState, line: Cookie, now: float, *, handover: bool) -> None:
-        if line.cookie == state.cookie:
+        if state.cookie is not None and hmac.compare_digest(line.cookie, state.cookie):
             return
         state.cookie = line.cookie
         state.difficulty = line.difficulty

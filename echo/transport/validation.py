@@ -16,6 +16,7 @@ term-id/offset fields and the receiver's id; the receiver's registration SM (ses
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import struct
 
@@ -49,10 +50,15 @@ class CookieJar:
     ) -> bool:
         if cookie == (0, 0):
             return False
-        return cookie in (
-            self.make(address, receiver_id, now),
-            self.make(address, receiver_id, now, epoch_offset=1),
-        )
+        # In constant time: how far a forged cookie matched must not show in the reply's delay.
+        try:
+            given = _PAIR.pack(*cookie)
+        except struct.error:
+            return False  # not two int32s: no cookie this jar made
+        current = _PAIR.pack(*self.make(address, receiver_id, now))
+        previous = _PAIR.pack(*self.make(address, receiver_id, now, epoch_offset=1))
+        # Both compared, always: which epoch matched must not show either.
+        return hmac.compare_digest(given, current) | hmac.compare_digest(given, previous)
 
 
 class RateLimiter:

@@ -22,6 +22,7 @@ from echo.tickets import (
     issue,
     verify,
 )
+from echo.tickets.core import MAX_EXPIRY_MILLIS
 
 KEY = TicketKey(1, b"k" * 32)
 OTHER = TicketKey(2, b"o" * 32)
@@ -118,6 +119,28 @@ def test_a_signed_but_malformed_ticket_is_refused() -> None:
 def test_issue_refuses_what_does_not_fit(args: tuple[int, str, str, float]) -> None:
     with pytest.raises(TicketError):
         issue(KEY, *args)
+
+
+def test_an_expiry_is_exact_or_refused() -> None:
+    # Found by the fuzzer (tests/fuzz): a u64 of milliseconds near 2**64 came back from the
+    # float seconds of the claims another value, so the claims were not what was signed.
+    found = bytes.fromhex(
+        "010100000000000000ffffffffa3185d3a6005616c6963650b006c6f6262792d736561743a9c9444"
+        "a0de5aae2a63e39c24a4f362662edb30a286d5b05ab3d5870406a3b7"
+    )
+    with pytest.raises(TicketError, match="beyond"):
+        decode_ticket_untrusted(found)
+    body = struct.pack(">BBQQ", 1, 1, 5, MAX_EXPIRY_MILLIS + 1) + b"\x01a\x06game-1"
+    signed = body + hmac.new(KEY.secret, body, hashlib.sha256).digest()
+    refused = verify(signed, KEY, "game-1", NOW)
+    assert isinstance(refused, TicketRefusal) and refused.reason is TicketReason.MALFORMED
+    with pytest.raises(TicketError):
+        issue(KEY, 1, "a", "game-1", (MAX_EXPIRY_MILLIS + 1) / 1000)
+    # The latest expiry there is comes back as the very millisecond that was signed.
+    latest = issue(KEY, 1, "a", "game-1", MAX_EXPIRY_MILLIS / 1000)
+    claims, _ = decode_ticket_untrusted(latest)
+    assert round(claims.expires_at * 1000) == MAX_EXPIRY_MILLIS
+    assert issue(KEY, 1, "a", "game-1", claims.expires_at) == latest
 
 
 def test_keys_must_be_long_enough_and_ids_a_byte() -> None:

@@ -1,7 +1,7 @@
 """Fuzz a running echo-server on all its ports while a real client echoes (io7m Aeron guide §4.2).
 
-    python -m tests.fuzz --datagrams 1000000      # the long run: 1M datagrams per port
-    python -m tests.fuzz --datagrams 20000        # what the test suite runs
+    python -m tests.fuzz.network --datagrams 1000000      # the long run: 1M datagrams per port
+    python -m tests.fuzz.network --datagrams 20000        # what the test suite runs
 
 Starts `echo-server` and an `echo-client` (interval 20 ms) as processes, measures the client's
 round-trip p99 without fuzz (baseline), then sends seeded random bytes and mutations of real
@@ -41,7 +41,7 @@ from echo.transport.frames import (
     StatusMessage,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Datagrams sent between two looks at the clock (pacing granularity).
 _PACING = 10
 # Round trips ending this close to a phase change count in neither phase.
