@@ -1015,7 +1015,7 @@ def _none_let_in(order: Sequence[str], dead: Iterable[str], errors: Sequence[str
 def member_of(member: str | None, identity_token: str | bytes | None) -> str:
     """The member id: `member`, or the ``sub`` of the token (read, not verified: the lobby
     verifies it); both given, they must agree (ValueError otherwise, as with neither)."""
-    if identity_token is None or identity_token in ("", b""):
+    if not identity_token:  # None, "" or b"": no token
         if member is None:
             raise ValueError("a member id or an identity token (whose sub is the id) is needed")
         return member

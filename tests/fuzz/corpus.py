@@ -18,7 +18,7 @@ from echo import protocol
 from echo.channels import wire
 from echo.lobby import games, hello, listings
 from echo.lobby import protocol as lobby
-from echo.session import resume
+from echo.session import keywire, resume
 from echo.tickets import core as tickets
 from echo.topics import codec as topics
 from echo.transport import frames
@@ -34,6 +34,19 @@ def _echo_protocol() -> Iterable[bytes]:
     yield protocol.format_message(protocol.AllClientsError(7, protocol.ERROR_SERVER_FULL))
     yield protocol.format_message(protocol.Echo("hello ✌"))
     yield protocol.format_message(protocol.DuologueError(protocol.ERROR_BAD_MESSAGE))
+
+
+def _session_handshake() -> Iterable[bytes]:
+    client = keywire.HelloKey(bytes(range(keywire.KEY_BYTES)))
+    server = keywire.ConnectKey(
+        bytes(range(100, 100 + keywire.KEY_BYTES)),
+        bytes(keywire.SERVER_NONCE_BYTES),
+        b"\xaa" * keywire.CONFIRM_BYTES,
+    )
+    yield keywire.append_hello_key(protocol.format_message(protocol.Hello(0xAB)), client)
+    yield keywire.append_connect_key(
+        protocol.format_message(protocol.Connect(-5, 40001, 40002, 0xDEADBEEF)), server
+    )
 
 
 def _session_resume() -> Iterable[bytes]:
@@ -149,6 +162,7 @@ SEEDS = {
     "topics_codec": _topics_codec,
     "tickets": _tickets,
     "ticket_key_file": _ticket_key_file,
+    "session_handshake": _session_handshake,
 }
 
 #: Inputs that crashed a parser once (found by the fuzzers), per harness: kept in the corpus so

@@ -23,7 +23,7 @@ from echo import protocol
 from echo.channels import wire
 from echo.lobby import games, hello, listings
 from echo.lobby import protocol as lobby
-from echo.session import resume
+from echo.session import keywire, resume
 from echo.tickets import core as tickets
 from echo.tickets import keyfile
 from echo.topics import codec as topics
@@ -62,6 +62,34 @@ def echo_protocol(data: bytes) -> None:
             assert credentials or not got.credentials
         else:
             assert isinstance(got, protocol.BadMessage)
+
+
+# --- the session handshake's key tails (echo.session.keywire): never raise ------------------
+
+
+def session_handshake(data: bytes) -> None:
+    """The client's key after its HELLO and the server's after its CONNECT: either no tail
+    (the data back as it came), a BadMessage, or the message and a key of the exact sizes that
+    append back to the same bytes."""
+    for split, append in (
+        (keywire.split_hello_key, keywire.append_hello_key),
+        (keywire.split_connect_key, keywire.append_connect_key),
+    ):
+        got = split(data)
+        if isinstance(got, protocol.BadMessage):
+            continue
+        message, key = got
+        if key is None:
+            assert bytes(message) == data
+            continue
+        if isinstance(key, keywire.HelloKey):
+            assert len(key.client_public) == keywire.KEY_BYTES
+        else:
+            assert len(key.server_public) == keywire.KEY_BYTES
+            assert len(key.server_nonce) == keywire.SERVER_NONCE_BYTES
+            assert len(key.tag) == keywire.CONFIRM_BYTES
+        again = append(bytes(message), key)  # type: ignore[arg-type]
+        assert split(again) == (bytes(message), key), (data, again)
 
 
 # --- the session's resume extension (echo.session.resume): never raise -------------------------
@@ -348,10 +376,7 @@ HARNESSES: dict[str, Harness] = {
     "tickets": tickets_codec,
     "ticket_key_file": ticket_key_file,
     # --- session encryption: the handshake's key messages (to come) -------------------------
-    # The session handshake's key messages (the client's ephemeral X25519 key in its HELLO,
-    # the server's reply) get a harness here when their parser lands, with its seeds in
-    # tests/fuzz/corpus.py (SEEDS) and its modules in tests/fuzz/registry.py (COVERS):
-    #     "session_handshake": session_handshake,
+    "session_handshake": session_handshake,
 }
 if set(HARNESSES) != set(COVERS):  # pragma: no cover - a harness added in one place only
     raise TypeError(f"harnesses and their COVERS differ: {set(HARNESSES) ^ set(COVERS)}")

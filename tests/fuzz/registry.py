@@ -20,5 +20,5 @@ COVERS: dict[str, tuple[str, ...]] = {
     "topics_codec": ("echo.topics.codec",),
     "tickets": ("echo.tickets.core", "echo.codec"),
     "ticket_key_file": ("echo.tickets.keyfile",),
-    # "session_handshake": the session encryption's handshake messages, when they land
+    "session_handshake": ("echo.session.keywire",),
 }
