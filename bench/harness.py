@@ -707,17 +707,10 @@ def busy_warning(loads: dict[str, dict[str, float]]) -> str | None:
 
 
 def machine_info() -> dict[str, Any]:
-    model = "unknown"
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from bench.results import cpu_model
+
     return {
-        "cpu": model,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),

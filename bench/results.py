@@ -380,20 +380,23 @@ def echo_build() -> str:
     return "compiled" if all(compiled.extension_paths(m) for m in modules) else "interpreted"
 
 
-def machine_info(
-    load_before: Mapping[str, float], load_after: Mapping[str, float]
-) -> dict[str, Any]:
-    model = "unknown"
+def cpu_model() -> str:
+    """The processor's model name, from /proc/cpuinfo ("unknown" where there is none)."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
                 if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return "unknown"
+
+
+def machine_info(
+    load_before: Mapping[str, float], load_after: Mapping[str, float]
+) -> dict[str, Any]:
     return {
-        "cpu": model,
+        "cpu": cpu_model(),
         "cores": os.cpu_count() or 0,
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "os": f"{platform.system()} {platform.release()}",
