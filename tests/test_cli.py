@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.server.test_server import free_base
+from tests.ports import free_base
 
 
 def run_client(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from echo.session.crypto import Pin, ServerKey, load_key_file
-from tests.server.test_server import free_base
+from tests.ports import free_base
 from tests.test_cli import ports, run_client
 
 

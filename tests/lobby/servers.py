@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +16,7 @@ from echo.lobby.timers import lobby_server_timers
 from echo.tickets import TicketKey
 from echo.topics import ServerConfig as TopicServerConfig
 from echo.topics import TopicServer
+from tests.ports import free_base
 
 FAST = RateLimit(rate=1000.0, burst=1000)
 LOBBY = LobbyConfig(
@@ -30,35 +29,6 @@ LOBBY = LobbyConfig(
 )
 SEAT_KEY = TicketKey(1, b"s" * 32)
 GAME_KEY = TicketKey(7, b"g" * 32)
-
-
-def free_ports(offsets: list[int] | range) -> int:
-    """A base port p with p + every offset free on 127.0.0.1.
-
-    Drawn at random below Linux's ephemeral range (32768-60999): on a machine where other
-    programs hold thousands of ephemeral ports, a run of 50 free ones there is rare (asking the
-    kernel for a port and hoping the next ones are free failed every time under such load).
-    """
-    span = max(offsets) + 1
-    for _ in range(500):
-        base = random.randrange(20000, 32768 - span)
-        socks: list[socket.socket] = []
-        try:
-            for offset in offsets:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(sock)
-                sock.bind(("127.0.0.1", base + offset))
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-        return base
-    raise RuntimeError("no free ports")
-
-
-def free_base(span: int) -> int:
-    return free_ports(range(span))
 
 
 def session_config(max_clients: int = 24) -> es.ServerConfig:

@@ -17,8 +17,8 @@ import pytest
 
 from echo.telemetry.schema import validate_event
 from echo.tickets import new_key_text
-from tests.lobby.servers import free_base, free_ports
 from tests.netlab.lab import LineReader
+from tests.ports import free_base, free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 LOBBY = [sys.executable, "-m", "echo.lobby.cli", "server"]

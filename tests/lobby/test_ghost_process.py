@@ -18,7 +18,7 @@ import echo.lobby
 from echo.lobby.client import LobbyError
 from echo.lobby.protocol import ErrorCode, StringEquals
 from echo.lobby.timers import MEMBER_LIVENESS
-from tests.lobby.servers import free_base
+from tests.ports import free_base
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from echo.lobby.statefile import read_state
-from tests.lobby.servers import free_base
 from tests.lobby.test_cli import CLIENT, REPO, start_lobby
 from tests.netlab.lab import LineReader
+from tests.ports import free_base
 
 
 class LineClient:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import trio
 
-from tests.lobby.servers import free_base
 from tests.ops.agones_sidecar import Sidecar
 from tests.ops.scrape import free_tcp_port
 from tests.ops.test_processes import ECHO_CLIENT, ECHO_SERVER, REPO
+from tests.ports import free_base
 
 
 def server_argv(base: int, *extra: str) -> list[str]:

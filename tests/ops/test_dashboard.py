@@ -23,7 +23,7 @@ from echo.ops.metrics import (
     session_collectors,
 )
 from echo.topics.driver import TopicServer
-from tests.server.test_server import free_base
+from tests.ports import free_base
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "echo-dashboard.json"
 METRIC = re.compile(r"\b((?:echo|process)_[a-z0-9_]+)\b")

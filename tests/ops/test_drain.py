@@ -10,10 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.lobby.servers import free_base
 from tests.netlab.lab import LineReader
 from tests.ops.scrape import free_tcp_port, get, scrape, scrape_until, value
 from tests.ops.test_processes import ECHO_CLIENT, ECHO_SERVER, REPO, running
+from tests.ports import free_base
 
 
 def echo_client(ports: list[str], *args: str) -> subprocess.Popen[bytes]:

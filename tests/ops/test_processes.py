@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.lobby.servers import free_base
 from tests.netlab.lab import LineReader
 from tests.ops.scrape import (
     free_tcp_port,
@@ -24,6 +23,7 @@ from tests.ops.scrape import (
     scrape_until,
     value,
 )
+from tests.ports import free_base
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable

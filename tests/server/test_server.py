@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import gc
-import socket
 import weakref
 from typing import Any
 
@@ -26,29 +25,7 @@ from echo.protocol import (
 from echo.server.server import EchoServer
 from echo.session.config import ServerConfig
 from echo.transport import Subscription, Transport, open_transport
-
-
-def free_base(span: int) -> int:
-    """A port p such that p .. p+span look free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + span >= 65000:
-            continue
-        try:
-            socks = []
-            for port in range(base, base + span):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-        return base
-    raise RuntimeError("no free port range")
+from tests.ports import free_base
 
 
 class Events:

@@ -25,7 +25,7 @@ from echo.session.client import client_transport_config
 from echo.transport import open_transport
 from echo.transport.sockets import SocketFactory
 from echo.transport.testing import Link, MemoryNetwork
-from tests.server.test_server import free_base
+from tests.ports import free_base
 from tests.session.test_lost_contact import SERVER, config, kill, memory_server
 
 CLIENT = "10.0.0.2"

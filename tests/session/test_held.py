@@ -15,7 +15,7 @@ import trio
 
 import echo.session as es
 from echo.session.held import HeldPorts
-from tests.server.test_server import free_base
+from tests.ports import free_base
 
 
 async def echo_app(session: es.Session) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from echo.telemetry.pipeline import run_analysis
-from tests.server.test_server import free_base
+from tests.ports import free_base
 from tests.test_cli import ports, server_process
 
 pytestmark = pytest.mark.spark
