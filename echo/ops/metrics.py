@@ -111,6 +111,7 @@ TRANSPORT_COUNTERS: dict[str, str] = {
     "setups_received": "SETUP frames received",
     "status_messages_sent": "Status messages (flow-control acknowledgements) sent",
     "status_messages_received": "Status messages received",
+    "setup_elicitations_received": "Setup-eliciting status messages received (registrations)",
     "naks_sent": "NAKs sent: gaps this server asked its peers to send again",
     "naks_received": "NAKs received: gaps peers asked this server to send again",
     "retransmits_sent": "Retransmissions sent in answer to NAKs",

@@ -24,6 +24,9 @@ FIELDS = (
     "status_messages_sent",
     "status_messages_received",
     "setup_elicitations_sent",
+    # setup-eliciting SMs received (flag 0x80): MDC registrations, a receiver that lost its
+    # image, and the periodic session-0 SM of an Aeron receive endpoint with a control address
+    "setup_elicitations_received",
     "naks_sent",
     "naks_received",
     "retransmits_sent",
@@ -71,6 +74,7 @@ class Counters:
     status_messages_sent: int
     status_messages_received: int
     setup_elicitations_sent: int
+    setup_elicitations_received: int
     naks_sent: int
     naks_received: int
     retransmits_sent: int

@@ -189,6 +189,8 @@ class SendEndpoint:
             return
         if isinstance(frame, StatusMessage):
             counters.status_messages_received += 1
+            if frame.is_setup_eliciting:
+                counters.setup_elicitations_received += 1
             if self.dynamic is not None and not self._on_destination_sm(frame, source, data, now):
                 return
             if frame.session_id == 0 and frame.stream_id == 0:
