@@ -328,14 +328,16 @@ class NetworkPublication:
         # The receiver refused the image: treat it as gone (Aeron marks it end-of-stream).
         self.liveness.forget(frame.receiver_id)
 
-    def on_nak(self, nak: Nak, now: float) -> None:
+    def on_nak(self, nak: Nak, now: float) -> bool:
+        """Take a NAK: True if a resend is now waiting for the next `poll` (the driver then
+        polls at once, before it reads on: see SendEndpoint.repair_due)."""
         if (
             nak.term_offset < 0
             or nak.term_offset > self.term_length - DATA_HEADER_LENGTH
             or nak.length <= 0
         ):
             self.counters.invalid("bad_nak")
-            return
+            return False
         self._last_nak = now
         position = compute_position(nak.term_id, nak.term_offset, self.bits, self.initial_term_id)
         # Aeron's floor is `senderPosition - termLength/2 - maxMessageLength`, but a term-end PAD
@@ -350,7 +352,7 @@ class NetworkPublication:
             - compute_fragmented_length(self.max_message_length, self.max_payload)
         )
         if position >= self.sender_position or position < max(0, bottom):
-            return
+            return False
         window_cap = (
             max(self._receiver_window, self.mtu) * self.flow_control.retransmit_window_multiple
         )
@@ -360,7 +362,7 @@ class NetworkPublication:
             self.sender_position - position,
             window_cap,
         )
-        self.retransmits.on_nak(position, length, now)
+        return self.retransmits.on_nak(position, length, now)
 
     def on_rttm(self, rttm: Rttm, now: float) -> None:
         if rttm.flags & RTTM_REPLY_FLAG:  # a request for a reply (not itself a reply)

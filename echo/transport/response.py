@@ -237,6 +237,7 @@ class ResponseSendEndpoint(SendEndpoint):
         """Poll the publications that heard something, were offered to or closed, or whose
         deadline came: a control port with 1,000 response publications must not cost
         O(publications) per status message."""
+        self.repair_due = False
         due = self._touched
         self._touched = set()
         heap = self._heap
@@ -318,7 +319,8 @@ class ResponseSendEndpoint(SendEndpoint):
             counters.unvalidated_drops += 1
             return
         if isinstance(frame, Nak):
-            publication.on_nak(frame, now)
+            if publication.on_nak(frame, now):
+                self.repair_due = True
         elif isinstance(frame, Rttm):
             publication.on_rttm(frame, now)
         else:
