@@ -84,6 +84,9 @@ HOUSEKEEPING_INTERVAL: Final = 1.0
 RECENT_NAK_WINDOW: Final = 1.0
 #: a blocked sender's probes back off by this factor, up to the heartbeat interval
 PROBE_BACKOFF: Final = 2
+#: a current Aeron's answer to end-of-stream may take its conductor's 1 s timer and its 200 ms
+#: SM timer: lingering lasts that long after the end while the proof is missing
+END_OF_STREAM_ANSWER: Final = 1.3
 
 
 class PublicationState(enum.Enum):
@@ -258,6 +261,10 @@ class NetworkPublication:
         """Stop at once, without linger (transport shutdown)."""
         self.state = PublicationState.CLOSED
 
+    def linger_bound(self) -> float:
+        """The longest a close lingers once all is sent (see END_OF_STREAM_ANSWER)."""
+        return max(self.timers.linger, self.timers.linger / 2 + END_OF_STREAM_ANSWER)
+
     @property
     def is_lingering(self) -> bool:
         """Closed by the application with everything sent: waiting for the receivers."""
@@ -329,8 +336,7 @@ class NetworkPublication:
         self.liveness.forget(frame.receiver_id)
 
     def on_nak(self, nak: Nak, now: float) -> bool:
-        """Take a NAK: True if a resend is now waiting for the next `poll` (the driver then
-        polls at once, before it reads on: see SendEndpoint.repair_due)."""
+        """Take a NAK: True if a resend now waits for `poll` (SendEndpoint.repair_due)."""
         if (
             nak.term_offset < 0
             or nak.term_offset > self.term_length - DATA_HEADER_LENGTH
@@ -454,6 +460,9 @@ class NetworkPublication:
         if lingering and not self._announcing_end and self._announce_end_due(now):
             self._announcing_end = True
             self._last_send = -math.inf  # announce end-of-stream at once
+            if self.liveness and not self.delivered:
+                announced = min(now, self._announce_end_by) + END_OF_STREAM_ANSWER
+                self._linger_until = max(self._linger_until, announced)
         if (self.has_initial_connection or lingering) and (
             now >= self._last_send + self.timers.heartbeat_interval or now >= self._probe_at
         ):
@@ -490,18 +499,10 @@ class NetworkPublication:
                 self._probe_at = now + self._probe_delay
 
     def _announce_end_due(self, now: float) -> bool:
-        """May the lingering publication's heartbeats say end-of-stream now?
-
-        Once every receiver has shown it has everything, or had the time to: an Aeron 1.15
-        receiver that sees end-of-stream with its image complete drops the image and sends no
-        SM again, and its SMs report a new position only after consuming a quarter of its
-        window or on its SM timer (200 ms), so an immediate end-of-stream left close() without
-        proof of what had arrived. Plain heartbeats keep the image alive and its timer SMs
-        report the subscriber position. Aeron 1.4x repeats a stale position on its timer
-        (only the quarter-window rule moves it) but answers end-of-stream with an EOS SM once
-        its image is complete, which on_status_message takes as proof: so two SMs without the
-        end are enough waiting. Half the linger time bounds it for a receiver that sends none.
-        """
+        """May the lingering publication's heartbeats say end-of-stream now? Once every
+        receiver has shown it has everything, or sent SMS_WITHOUT_TAIL stale SMs (Aeron 1.4x),
+        or at half the linger time: an Aeron 1.15 receiver drops a complete image at the end
+        without a last SM (docs/transport.md, "close() returns True only on proof")."""
         if now >= self._announce_end_by:
             return True
         tail = self.position
