@@ -38,7 +38,7 @@ from echo.transport.frames import (
 )
 from echo.transport.liveness import ReceiverLiveness
 from echo.transport.logbuffer import compute_fragmented_length, compute_position, i32
-from echo.transport.retransmit import RetransmitHandler
+from echo.transport.retransmit import RetransmitHandler, resend_length
 from echo.transport.scanner import Emit, TermScanner
 
 _T = TypeVar("_T")
@@ -306,8 +306,12 @@ class NetworkPublication:
         sm_position = compute_position(
             sm.consumption_term_id, sm.consumption_term_offset, self.bits, self.initial_term_id
         )
-        # A receiver cannot have consumed what was never sent; clamping keeps a forged SM from
-        # opening the limit far beyond the data in flight.
+        # Over half a term from the sender position: rejected (Aeron 1.51); within it, clamped
+        # (a receiver cannot have consumed what was never sent)
+        half = self.term_length >> 1
+        if not self.sender_position - half <= sm_position <= self.sender_position + half:
+            self.counters.invalid("sm_out_of_window")
+            return
         sm_position = max(0, min(sm_position, self.sender_position))
         self.sender_limit = self.flow_control.on_status_message(
             sm, sm_position, self.sender_limit, now
@@ -337,37 +341,28 @@ class NetworkPublication:
 
     def on_nak(self, nak: Nak, now: float) -> bool:
         """Take a NAK: True if a resend now waits for `poll` (SendEndpoint.repair_due)."""
+        # Aeron's RetransmitHandler: a negative length is invalid, a zero one asks for nothing
         if (
             nak.term_offset < 0
             or nak.term_offset > self.term_length - DATA_HEADER_LENGTH
-            or nak.length <= 0
+            or nak.length < 0
         ):
             self.counters.invalid("bad_nak")
             return False
+        if not nak.length:
+            return False
         self._last_nak = now
         position = compute_position(nak.term_id, nak.term_offset, self.bits, self.initial_term_id)
-        # Aeron's floor is `senderPosition - termLength/2 - maxMessageLength`, but a term-end PAD
-        # is skipped whole, so the sender position can pass the limit (SM position + window <=
-        # term/2) by up to the PAD, i.e. a max-size message's *fragmented* length less 64: with
-        # a window of term/2 the gap at the SM position then fell below the floor and its NAKs
-        # were ignored forever. Widening the floor by the headers keeps that gap resendable; it
-        # is still far inside the two terms the sender has not cleaned.
-        bottom = (
-            self.sender_position
-            - self.term_length // TERM_WINDOW_DIVISOR
-            - compute_fragmented_length(self.max_message_length, self.max_payload)
+        length = resend_length(
+            position,
+            min(nak.length, self.term_length - nak.term_offset),
+            self.sender_position,
+            self.term_length // TERM_WINDOW_DIVISOR
+            + compute_fragmented_length(self.max_message_length, self.max_payload),
+            max(self._receiver_window, self.mtu) * self.flow_control.retransmit_window_multiple,
         )
-        if position >= self.sender_position or position < max(0, bottom):
+        if not length:
             return False
-        window_cap = (
-            max(self._receiver_window, self.mtu) * self.flow_control.retransmit_window_multiple
-        )
-        length = min(
-            nak.length,
-            self.term_length - nak.term_offset,
-            self.sender_position - position,
-            window_cap,
-        )
         return self.retransmits.on_nak(position, length, now)
 
     def on_rttm(self, rttm: Rttm, now: float) -> None:
