@@ -119,6 +119,7 @@ TRANSPORT_COUNTERS: dict[str, str] = {
     "duplicate_data": "Data frames received that were already received",
     "images_created": "Images (incoming streams) created",
     "images_closed": "Images closed",
+    "images_revoked": "Images ended because their publisher revoked the stream",
     "destinations_added": "MDC destinations added (clients on an all-clients channel)",
     "destinations_removed": "MDC destinations removed",
     "send_errors": "Sends the socket refused",

@@ -40,6 +40,7 @@ FIELDS = (
     "session_filter_drops",
     "images_created",
     "images_closed",
+    "images_revoked",  # ended by the publisher's revoke (Aeron 1.48: REVOKED on end-of-stream)
     "destinations_added",
     "destinations_removed",
     "destinations_refused",
@@ -88,6 +89,7 @@ class Counters:
     session_filter_drops: int
     images_created: int
     images_closed: int
+    images_revoked: int
     destinations_added: int
     destinations_removed: int
     destinations_refused: int

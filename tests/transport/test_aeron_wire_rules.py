@@ -6,13 +6,31 @@ whole 32-byte-aligned frames no longer than the datagram, unknown frame types dr
 with a group tag and up to 1023 bytes of text (tests/transport/test_frames*.py), SETUP term
 lengths a power of two, offsets aligned and MTUs 32-aligned (tests/transport/test_receiver*.py),
 retransmits capped at a multiple of the receiver window (tests/transport/test_retransmit*.py).
-Here are the two the sender side lacked.
+Here are the ones echo lacked.
 """
 
 from __future__ import annotations
 
-from echo.transport.frames import Nak, StatusMessage
-from tests.transport.pairlink import RECEIVER_ID, PairLink
+from echo.transport.frames import (
+    BEGIN_END_AND_EOS_FLAGS,
+    EOS_FLAG,
+    REVOKED_FLAG,
+    DataHeader,
+    Nak,
+    StatusMessage,
+    parse_datagram_untrusted,
+)
+from echo.transport.image import ImageState
+from echo.transport.receiver import ImageUnavailable
+from tests.transport.pairlink import (
+    DELIVER,
+    DROP,
+    RECEIVER_ID,
+    Direction,
+    Fate,
+    FateFn,
+    PairLink,
+)
 
 SESSION = 0x1EE7
 STREAM = 1001
@@ -83,3 +101,68 @@ def test_a_status_message_more_than_half_a_term_from_the_sender_position_is_reje
     pair.inject_to_sender(_sm(sent + TERM // 2))
     assert counters.invalid_by_reason["sm_out_of_window"] == 1
     assert publication.sender_limit >= limit
+
+
+def _lose_forever(offset: int) -> FateFn:
+    """The data frame at `offset` never arrives (its original and every resend)."""
+
+    def fate(which: Direction, index: int, datagram: bytes) -> Fate:
+        if which == "data":
+            frame = parse_datagram_untrusted(datagram)
+            if isinstance(frame, DataHeader) and frame.frame_length and frame.term_offset == offset:
+                return DROP
+        return DELIVER
+
+    return fate
+
+
+def _heartbeat(pair: PairLink, flags: int) -> bytes:
+    position = pair.publication.sender_position
+    return DataHeader(
+        frame_length=0,
+        flags=flags,
+        term_offset=position % TERM,
+        session_id=SESSION,
+        stream_id=STREAM,
+        term_id=position // TERM,
+    ).encode()
+
+
+def _ended(pair: PairLink) -> list[ImageState]:
+    return [event.reason for event in pair.events if isinstance(event, ImageUnavailable)]
+
+
+def test_a_revoked_stream_ends_at_once_where_its_data_is_whole() -> None:
+    # Aeron 1.48 (aeron_publication_image_insert_packet): a heartbeat with the EOS flag and
+    # "aeron_publication_image_is_revoked(buffer, length)" (flags & REVOKED, 0x10) marks the
+    # publication revoked, counts publication_images_revoked, and the image goes to DRAINING at
+    # once, not when it is complete: what the publisher had not sent is gone.
+    frame = 1056  # a 1,000-byte message with its header, aligned
+    pair = PairLink(term_length=TERM, fate=_lose_forever(2 * frame))
+    pair.connect()
+    for index in range(5):
+        pair.offer(bytes([index]) * 1000)
+    pair.pump()
+    assert pair.received[SESSION] == [bytes([0]) * 1000, bytes([1]) * 1000]  # stuck at the gap
+    start = pair.now
+    pair.inject_to_receiver(_heartbeat(pair, BEGIN_END_AND_EOS_FLAGS | REVOKED_FLAG))
+    pair.pump()
+    assert _ended(pair) == [ImageState.END_OF_STREAM]
+    assert pair.now == start  # at once, not after the image's liveness timeout
+    assert pair.receiver_counters.images_revoked == 1
+    assert pair.received[SESSION] == [bytes([0]) * 1000, bytes([1]) * 1000]
+
+
+def test_the_eos_bit_alone_ends_a_stream() -> None:
+    # aeron_publication_image_is_end_of_stream: "flags & AERON_DATA_HEADER_EOS_FLAG" (not the
+    # whole BEGIN | END | EOS byte that Aeron's own publications happen to send).
+    pair = PairLink(term_length=TERM)
+    pair.connect()
+    for index in range(3):
+        pair.offer(bytes([index]) * 100)
+    pair.pump()
+    pair.inject_to_receiver(_heartbeat(pair, EOS_FLAG))
+    pair.pump()
+    assert _ended(pair) == [ImageState.END_OF_STREAM]
+    assert len(pair.received[SESSION]) == 3
+    assert pair.receiver_counters.images_revoked == 0
