@@ -53,8 +53,8 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "wire"],
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
-        "games", "hello", "home", "identity", "limits", "listings", "protocol", "replica",
-        "resume", "state", "timers",
+        "games", "hello", "home", "identity", "keys", "limits", "listings", "protocol",
+        "replica", "resume", "state", "timers",
     ],
     # the package (a docstring); the Agones SDK client's state machine
     "echo.ops": ["__init__", "agones"],
@@ -75,8 +75,9 @@ DRIVERS: dict[str, list[str]] = {
     "echo.tickets": ["__init__", "keyfile"],
     "echo.channels": ["__init__", "api"],
     "echo.topics": ["__init__", "cli", "client", "driver", "events", "serve"],
-    # the package (loads the client, and trio, on first use), the client, the trio server
-    "echo.lobby": ["__init__", "cli", "client", "server", "statefile"],
+    # the package (loads the client, and trio, on first use), the client, the trio server,
+    # the way from a GameStarting into the game server's session
+    "echo.lobby": ["__init__", "cli", "client", "play", "server", "statefile"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
     "echo.ops": ["agones_driver", "cli", "http", "httpclient", "metrics"],
@@ -104,7 +105,8 @@ LAYERS: dict[str, set[str]] = {
     },
     "echo.telemetry": set(),
     "echo.log": set(),
-    "echo._cli": set(),
+    # the CLI helpers sit on top: the session's key options (--key, --server-key) load its keys
+    "echo._cli": {"echo.session"},
 }  # fmt: skip
 # A command line (a package's cli.py) may also use the CLI helpers and write the event log.
 CLI_EXTRA = {"echo.log", "echo._cli", "echo.telemetry", "echo.ops"}
