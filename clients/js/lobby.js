@@ -12,16 +12,21 @@
 
 export const PROTOCOL_VERSION = 1;
 
-/** The reasons a lobby refuses a request (the `code` of a `refusal`), by name. */
-export const ErrorCodes = Object.freeze({
-  BAD_REQUEST: 1, NO_SUCH_LOBBY: 2, NOT_MEMBER: 3, NOT_OWNER: 4, ALREADY_IN_LOBBY: 5,
-  LOBBY_FULL: 6, LOBBY_LOCKED: 7, PRIVATE_LOBBY: 8, NO_SUCH_CODE: 9, BANNED: 10, NO_MATCH: 11,
-  RATE_LIMITED: 12, NAME_INVALID: 13, METADATA_LIMIT: 14, ATTRIBUTES_LIMIT: 15, CHAT_LIMIT: 16,
-  FILTER_INVALID: 17, NO_SUCH_MEMBER: 18, OTHER_MEMBER: 19, MEMBER_NOT_CONNECTED: 20,
-  BAN_LIST_FULL: 21, SERVER_FULL: 22, RECREATE_REFUSED: 23, NOT_READY: 24, NO_GAME_SERVER: 25,
+/** The door's close codes (RFC 6455's, then the application's 4000s). */
+export const CloseCodes = Object.freeze({
+  NORMAL: 1000, GOING_AWAY: 1001, UNSUPPORTED_DATA: 1003, POLICY_VIOLATION: 1008,
+  MESSAGE_TOO_BIG: 1009, HELLO_REFUSED: 4000, TOO_SLOW: 4001, REPLACED: 4002, NO_HELLO: 4003,
+  RESUME_REFUSED: 4004,
 });
 
-/** A request the lobby refused: `code` is the refusal's name (e.g. "LOBBY_FULL"). */
+// Closes after which connecting again with the resume token cannot help (or must not happen:
+// REPLACED means this member connected again elsewhere, and that connection has the seat).
+const FINAL_CLOSES = new Set([
+  CloseCodes.HELLO_REFUSED, CloseCodes.REPLACED, CloseCodes.RESUME_REFUSED,
+  CloseCodes.UNSUPPORTED_DATA, CloseCodes.MESSAGE_TOO_BIG,
+]);
+
+/** A request the lobby refused: `code` is the refusal's name in lower case ("lobby_full"). */
 export class LobbyError extends Error {
   constructor(code, message, request) {
     super(`${code}: ${message}`);
@@ -70,8 +75,11 @@ export function applyUpdate(lobby, update) {
   if (lobby === null || String(update.lobby_id) !== String(lobby.lobby_id)) {
     return { result: 'other_lobby', lobby };
   }
-  if (update.version <= lobby.version) return { result: 'stale', lobby };
-  if (update.version !== lobby.version + 1) return { result: 'gap', lobby };
+  // versions are 64-bit: decimal strings in JSON, compared as BigInts
+  const version = BigInt(update.version);
+  const current = BigInt(lobby.version);
+  if (version <= current) return { result: 'stale', lobby };
+  if (version !== current + 1n) return { result: 'gap', lobby };
   const next = { ...lobby, version: update.version, members: lobby.members.slice() };
   const member = (id, fn) => {
     next.members = next.members.map((m) => (m.member_id === id ? fn({ ...m }) : m));
@@ -122,14 +130,12 @@ export class LobbyClient {
   /** Open a connection and say hello; resolves when the server has welcomed the member. */
   static async connect(url, options = {}) {
     const client = new LobbyClient(url, options);
-    await client.open();
+    await client.open(client.resumeToken); // with a token: take that seat back
     return client;
   }
 
   constructor(url, options = {}) {
-    if (!options.member && !options.identityToken) {
-      throw new TypeError('a member id (options.member) or an identity token is needed');
-    }
+    if (!options.member) throw new TypeError('a member id (options.member) is needed');
     this.url = url;
     this.member = options.member ?? null;
     this.identityToken = options.identityToken ?? null;
@@ -168,9 +174,8 @@ export class LobbyClient {
     socket.onmessage = (event) => this._receive(socket, event.data);
     socket.onclose = (event) => this._closed(socket, event.code, event.reason);
     socket.onerror = () => {};
-    const hello = { type: 'hello', v: PROTOCOL_VERSION };
-    if (this.member) hello.member = this.member;
-    if (this.identityToken) hello.identity_token = this.identityToken;
+    const hello = { type: 'hello', v: PROTOCOL_VERSION, member_id: this.member };
+    if (this.identityToken) hello.token = this.identityToken;
     if (resumeToken) hello.resume = resumeToken;
     const welcome = new Promise((resolve, reject) => { this._welcome = { resolve, reject }; });
     this._send(hello);
@@ -180,7 +185,7 @@ export class LobbyClient {
     );
     try {
       const answer = await welcome;
-      if (answer.member_id) this.member = answer.member_id;
+      this.serverId = answer.server_id;
       return answer;
     } finally {
       clearTimeout(timer);
@@ -222,13 +227,8 @@ export class LobbyClient {
 
   _dispatch(message) {
     const { type } = message;
-    if (type === 'welcome' || type === 'hello') {
+    if (type === 'welcome') {
       this._welcome?.resolve(message);
-      this._welcome = null;
-      return;
-    }
-    if (type === 'error' && this._welcome && message.request_id === undefined) {
-      this._welcome.reject(new LobbyUnavailable(`${message.code}: ${message.message}`));
       this._welcome = null;
       return;
     }
@@ -236,7 +236,7 @@ export class LobbyClient {
       const pending = this._pending.get(message.request_id);
       this._pending.delete(message.request_id);
       clearTimeout(pending.timer);
-      if (type === 'refusal' || type === 'error') {
+      if (type === 'refusal') {
         pending.reject(new LobbyError(message.code, message.message ?? '', pending.request));
       } else {
         pending.resolve(message);
@@ -274,13 +274,13 @@ export class LobbyClient {
   _closed(socket, code, reason) {
     if (socket !== this._socket) return;
     this._socket = null;
-    const error = new LobbyUnavailable(`the connection closed (${code} ${reason})`, code);
+    const error = new LobbyUnavailable(`the connection closed (${code}${reason ? ` ${reason}` : ''})`, code);
     this._welcome?.reject(error);
     this._welcome = null;
     this._failPending(error);
-    if (this.closed) return;
+    if (this.closed || this._resuming) return; // a resume in progress tries again itself
     this._emit({ type: 'disconnected', code, reason });
-    if (this.autoResume && this.resumeToken && this.lobby) {
+    if (this.autoResume && this.resumeToken && this.lobby && !FINAL_CLOSES.has(code)) {
       this._resuming = this._resume();
     } else {
       this.closed = true;
@@ -298,9 +298,7 @@ export class LobbyClient {
         this._resuming = null;
         return;
       } catch (error) {
-        if (error instanceof LobbyUnavailable && error.closeCode === undefined && /refused|resume/i.test(error.message)) {
-          break; // the server answered and refused the token: trying again cannot help
-        }
+        if (FINAL_CLOSES.has(error.closeCode)) break; // refused: trying again cannot help
         await sleep(delay);
         delay = Math.min(delay * 2, 2000);
       }
@@ -377,6 +375,12 @@ export class LobbyClient {
     });
   }
 
+  /** Resolves when `condition(client)` holds: now, or after one of the coming events. */
+  async until(condition, timeout = this.requestTimeout) {
+    if (condition(this)) return;
+    await this.waitFor(() => condition(this), timeout);
+  }
+
   _endQueues() {
     for (const queue of this._queues) queue.end();
     this._queues.clear();
@@ -409,9 +413,7 @@ export class LobbyClient {
   async _joined(message) {
     const reply = await this.request(message);
     const lobbyId = reply.lobby_id;
-    if (!this.lobby || String(this.lobby.lobby_id) !== String(lobbyId)) {
-      await this.waitFor(() => this.lobby && String(this.lobby.lobby_id) === String(lobbyId));
-    }
+    await this.until(() => this.lobby !== null && String(this.lobby.lobby_id) === String(lobbyId));
     return lobbyId;
   }
 

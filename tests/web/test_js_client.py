@@ -1,0 +1,38 @@
+"""The JavaScript client (clients/js) under Node's own test runner against a real echo-lobby
+--ws-port process: every test file of clients/js/test, each lobby call and event over the
+door's JSON protocol, resume with the token after a dropped WebSocket."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from tests.web.servers import CLIENTS_JS, lobby_server, node
+
+
+def run_node_tests(env_url: str | None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("ECHO_LOBBY_WS", None)
+    if env_url is not None:
+        env["ECHO_LOBBY_WS"] = env_url
+    return subprocess.run(
+        [node(), "--test", "--test-reporter=tap", "test/"],
+        cwd=CLIENTS_JS, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )
+
+
+def counts(tap: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"^# (pass|fail|skipped|cancelled) (\d+)$", tap, re.M)}
+
+
+def test_the_javascript_client_against_a_real_lobby_server(tmp_path: Path) -> None:
+    with lobby_server(tmp_path / "lobby.log", "--reconnect-grace", "20") as lobby:
+        done = run_node_tests(lobby.ws_url)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    found = counts(done.stdout)
+    # every test ran (none skipped for want of the server), and none failed
+    assert found.get("fail") == 0 and found.get("cancelled") == 0, done.stdout[-4000:]
+    assert found.get("pass", 0) >= 12, done.stdout[-4000:]
+    assert "ok" in done.stdout and "chat both ways" in done.stdout
