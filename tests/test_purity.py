@@ -56,6 +56,8 @@ PURE: dict[str, list[str]] = {
         "games", "hello", "home", "identity", "limits", "listings", "protocol", "replica",
         "resume", "state", "timers",
     ],
+    # the JSON form of the lobby's messages, derived from the binary table
+    "echo.lobby.web": ["__init__", "jsonwire"],
     # the package (a docstring); the Agones SDK client's state machine
     "echo.ops": ["__init__", "agones"],
 }  # fmt: skip
@@ -77,6 +79,8 @@ DRIVERS: dict[str, list[str]] = {
     "echo.topics": ["__init__", "cli", "client", "driver", "events", "serve"],
     # the package (loads the client, and trio, on first use), the client, the trio server
     "echo.lobby": ["__init__", "cli", "client", "server", "statefile"],
+    # the WebSocket door on the lobby server
+    "echo.lobby.web": [],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
     "echo.ops": ["agones_driver", "cli", "http", "httpclient", "metrics"],
