@@ -120,6 +120,14 @@ export function applyUpdate(lobby, update) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// 16 random bytes in base64: this client's secret, sent in every hello. A seat is bound to the
+// secret of the client that took it, so the same client, connecting again after a drop, gets
+// its seat back; a new client (a reloaded page) takes it back with the seat's resume token.
+function newSecret() {
+  const bytes = globalThis.crypto.getRandomValues(new Uint8Array(16));
+  return btoa(String.fromCharCode(...bytes));
+}
+
 /**
  * A member's connection to echo-lobby's WebSocket door.
  *
@@ -147,6 +155,7 @@ export class LobbyClient {
     this.autoResume = options.resume ?? true;
     this.resumeFor = options.resumeFor ?? 30000; // how long to keep trying to resume
     this.resumeToken = options.resumeToken ?? null;
+    this.secret = options.secret ?? newSecret();
     /** The lobby's state as this member knows it (null when in no lobby). */
     this.lobby = null;
     this.closed = false;
@@ -166,7 +175,10 @@ export class LobbyClient {
     const socket = new this.WebSocket(this.url);
     this._socket = socket;
     await new Promise((resolve, reject) => {
-      const failed = () => reject(new LobbyUnavailable(`cannot connect to ${this.url}`));
+      const failed = () => {
+        if (this._socket === socket) this._socket = null;
+        reject(new LobbyUnavailable(`cannot connect to ${this.url}`));
+      };
       socket.onopen = () => { socket.onerror = null; resolve(); };
       socket.onerror = failed;
       socket.onclose = failed;
@@ -174,7 +186,7 @@ export class LobbyClient {
     socket.onmessage = (event) => this._receive(socket, event.data);
     socket.onclose = (event) => this._closed(socket, event.code, event.reason);
     socket.onerror = () => {};
-    const hello = { type: 'hello', v: PROTOCOL_VERSION, member_id: this.member };
+    const hello = { type: 'hello', v: PROTOCOL_VERSION, member_id: this.member, secret: this.secret };
     if (this.identityToken) hello.token = this.identityToken;
     if (resumeToken) hello.resume = resumeToken;
     const welcome = new Promise((resolve, reject) => { this._welcome = { resolve, reject }; });
@@ -290,22 +302,33 @@ export class LobbyClient {
 
   async _resume() {
     const deadline = Date.now() + this.resumeFor;
+    const lobbyId = this.lobby.lobby_id;
     let delay = 100;
     while (!this.closed && Date.now() < deadline) {
       try {
-        await this.open(this.resumeToken);
-        this._emit({ type: 'resumed', lobby_id: this.lobby?.lobby_id });
+        // the same secret: the server gives this client its seat back, then a snapshot
+        const snapshot = this.waitFor(
+          (e) => e.type === 'lobby_snapshot' && String(e.lobby_id) === String(lobbyId),
+          this.requestTimeout,
+        );
+        snapshot.catch(() => {});
+        await this.open();
+        await snapshot;
         this._resuming = null;
+        this._emit({ type: 'resumed', lobby_id: lobbyId });
         return;
       } catch (error) {
         if (FINAL_CLOSES.has(error.closeCode)) break; // refused: trying again cannot help
+        if (this._socket !== null) break; // connected, but the seat did not come back
         await sleep(delay);
         delay = Math.min(delay * 2, 2000);
       }
     }
     this._resuming = null;
     this.lobby = null;
+    this.resumeToken = null;
     this.closed = true;
+    if (this._socket) this._socket.close(1000, 'the seat was not resumed');
     this._emit({ type: 'resume_failed' });
     this._endQueues();
   }
