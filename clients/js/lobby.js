@@ -156,6 +156,8 @@ export class LobbyClient {
     this.resumeFor = options.resumeFor ?? 30000; // how long to keep trying to resume
     this.resumeToken = options.resumeToken ?? null;
     this.secret = options.secret ?? newSecret();
+    // trace(direction, message): every message sent ('out') and received ('in'), for tests and logs
+    this.trace = options.trace ?? null;
     /** The lobby's state as this member knows it (null when in no lobby). */
     this.lobby = null;
     this.closed = false;
@@ -214,7 +216,7 @@ export class LobbyClient {
 
   /** Drop the connection as a network would (tests): the client resumes if it may. */
   drop() {
-    if (this._socket) this._socket.close(4000, 'dropped by the client');
+    if (this._socket) this._socket.close(4999, 'dropped by the client');
   }
 
   _send(message) {
@@ -222,6 +224,7 @@ export class LobbyClient {
     if (!socket || socket.readyState !== 1) {
       throw new LobbyUnavailable('not connected');
     }
+    this.trace?.('out', message);
     socket.send(JSON.stringify(message));
   }
 
@@ -234,6 +237,7 @@ export class LobbyClient {
       this._emit({ type: 'protocol_error', text: String(data).slice(0, 200) });
       return;
     }
+    this.trace?.('in', message);
     this._dispatch(message);
   }
 
