@@ -80,7 +80,7 @@ DRIVERS: dict[str, list[str]] = {
     # the package (loads the client, and trio, on first use), the client, the trio server
     "echo.lobby": ["__init__", "cli", "client", "server", "statefile"],
     # the WebSocket door on the lobby server
-    "echo.lobby.web": [],
+    "echo.lobby.web": ["door"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
     "echo.ops": ["agones_driver", "cli", "http", "httpclient", "metrics"],

@@ -477,7 +477,8 @@ def loads(text: str | bytes) -> Any:
         raise JsonProtocolError(f"not JSON: {str(error)[:80]}") from None
 
 
-def _request_id_of(obj: Any) -> int:
+def request_id_of(obj: Any) -> int:
+    """The object's request id if it has a valid one, else 0."""
     rid: Any = obj.get("request_id") if isinstance(obj, dict) else None
     return int(rid) if _is_int(rid) and 0 <= rid <= p.U32_MAX else 0
 
@@ -486,7 +487,7 @@ def _load(obj: Any, types: frozenset[str], side: str) -> Any:
     if not isinstance(obj, dict):
         raise JsonProtocolError("a message is a JSON object")
     kind = obj.get("type")
-    rid = _request_id_of(obj)
+    rid = request_id_of(obj)
     if not isinstance(kind, str):
         raise JsonProtocolError('a message has a string "type"', rid)
     if kind not in types:
