@@ -80,3 +80,26 @@ async def test_the_page_and_the_websocket_share_one_port(nursery: trio.Nursery) 
     assert garbled.startswith(b"HTTP/1.1 400 ")
     assert outcomes == ["page", "not_found", "bad_request"]
     await idle.aclose()
+
+
+async def test_the_paged_door_serves_the_page_and_lets_members_in_on_one_port() -> None:
+    import json
+
+    from echo.lobby.web.door import WebDoorConfig
+    from echo.lobby.webpage.paged import PagedDoor
+    from tests.lobby.servers import cluster
+
+    async with cluster() as c, trio.open_nursery() as nursery:
+        door = PagedDoor(c.lobby[0], WebDoorConfig(port=0))
+        await nursery.start(door.run)
+        page = await _http(door.port, b"GET /lobby.js HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert page.startswith(b"HTTP/1.1 200 ")
+        assert b"Content-Type: text/javascript" in page
+        assert page.endswith((REPO / "clients/js/lobby.js").read_bytes())
+        async with trio_websocket.open_websocket("127.0.0.1", door.port, "/", use_ssl=False) as ws:
+            await ws.send_message(json.dumps({"type": "hello", "v": 1, "member_id": "ann"}))
+            welcome = json.loads(await ws.get_message())
+            assert welcome["type"] == "welcome" and welcome["server_id"] == c.names[0]
+        assert door.page_requests == {"page": 1}
+        assert c.lobby[0].counters["web_page_page"] == 1
+        nursery.cancel_scope.cancel()
