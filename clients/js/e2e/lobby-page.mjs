@@ -75,7 +75,7 @@ async function waitMembers(page, count, allReady, what) {
 async function join(person) {
   const { page, name } = person;
   await page.goto(args.page);
-  await page.locator('body[data-ready=true]').waitFor({ timeout: TIMEOUT });
+  await page.locator('body[data-loaded=true]').waitFor({ timeout: TIMEOUT });
   await page.getByTestId('member').fill(name);
   await page.getByTestId('connect-button').click();
   await waitForText(page, 'status', `as ${name}`);

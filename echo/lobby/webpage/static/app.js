@@ -204,4 +204,4 @@ $('chat-form').addEventListener('submit', (e) => {
 });
 
 $('member').value = params.get('member') ?? `guest-${Math.floor(Math.random() * 9000 + 1000)}`;
-document.body.dataset.ready = 'true';
+document.body.dataset.loaded = "true";
