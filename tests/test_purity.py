@@ -79,8 +79,8 @@ DRIVERS: dict[str, list[str]] = {
     "echo.topics": ["__init__", "cli", "client", "driver", "events", "serve"],
     # the package (loads the client, and trio, on first use), the client, the trio server
     "echo.lobby": ["__init__", "cli", "client", "server", "statefile"],
-    # the WebSocket door on the lobby server
-    "echo.lobby.web": ["door"],
+    # the WebSocket door on the lobby server and its echo-lobby options
+    "echo.lobby.web": ["cli", "door"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
     "echo.ops": ["agones_driver", "cli", "http", "httpclient", "metrics"],
