@@ -30,6 +30,7 @@ from echo._cli import (
     sole_error,
 )
 from echo.lobby.web.cli import web_door_config, web_door_options
+from echo.lobby.webpage.cli import door_type, web_page_option
 from echo.ops.cli import Ops, metrics_option, open_ops
 from echo.ops.metrics import LobbyCollector, session_collectors
 
@@ -243,6 +244,7 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
     help="Append one JSON line per lobby and session event to this file (echo-analyze)."
 )
 @web_door_options
+@web_page_option
 @metrics_option()
 @log_options(default_level="info")
 def server_main(
@@ -317,6 +319,7 @@ def server_main(
         identity=_identity(auth_key_path, auth_issuer, auth_audience),
     )
     door = web_door_config(address)
+    door_class = door_type(door)  # --web: the door serves the lobby page too
     try:
         events = EventLog(events_path, server_id=name) if events_path else None
     except OSError as error:
@@ -327,7 +330,7 @@ def server_main(
             session_config, config, events=events, transport_config=lobby_server_timers()
         )
         tune_collector()
-        trio.run(_serve, server, log, ops, door)
+        trio.run(_serve, server, log, ops, door, door_class)
     except BaseException as error:
         found = sole_error(error, OSError)
         if found is None:
@@ -396,7 +399,9 @@ def tune_collector() -> None:
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
-async def _serve(server: Any, log: Any, ops: Ops | None = None, door: Any = None) -> None:
+async def _serve(
+    server: Any, log: Any, ops: Ops | None = None, door: Any = None, door_class: Any = None
+) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             if ops is not None:
@@ -406,7 +411,7 @@ async def _serve(server: Any, log: Any, ops: Ops | None = None, door: Any = None
             if door is not None:  # the WebSocket door (echo.lobby.web), beside the UDP port
                 from echo.lobby.web.door import WebDoor
 
-                door = await nursery.start(WebDoor(server, door).run)
+                door = await nursery.start((door_class or WebDoor)(server, door).run)
             log.info("listening", server_id=server.server_id, pid=os.getpid())
             if ops is not None:
                 ops.health.ready()

@@ -20,6 +20,14 @@ from echo.lobby.webpage.serve import PageListener
 
 log = structlog.get_logger("echo.lobby.web")
 
+#: The page's answers by outcome, as the server's counters (echo_lobby_<name>_total)
+COUNTERS = {
+    "page": "web_page_served",
+    "not_found": "web_page_not_found",
+    "bad_request": "web_page_bad_requests",
+    "timeout": "web_page_timeouts",
+}
+
 
 class PagedDoor(WebDoor):
     """The door, serving the lobby page too. `page_requests` counts the page's answers by
@@ -29,7 +37,7 @@ class PagedDoor(WebDoor):
 
     def _count(self, outcome: str) -> None:
         self.page_requests[outcome] = self.page_requests.get(outcome, 0) + 1
-        self.counters[f"web_page_{outcome}"] += 1
+        self.counters[COUNTERS[outcome]] += 1
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
