@@ -137,14 +137,21 @@ test('a private lobby is joined by its code; quick-join finds a public one by fi
   }
 });
 
-test('owner operations: metadata, lock, transfer, kick', { skip }, async () => {
+test('owner operations: metadata, ban, lock, kick, transfer', { skip }, async () => {
   const ida = await member('ida');
   const jon = await member('jon');
   const kim = await member('kim');
+  const lou = await member('lou');
   try {
     const id = await ida.create('ops', 4, { metadata: { mode: 'x' } });
     await jon.join(id);
     await kim.join(id);
+    await lou.join(id);
+    const banned = lou.waitFor((e) => e.type === 'member_left' && e.member_id === lou.member);
+    await ida.ban(lou.member);
+    assert.equal((await banned).reason, 'banned');
+    await jon.until(() => jon.lobby.bans.includes(lou.member));
+    await assert.rejects(lou.join(id), (error) => error.code === 'banned');
     const changed = jon.until(() => jon.lobby.metadata.map === 'dust' && !('mode' in jon.lobby.metadata));
     await ida.setMetadata({ map: 'dust', mode: null });
     await changed;
@@ -157,7 +164,7 @@ test('owner operations: metadata, lock, transfer, kick', { skip }, async () => {
     await ida.transfer(jon.member);
     await jon.until(() => jon.isOwner);
   } finally {
-    for (const c of [ida, jon, kim]) c.close();
+    for (const c of [ida, jon, kim, lou]) c.close();
   }
 });
 
