@@ -153,7 +153,7 @@ class Report:
 
 async def _py_member(name: str, server: str, mode: str, report: Report) -> None:
     import echo.lobby.client as lc
-    from echo.lobby.protocol import ChatLine, GameStarting, OwnerChanged
+    from echo.lobby.protocol import ChatLine, ErrorCode, GameStarting, OwnerChanged
 
     def others_ready(lobby: lc.LobbyClient) -> bool:
         replica = lobby.replica
@@ -168,10 +168,16 @@ async def _py_member(name: str, server: str, mode: str, report: Report) -> None:
         else:
             # join once both browser members are in (they take the seats after the owner's)
             while True:
-                found = await lobby.search(lc.filters_from(equals={"mode": mode}))
+                try:
+                    found = await lobby.search(lc.filters_from(equals={"mode": mode}))
+                except lc.LobbyError as error:
+                    if error.code is not ErrorCode.RATE_LIMITED:
+                        raise
+                    await trio.sleep(lc.retry_after(error.message))
+                    continue
                 if found.listings and found.listings[0].member_count >= 3:
                     break
-                await trio.sleep(0.2)  # listings have no change event: ask again
+                await trio.sleep(1.0)  # listings have no change event: ask again
             lobby_id = await lobby.join(found.listings[0].lobby_id)
             report.said(name, f"joined lobby {lobby_id:x}")
         heard = False
@@ -284,8 +290,8 @@ def show(report: Report) -> None:
         lines = report.saw.get(who)
         if not lines:
             continue
-        where = "browser" if who.startswith("web-") else "python (UDP)"
-        print(f"\n{who} [{where}] saw:")
+        where = {"web-": " [browser]", "py-": " [python (UDP)]"}.get(who[: who.find("-") + 1], "")
+        print(f"\n{who}{where} saw:")
         for line in lines:
             print(f"  {line}")
     print("\nthe game server (echo-server --ticket-key):")

@@ -72,11 +72,11 @@ async function waitMembers(page, count, allReady, what) {
   ).catch((error) => { throw new Error(`waiting for ${what}: ${error.message}`); });
 }
 
-async function join(person) {
+async function joinLobby(person) {
   const { page, name } = person;
   await page.goto(args.page);
   await page.locator('body[data-loaded=true]').waitFor({ timeout: TIMEOUT });
-  await page.getByTestId('member').fill(name);
+  await page.getByTestId('member-name').fill(name);
   await page.getByTestId('connect-button').click();
   await waitForText(page, 'status', `as ${name}`);
   say(name, 'connected', { status: await page.getByTestId('status').textContent() });
@@ -88,7 +88,8 @@ async function join(person) {
     if (Date.now() > deadline) throw new Error(`${name}: no lobby of mode ${args.mode} was listed`);
     await page.getByTestId('search-button').click();
     try {
-      await row.waitFor({ timeout: 500 });
+      // a search a second, the lobby's search rate: listings have no change event to await
+      await row.waitFor({ timeout: 1100 });
       break;
     } catch {
       // not listed yet: search again (the listing reaches the search index within a second)
@@ -116,7 +117,7 @@ async function main() {
       people.push({ name, page });
     }
     // bea joins first, then cal: bea is next in line for the lobby when its owner leaves
-    for (const person of people) await join(person);
+    for (const person of people) await joinLobby(person);
     const [bea, cal] = people;
 
     // everyone is in: two on the page, two on UDP
