@@ -21,6 +21,7 @@ contents, the lobby's events), never on a timer.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -195,6 +196,7 @@ async def _py_member(name: str, server: str, mode: str, report: Report) -> None:
             elif isinstance(event, GameStarting):
                 report.tickets[name] = (event.address, event.ticket)
                 report.said(name, f"game on {event.address}: ticket of {len(event.ticket)} bytes")
+                await _admit(name, event.address, event.ticket, report)
                 return
             if name == OWNER and not left and others_ready(lobby):
                 left = True
@@ -217,13 +219,19 @@ async def _browser(page: str, mode: str, shots: Path, report: Report, timeout: f
     assert process.stdout is not None
     buffered = b""
     try:
-        async with process.stdout:
+        async with process.stdout, trio.open_nursery() as admissions:
             async for chunk in process.stdout:
                 buffered += chunk
                 *lines, buffered = buffered.split(b"\n")
                 for line in lines:
-                    _browser_line(line.decode(errors="replace"), report)
-        await process.wait()
+                    ticket = _browser_line(line.decode(errors="replace"), report)
+                    if ticket is not None:  # shown to the game server at once, as a game would
+                        admissions.start_soon(_admit, *ticket, report)
+                        if ticket[0] == BROWSER_MEMBERS[-1]:  # and a forged copy, refused
+                            _, address, good = ticket
+                            forged = good[:-1] + bytes([good[-1] ^ 1])
+                            admissions.start_soon(_admit, "forged", address, forged, report)
+            await process.wait()
     finally:
         if process.returncode is None:
             process.kill()
@@ -233,22 +241,24 @@ async def _browser(page: str, mode: str, shots: Path, report: Report, timeout: f
     report.screenshots = sorted(await trio.to_thread.run_sync(lambda: list(shots.glob("*.png"))))
 
 
-def _browser_line(line: str, report: Report) -> None:
+def _browser_line(line: str, report: Report) -> tuple[str, str, bytes] | None:
+    """Record one line of the browser script; a member's (name, address, ticket) if it has one."""
     try:
         said = json.loads(line)
     except ValueError:
         report.said("browser", line)
-        return
-    if said.get("done"):
-        import base64
-
-        for who, got in said["tickets"].items():
-            report.tickets[who] = (got["address"], base64.b64decode(got["ticket"]))
-        return
+        return None
     who = said.pop("who", "browser")
     what = said.pop("saw", "")
+    found = None
+    if what == "game starting" and "ticket" in said:
+        ticket = base64.b64decode(said.pop("ticket"))
+        report.tickets[who] = (said["address"], ticket)
+        said["ticket_bytes"] = len(ticket)
+        found = (who, said["address"], ticket)
     detail = ", ".join(f"{k}={v}" for k, v in said.items())
     report.said(who, f"{what}{': ' + detail if detail else ''}")
+    return found
 
 
 async def _admit(name: str, address: str, ticket: bytes, report: Report) -> None:
@@ -280,8 +290,6 @@ async def scenario(
             nursery.start_soon(_py_member, PYTHON_MEMBERS[1], the.lobby, mode, report)
     if overall.cancelled_caught:
         report.said("demo", f"gave up after {timeout:.0f} s")
-    for name, (address, ticket) in sorted(report.tickets.items()):
-        await _admit(name, address, ticket, report)
     return report
 
 
@@ -295,16 +303,16 @@ def show(report: Report) -> None:
         for line in lines:
             print(f"  {line}")
     print("\nthe game server (echo-server --ticket-key):")
-    for name in (*PYTHON_MEMBERS, *BROWSER_MEMBERS):
-        via = " (the browser's ticket, shown by a Python session client)" if (
-            name.startswith("web-")) else ""
+    for name in (*PYTHON_MEMBERS, *BROWSER_MEMBERS, "forged"):
+        via = {"web": " (the browser's ticket, shown by a Python session client)",
+               "for": f" ({BROWSER_MEMBERS[-1]}'s ticket with one bit changed)"}.get(name[:3], "")
         print(f"  {name}: {report.admitted.get(name, 'no ticket')}{via}")
     if report.screenshots:
         print(f"\n{len(report.screenshots)} screenshots in {report.screenshots[0].parent}")
 
 
 @click.command()
-@click.option("--port", default=7700, show_default=True,
+@click.option("--port", default=7700, show_default=True, type=click.IntRange(1, 65535 - 233),
               help="Base port: the lobby's UDP port; its page and door +36, topics +100, "
                    "the game server +200.")
 @click.option("--out", type=click.Path(path_type=Path), default=REPO / "artifacts" / "web-demo",
@@ -315,12 +323,16 @@ def main(port: int, out: Path) -> None:
 
     configure_logging("console", "warning")
     shutil.rmtree(out, ignore_errors=True)
-    with stack(port, out / "logs") as the:
-        print(f"echo-lobby on {the.lobby} (UDP), its page and WebSocket door on {the.page}")
-        print(f"echo-server on {the.game} with --ticket-key; echo-topics; an announcer")
-        print("py-ann and py-dan on UDP; web-bea and web-cal on the page in headless "
-              "Chromium...")
-        report = trio.run(scenario, the, out / "screenshots")
+    try:
+        with stack(port, out / "logs") as the:
+            print(f"echo-lobby on {the.lobby} (UDP), its page and WebSocket door on {the.page}")
+            print(f"echo-server on {the.game} with --ticket-key; echo-topics; an announcer")
+            print("py-ann and py-dan on UDP; web-bea and web-cal on the page in headless "
+                  "Chromium...")
+            report = trio.run(scenario, the, out / "screenshots")
+    except RuntimeError as error:  # a server that did not start, node missing
+        print(f"web-demo: {error}", file=sys.stderr)
+        sys.exit(1)
     show(report)
     ok = report.everyone_in_the_game
     print("\nall four reached the game server" if ok else "\nnot everyone reached the game server")
