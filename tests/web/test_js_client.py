@@ -35,7 +35,8 @@ def run_node_tests(env_url: str | None, trace: Path) -> subprocess.CompletedProc
 
 
 def counts(tap: str) -> dict[str, int]:
-    return {k: int(v) for k, v in re.findall(r"^# (pass|fail|skipped|cancelled) (\d+)$", tap, re.M)}
+    found = re.findall(r"^# (tests|pass|fail|skipped|cancelled) (\d+)$", tap, re.M)
+    return {k: int(v) for k, v in found}
 
 
 def test_the_javascript_client_against_a_real_lobby_server(tmp_path: Path) -> None:
@@ -44,9 +45,11 @@ def test_the_javascript_client_against_a_real_lobby_server(tmp_path: Path) -> No
         done = run_node_tests(lobby.ws_url, trace)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     found = counts(done.stdout)
-    # every test ran (none skipped for want of the server), and none failed
+    # every test ran and passed: none skipped for want of the server (only the check of the
+    # missing WebSocket constructor is skipped where Node has one of its own, from Node 22)
     assert found.get("fail") == 0 and found.get("cancelled") == 0, done.stdout[-4000:]
-    assert found.get("pass", 0) >= 13, done.stdout[-4000:]
+    assert found.get("skipped", 0) <= 1 and found.get("pass", 0) >= 12, done.stdout[-4000:]
+    assert found["pass"] + found.get("skipped", 0) == found["tests"], done.stdout[-4000:]
     assert "ok" in done.stdout and "chat both ways" in done.stdout
     # every message the client sent and received is one of the protocol's (its JSON Schema)
     kinds: Counter[tuple[str, str]] = Counter()
