@@ -46,8 +46,12 @@ def start_server(
 ) -> subprocess.Popen[bytes]:
     """echo-lobby (`echo_argv`: L1's command line) with its door on --echo-ws-port."""
     members = args.lobbies * args.members + 64
-    argv = [*echo_argv, "--ws-port", str(args.echo_ws_port), "--ws-max-connections",
-            str(members)]  # fmt: skip
+    # No UDP member comes: a few duologue ports, not L1's 2 x 8,000 (which, on a machine
+    # shared with test runs, meet their port ranges).
+    argv = list(echo_argv)
+    for flag in ("--max-clients", "--max-per-ip"):
+        argv[argv.index(flag) + 1] = "16"
+    argv += ["--ws-port", str(args.echo_ws_port), "--ws-max-connections", str(members)]
     proc = subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[1], stdout=log,
                             stderr=subprocess.STDOUT)  # fmt: skip
     deadline = time.monotonic() + 60
