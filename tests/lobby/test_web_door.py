@@ -3,17 +3,30 @@ operation over JSON, the seat kept across a dropped WebSocket, wss://."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 import echo.lobby
-from echo.lobby.protocol import ChatLine, MemberJoined, MemberLeft, Presence, PresenceChanged
+from echo.lobby.client import LobbyError
+from echo.lobby.protocol import (
+    ChatLine,
+    ErrorCode,
+    GameStarting,
+    MemberJoined,
+    MemberLeft,
+    Presence,
+    PresenceChanged,
+)
 from echo.lobby.server import LobbyServer
 from echo.lobby.web.door import WebDoor, WebDoorConfig
-from tests.lobby.servers import Cluster, cluster
+from tests.lobby.servers import GAME_KEY, Cluster, cluster, until
+from tests.lobby.test_server_games import echo_once, game_server, write_key
 from tests.lobby.wsclient import refused, ws_member
 
 
@@ -157,3 +170,73 @@ async def test_a_dropped_websocket_keeps_the_seat_and_the_same_client_takes_it_b
                            "resume": token},
             )  # fmt: skip
             assert closed.code == 4004 and closed.reason.startswith("resume refused: REPLAYED")
+
+
+async def test_start_gives_websocket_members_tickets_the_game_server_admits(
+    tmp_path: Path,
+) -> None:
+    key_file = write_key(tmp_path, GAME_KEY)
+    async with cluster(1, topics=1, ticket_keys=(GAME_KEY,)) as c, door(c) as web:
+        game, _ = await game_server(c.nursery, key_file, c.topic_names)
+        await until(lambda: c.lobby[0].games.live(trio.current_time()) != [])
+        async with (
+            ws_member(url(web), "owner") as owner,
+            ws_member(url(web), "web-bob") as bob,
+            echo.lobby.connect(c.names, member="udp-carol") as carol,
+        ):
+            created = await owner.ok(
+                "create_lobby", name="match", max_members=3, private=False, metadata={}
+            )
+            lobby_id = created["lobby_id"]
+            await bob.ok("join_lobby", lobby_id=lobby_id)
+            await carol.join(int(lobby_id))
+            await bob.ok("set_ready", lobby_id=lobby_id, member_id="web-bob", ready=True)
+            not_ready = await owner.request("start_game", lobby_id=lobby_id)
+            assert not_ready["code"] == "not_ready"
+            await carol.ready()
+            await owner.wait_type("ready_changed", member_id="udp-carol", ready=True)
+            await owner.ok("start_game", lobby_id=lobby_id)
+            starts = [await m.wait_type("game_starting") for m in (owner, bob)]
+            udp_start = await carol.next_event(GameStarting)
+            tickets = [base64.b64decode(s["ticket"]) for s in starts] + [udp_start.ticket]
+            assert len(set(tickets)) == 3
+            assert {s["address"] for s in starts} == {udp_start.address}
+            for ticket in tickets:
+                assert await echo_once(game, ticket) == b"ECHO through the lobby"
+            locked = await owner.wait_type("lock_changed")
+            assert locked["locked"] is True
+
+
+async def test_owner_operations_over_json_reach_udp_members() -> None:
+    async with cluster(1) as c, door(c) as web:
+        async with (
+            ws_member(url(web), "owner") as owner,
+            echo.lobby.connect(c.names, member="troll") as troll,
+            echo.lobby.connect(c.names, member="friend") as friend,
+        ):
+            created = await owner.ok(
+                "create_lobby", name="mod", max_members=4, private=False, metadata={"mode": "ffa"}
+            )
+            lobby_id = created["lobby_id"]
+            await troll.join(int(lobby_id))
+            await friend.join(int(lobby_id))
+            await owner.ok("ban_member", lobby_id=lobby_id, member_id="troll")
+            banned = await owner.wait_type("member_banned", member_id="troll")
+            left = await owner.wait_type("member_left", member_id="troll")
+            assert left["reason"] == "banned" and banned["lobby_id"] == lobby_id
+            with pytest.raises(LobbyError) as refused_join:
+                await troll.join(int(lobby_id))
+            assert refused_join.value.code is ErrorCode.BANNED
+            await owner.ok("set_locked", lobby_id=lobby_id, locked=True)
+            await friend.wait_until(lambda m: m.replica is not None and m.replica.locked)
+            await owner.ok("set_metadata", lobby_id=lobby_id, changes={"mode": "ctf", "round": 1})
+            await friend.wait_until(
+                lambda m: m.replica is not None
+                and m.replica.metadata == {"mode": "ctf", "round": 1}
+            )
+            await owner.ok("transfer_owner", lobby_id=lobby_id, member_id="friend")
+            await friend.wait_until(lambda m: m.replica is not None and m.replica.owner == "friend")
+            await owner.ok("leave_lobby", lobby_id=lobby_id)
+            await friend.wait_until(
+                lambda m: m.replica is not None and set(m.replica.members) == {"friend"}
+            )

@@ -140,3 +140,44 @@ async def refused(
                 assert closed.reason is not None
                 return closed.reason
     raise AssertionError(f"let in: {text}")
+
+
+class RawMember:
+    """A WebSocket client on wsproto that reads only when told to: a slow reader, or one that
+    never answers a ping (trio-websocket's client answers pings in its reader task)."""
+
+    def __init__(self, stream: trio.SocketStream, ws: Any) -> None:
+        self.stream = stream
+        self.ws = ws
+
+    async def send(self, obj: dict[str, Any]) -> None:
+        from wsproto.events import TextMessage
+
+        await self.stream.send_all(self.ws.send(TextMessage(json.dumps(obj))))
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def raw_member(port: int, hello: dict[str, Any], *, rcvbuf: int | None = None) -> RawMember:
+    """Connected, the hello sent; nothing read after the handshake's response."""
+    import socket
+
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, Request
+
+    sock = trio.socket.socket()
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    await sock.connect(("127.0.0.1", port))
+    stream = trio.SocketStream(sock)
+    ws = WSConnection(ConnectionType.CLIENT)
+    await stream.send_all(ws.send(Request(host="127.0.0.1", target="/")))
+    accepted = False
+    with trio.fail_after(10):
+        while not accepted:
+            ws.receive_data(await stream.receive_some(4096))
+            accepted = any(isinstance(e, AcceptConnection) for e in ws.events())
+    member = RawMember(stream, ws)
+    await member.send({"type": "hello", "v": 1, **hello})
+    return member

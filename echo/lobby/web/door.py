@@ -13,7 +13,8 @@ How a connection is bounded (each case counted in the server's counters, ``ws_*`
   that sends faster than the door handles waits in its own TCP window. A message over
   `WebDoorConfig.max_message_bytes` closes with 1009, a binary frame with 1003. Each message
   spends a token of the connection's `message_rate`; one without a token is answered with a
-  ``rate_limited`` refusal, and `max_strikes` of those in a row close with 1008. Chat waits for
+  ``rate_limited`` refusal; those have a budget too (`over_rate`), and past it the
+  connection is closed with 1008. Chat waits for
   the member's chat rate (the registry's `chat_limit`, as over UDP) in a queue of at most
   `max_chat_waiting` lines: the requests that can be waiting unanswered.
 - **Outgoing.** What the server sends to the member is queued here as JSON text, per logical
@@ -90,7 +91,7 @@ class WebDoorConfig:
     ssl_context: ssl.SSLContext | None = None
     max_message_bytes: int = 256 * 1024
     message_rate: RateLimit = MESSAGE_RATE
-    max_strikes: int = 40  # rate-limited messages in a row before the connection is closed
+    over_rate: RateLimit = MESSAGE_RATE  # messages refused for the rate, before a close
     max_chat_waiting: int = 16
     max_connections: int = 10_000
     ping_interval: float = 15.0
@@ -334,7 +335,9 @@ class WebDoor:
     ) -> None:
         config = self.config
         bucket = TokenBucket(config.message_rate, trio.current_time())
-        strikes = 0
+        # Refusals have a budget of their own: a client a little over the rate is refused now
+        # and then; one at twice the rate or more (a request per millisecond) is closed.
+        strikes = TokenBucket(config.over_rate, trio.current_time())
         while True:
             try:
                 text = await ws.get_message()
@@ -348,10 +351,10 @@ class WebDoor:
                     ws, conn, CloseCode.UNSUPPORTED_DATA, "binary frame: the protocol is JSON text"
                 )
                 return
-            if not bucket.take(trio.current_time()):
+            now = trio.current_time()
+            if not bucket.take(now):
                 self.counters["ws_rate_limited"] += 1
-                strikes += 1
-                if strikes > config.max_strikes:
+                if not strikes.take(now):
                     self.counters["ws_rate_closed"] += 1
                     await self._close_member(
                         ws, conn, CloseCode.POLICY_VIOLATION, "over the message rate"
@@ -361,7 +364,6 @@ class WebDoor:
                     conn, _rid(text), ErrorCode.RATE_LIMITED, "over the connection's message rate"
                 )
                 continue
-            strikes = 0
             self._on_text(conn, text, chat, wake)
 
     def _on_text(self, conn: _Conn, text: str, chat: collections.deque[bytes], wake: _Flag) -> None:
