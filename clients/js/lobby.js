@@ -193,10 +193,11 @@ export class LobbyClient {
     if (resumeToken) hello.resume = resumeToken;
     const welcome = new Promise((resolve, reject) => { this._welcome = { resolve, reject }; });
     this._send(hello);
-    const timer = setTimeout(
-      () => this._welcome?.reject(new LobbyUnavailable('no welcome from the server')),
-      this.requestTimeout,
-    );
+    const timer = setTimeout(() => {
+      this._welcome?.reject(new LobbyUnavailable('no welcome from the server'));
+      this._welcome = null;
+      socket.close(1000, 'no welcome');
+    }, this.requestTimeout);
     try {
       const answer = await welcome;
       this.serverId = answer.server_id;
