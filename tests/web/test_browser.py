@@ -82,3 +82,24 @@ def test_the_web_demo_runs_to_the_end_by_itself(tmp_path: Path) -> None:
     assert "all four reached the game server" in done.stdout
     assert "  forged: refused: ticket refused: bad_signature" in done.stdout
     assert len(list((out / "screenshots").glob("*.png"))) == 7  # each step of both pages
+
+
+def test_a_reloaded_page_takes_its_seat_back(tmp_path: Path) -> None:
+    import json
+
+    from tests.web.servers import CLIENTS_JS, lobby_server
+
+    _browser_ready()
+    with lobby_server(tmp_path / "lobby.log", "--web") as lobby:
+        done = subprocess.run(
+            [node(), "e2e/page-reload.mjs", "--page", lobby.http_url, "--out",
+             str(ARTIFACTS / "reload")],
+            cwd=CLIENTS_JS, capture_output=True, text=True, timeout=120, check=False,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    before, after = seen["before"], seen["after"]
+    assert after["status"].endswith("as web-eve (seat taken back).")
+    assert after["lobby"] == before["lobby"] == "Reload test"
+    assert after["members"] == before["members"] == ["web-eve"]
+    assert "hat=green" in after["attributes"]

@@ -6,6 +6,7 @@ const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const WS_URL = params.get('ws') ?? `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/`;
 const RESUME_KEY = 'echo-lobby-resume:';
+const MEMBER_KEY = 'echo-lobby-member';
 
 let client = null;
 
@@ -131,8 +132,10 @@ async function connect(member) {
     }
   }
   client = connected ?? await LobbyClient.connect(WS_URL, { member });
+  sessionStorage.setItem(MEMBER_KEY, member);
   client.on('*', onEvent);
-  status(`Connected to ${client.serverId} as ${client.member}.`);
+  status(`Connected to ${client.serverId} as ${client.member}${connected ? ' (seat taken back)' : ''}.`);
+  if (client.lobby) onEvent({ type: 'lobby_snapshot', ...client.lobby });
   render();
   if (!client.lobby) await search();
 }
@@ -204,4 +207,10 @@ $('chat-form').addEventListener('submit', (e) => {
 });
 
 $('member').value = params.get('member') ?? `guest-${Math.floor(Math.random() * 9000 + 1000)}`;
-document.body.dataset.loaded = "true";
+// a reloaded tab that sat in a lobby connects again by itself and takes its seat back
+const last = sessionStorage.getItem(MEMBER_KEY);
+if (last && sessionStorage.getItem(RESUME_KEY + last)) {
+  $('member').value = last;
+  act(() => connect(last));
+}
+document.body.dataset.loaded = 'true';
