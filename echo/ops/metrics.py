@@ -306,7 +306,7 @@ LOBBY_SERVER_COUNTERS: dict[str, str] = {
     "ws_chat_queue_full": "WebSocket chat lines refused: too many waiting for the chat rate",
     "ws_ping_timeouts": "WebSocket members dropped for not answering a ping",
     # the lobby page on the door's port (echo-lobby --web, echo.lobby.webpage)
-    "web_page_served": "Lobby page files served",
+    "web_page_served": "Lobby page files served (`--web`)",
     "web_page_not_found": "Requests on the door's port for no file of the lobby page (404/405)",
     "web_page_bad_requests": "Connections on the door's port that sent no valid HTTP request",
     "web_page_timeouts": "Connections on the door's port that sent no request head in time",
