@@ -105,3 +105,26 @@ async def test_the_paged_door_serves_the_page_and_lets_members_in_on_one_port() 
         assert door.page_requests == {"page": 1}
         assert c.lobby[0].counters["web_page_served"] == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_huge_head_is_refused_and_a_silent_connection_is_closed(
+    nursery: trio.Nursery,
+) -> None:
+    async def never(request: trio_websocket.WebSocketRequest) -> None:
+        raise AssertionError("nothing here is a WebSocket")
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    outcomes: list[str] = []
+    # a short head timeout: the silent client's deadline is let pass on purpose
+    page = PageListener(listeners[0], nursery, head_timeout=0.5, counted=outcomes.append)
+    await nursery.start(trio_websocket.WebSocketServer(never, [page]).run)
+
+    huge = b"GET / HTTP/1.1\r\nHost: x\r\nX-Filler: " + b"a" * 40_000 + b"\r\n\r\n"
+    refused = await _http(port, huge)
+    assert refused.startswith(b"HTTP/1.1 431 ")  # Request Header Fields Too Large
+    silent = await trio.open_tcp_stream("127.0.0.1", port)
+    with trio.fail_after(10):
+        assert await silent.receive_some(100) == b""  # closed by the server, unanswered
+    await silent.aclose()
+    assert outcomes == ["bad_request", "timeout"]

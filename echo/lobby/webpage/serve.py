@@ -159,7 +159,7 @@ class PageListener(trio.abc.Listener[trio.abc.Stream]):
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
                     h11.LocalProtocolError):
                 pass
-        await trio.aclose_forcefully(stream)
+        await _linger_and_close(stream)
 
     async def _refuse(self, stream: trio.abc.Stream, status: int) -> None:
         body = f"{status}\n".encode()
@@ -170,4 +170,20 @@ class PageListener(trio.abc.Listener[trio.abc.Stream]):
                 await stream.send_all(head + body)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
-        await trio.aclose_forcefully(stream)
+        await _linger_and_close(stream)
+
+
+async def _linger_and_close(stream: trio.abc.Stream) -> None:
+    """End our side, read (and drop) what the client still sends, briefly, then close: a close
+    with unread bytes makes the kernel send a reset, which can destroy the answer before the
+    client read it (the "lingering close" of web servers; echo.ops.http does the same)."""
+    with trio.move_on_after(1.0):
+        try:
+            if isinstance(stream, trio.abc.HalfCloseableStream):
+                await stream.send_eof()
+            for _ in range(64):
+                if not await stream.receive_some(16384):
+                    break
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    await trio.aclose_forcefully(stream)
