@@ -10,6 +10,7 @@ game would show them. Screenshots of every step are kept in artifacts/web/ (igno
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -20,9 +21,18 @@ import trio
 
 from tests.ports import free_ports
 from tests.web.servers import ARTIFACTS, CHROMIUM, REPO, node
+from tests.web.test_js_client import SIDES
 from tools.demo.web import BROWSER_MEMBERS, PORT_OFFSETS, PYTHON_MEMBERS, scenario, stack
 
 EVERYONE = (*PYTHON_MEMBERS, *BROWSER_MEMBERS)
+
+
+def trace_line(line: str) -> tuple[str, str]:
+    """One traced message of a page, checked against the JSON Schema: (direction, type)."""
+    seen = json.loads(line)
+    side = "client_message" if seen["direction"] == "out" else "server_message"
+    SIDES[side].validate(seen["message"])
+    return seen["direction"], seen["message"]["type"]
 
 
 def _browser_ready() -> None:
@@ -62,6 +72,17 @@ def test_two_browser_and_two_python_members_play_one_lobby_to_the_game_server(
     # the game server checks the tickets: web-cal's changed by one bit is refused
     assert report.admitted["forged"] == "refused: ticket refused: bad_signature", told
     assert report.everyone_in_the_game
+    # every message both pages sent and received is one of the protocol's (its JSON Schema)
+    kinds = {
+        name: {trace_line(t) for t in (shots / f"trace-{name}.jsonl").read_text().splitlines()}
+        for name in BROWSER_MEMBERS
+    }
+    for name in BROWSER_MEMBERS:
+        assert {("out", "hello"), ("out", "search_lobbies"), ("out", "join_lobby"),
+                ("out", "set_attributes"), ("out", "set_ready"), ("in", "welcome"),
+                ("in", "owner_changed"), ("in", "chat_line"), ("in", "game_starting")
+                } <= kinds[name], kinds[name]
+    assert {("out", "send_chat"), ("out", "start_game")} <= kinds["web-bea"]
     # the screenshots of each step are the run's artefacts
     names = {p.name.split("-", 1)[1] for p in report.screenshots}
     assert {"web-bea-search.png", "web-bea-owner.png", "web-cal-game.png"} <= names, names
@@ -85,8 +106,6 @@ def test_the_web_demo_runs_to_the_end_by_itself(tmp_path: Path) -> None:
 
 
 def test_a_reloaded_page_takes_its_seat_back(tmp_path: Path) -> None:
-    import json
-
     from tests.web.servers import CLIENTS_JS, lobby_server
 
     _browser_ready()

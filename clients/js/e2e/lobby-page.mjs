@@ -10,7 +10,7 @@
 // address and ticket as soon as its page shows them ("saw": "game starting"). Screenshots of
 // each page at each step go to DIR. Exit status 0 when both members got their game's address
 // and ticket.
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -75,7 +75,7 @@ async function waitMembers(page, count, allReady, what) {
 
 async function joinLobby(person) {
   const { page, name } = person;
-  await page.goto(args.page);
+  await page.goto(`${args.page}?trace`);
   await page.locator('body[data-loaded=true]').waitFor({ timeout: TIMEOUT });
   await page.getByTestId('member-name').fill(name);
   await page.getByTestId('connect-button').click();
@@ -167,6 +167,11 @@ async function main() {
       // the ticket goes out at once: the game server takes it only within its time to live
       say(person.name, 'game starting', { address, ticket });
       await shot(person, 'game');
+    }
+    // every message each page sent and received, for the tests to check against the schema
+    for (const person of people) {
+      const messages = await person.page.evaluate(() => window.echoTrace ?? []);
+      writeFileSync(join(args.out, `trace-${person.name}.jsonl`), messages.map((m) => JSON.stringify(m)).join('\n') + '\n');
     }
     say('browser', 'done');
   } catch (error) {

@@ -7,6 +7,8 @@ const params = new URLSearchParams(location.search);
 const WS_URL = params.get('ws') ?? `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/`;
 const RESUME_KEY = 'echo-lobby-resume:';
 const MEMBER_KEY = 'echo-lobby-member';
+// ?trace: every message sent and received kept in window.echoTrace (the tests check them all)
+const trace = params.has('trace') ? (direction, message) => (window.echoTrace ??= []).push({ direction, message }) : undefined;
 
 let client = null;
 
@@ -126,12 +128,12 @@ async function connect(member) {
   if (stored) {
     // this tab sat in a lobby before a reload: take the seat back
     try {
-      connected = await LobbyClient.connect(WS_URL, { member, resumeToken: stored });
+      connected = await LobbyClient.connect(WS_URL, { member, resumeToken: stored, trace });
     } catch {
       sessionStorage.removeItem(RESUME_KEY + member);
     }
   }
-  client = connected ?? await LobbyClient.connect(WS_URL, { member });
+  client = connected ?? await LobbyClient.connect(WS_URL, { member, trace });
   sessionStorage.setItem(MEMBER_KEY, member);
   client.on('*', onEvent);
   status(`Connected to ${client.serverId} as ${client.member}${connected ? ' (seat taken back)' : ''}.`);
