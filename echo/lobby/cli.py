@@ -32,6 +32,8 @@ from echo._cli import (
     server_key_pin_option,
     sole_error,
 )
+from echo.lobby.web.cli import web_door_config, web_door_options
+from echo.lobby.webpage.cli import door_type, web_page_option
 from echo.ops.cli import Ops, metrics_option, open_ops
 from echo.ops.metrics import LobbyCollector, session_collectors
 
@@ -58,10 +60,14 @@ whose sub is the member id; members pass it with echo-lobby-client --token). WIT
 so at start). See docs/security.md, "Verified identities"; examples/auth_backend.py issues
 tokens.
 \b
-Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host or an
---events file that cannot be opened; 2 a bad command line (including an unreadable key file,
-an --auth-key file that is not a usable key set, --auth-key without --auth-issuer, and an
---events file in a missing directory).
+Browsers and game engines: --ws-port opens a WebSocket door (JSON, docs/json-protocol.md)
+beside the UDP port, into the same lobbies; --ws-tls-cert/--ws-tls-key make it wss://.
+\b
+Exit status: 0 stopped by a signal; 1 a port in use (--ws-port included), an address not on
+this host or an --events file that cannot be opened; 2 a bad command line (including an
+unreadable key file, an --auth-key file that is not a usable key set, --auth-key without
+--auth-issuer, an --events file in a missing directory, a --ws-* option without --ws-port and
+a certificate that does not load).
 """
 
 
@@ -241,6 +247,8 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
 @events_option(
     help="Append one JSON line per lobby and session event to this file (echo-analyze)."
 )
+@web_door_options
+@web_page_option
 @metrics_option()
 @log_options(default_level="info")
 def server_main(
@@ -318,6 +326,8 @@ def server_main(
         ticket_ttl=ticket_ttl,
         identity=_identity(auth_key_path, auth_issuer, auth_audience),
     )
+    door = web_door_config(address)
+    door_class = door_type(door)  # --web: the door serves the lobby page too
     try:
         events = EventLog(events_path, server_id=name) if events_path else None
     except OSError as error:
@@ -328,7 +338,7 @@ def server_main(
             session_config, config, events=events, transport_config=lobby_server_timers()
         )
         tune_collector()
-        trio.run(_serve, server, log, ops)
+        trio.run(_serve, server, log, ops, door, door_class)
     except BaseException as error:
         found = sole_error(error, OSError)
         if found is None:
@@ -397,13 +407,19 @@ def tune_collector() -> None:
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
-async def _serve(server: Any, log: Any, ops: Ops | None = None) -> None:
+async def _serve(
+    server: Any, log: Any, ops: Ops | None = None, door: Any = None, door_class: Any = None
+) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             if ops is not None:
                 await ops.start(nursery)
                 ops.register(LobbyCollector(server), *session_collectors(server.sessions))
             await nursery.start(server.run)
+            if door is not None:  # the WebSocket door (echo.lobby.web), beside the UDP port
+                from echo.lobby.web.door import WebDoor
+
+                door = await nursery.start((door_class or WebDoor)(server, door).run)
             log.info("listening", server_id=server.server_id, pid=os.getpid())
             log_server_key(log, server.session_config)
             if ops is not None:
@@ -412,6 +428,8 @@ async def _serve(server: Any, log: Any, ops: Ops | None = None) -> None:
                 log.info("shutting_down", signal=signal.Signals(signum).name)
                 if ops is not None:
                     ops.health.draining()
+                if door is not None:
+                    await door.stop()
                 await server.stop(reason=signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break

@@ -383,28 +383,7 @@ class LobbyServer:
         try:
             await session.send(encode_welcome(self.server_id))
             async with open_channels(session, lobby_channel_specs(server=True)) as channels:
-                conn.channels = channels
-                pending, conn.pending = conn.pending, []
-                for ch, data in pending:
-                    self._send_to(member_id, ch, data)
-                self._flush()
-                if old is not None:
-                    # The member came back on a new session while the old one still looked
-                    # alive (its network changed): the new one wins and gets the state.
-                    old.closing = "replaced by a new session"
-                    self.counters["sessions_replaced"] += 1
-                    await old.session.close("replaced by a new session")
-                    lobby_id = self.registry.lobby_of(member_id)
-                    snapshot = None if lobby_id is None else self.registry.snapshot(lobby_id)
-                    tags = None if lobby_id is None else self.registry.seat_tags(lobby_id)
-                    if snapshot is not None:
-                        self._deliver((Send((member_id,), snapshot),))
-                    if tags is not None and tags.tags:
-                        self._deliver((Send((member_id,), tags),))
-                else:
-                    self._deliver(self.registry.reconnected(member_id, trio.current_time()))
-                    self._wake_expiry.set()
-                self._seat_taken(conn)
+                await self.member_arrived(conn, channels, old)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_quietly, self._read_chat, conn)
                     await _quietly(self._read_requests, conn)
@@ -412,11 +391,44 @@ class LobbyServer:
         except _GONE:
             pass
         finally:
-            # No await here: this runs to the end even when the task is being cancelled.
-            if self.conns.get(member_id) is conn:
-                del self.conns[member_id]
-                self._deliver(self.registry.disconnected(member_id, trio.current_time()))
-                self._wake_expiry.set()
+            self.member_gone(conn)
+
+    async def member_arrived(self, conn: _Conn, channels: Any, old: _Conn | None) -> None:
+        """`conn`'s member was let in (it is in `conns`, `old` the connection it replaced) and
+        its `channels` are open: what waited is sent, and its seat and state. Every kind of
+        member connection comes through here: the UDP sessions, the WebSocket door's."""
+        member_id = conn.member_id
+        conn.channels = channels
+        pending, conn.pending = conn.pending, []
+        for ch, data in pending:
+            self._send_to(member_id, ch, data)
+        self._flush()
+        if old is not None:
+            # The member came back on a new session while the old one still looked
+            # alive (its network changed): the new one wins and gets the state.
+            old.closing = "replaced by a new session"
+            self.counters["sessions_replaced"] += 1
+            await old.session.close("replaced by a new session")
+            lobby_id = self.registry.lobby_of(member_id)
+            snapshot = None if lobby_id is None else self.registry.snapshot(lobby_id)
+            tags = None if lobby_id is None else self.registry.seat_tags(lobby_id)
+            if snapshot is not None:
+                self._deliver((Send((member_id,), snapshot),))
+            if tags is not None and tags.tags:
+                self._deliver((Send((member_id,), tags),))
+        else:
+            self._deliver(self.registry.reconnected(member_id, trio.current_time()))
+            self._wake_expiry.set()
+        self._seat_taken(conn)
+
+    def member_gone(self, conn: _Conn) -> None:
+        """`conn` ended: unless a newer connection of the member replaced it, the seat goes
+        RECONNECTING for the grace period. No await: this runs to the end even when the task
+        is being cancelled."""
+        if self.conns.get(conn.member_id) is conn:
+            del self.conns[conn.member_id]
+            self._deliver(self.registry.disconnected(conn.member_id, trio.current_time()))
+            self._wake_expiry.set()
 
     def _seat_taken(self, conn: _Conn) -> None:
         """A session of a seated member was let in: the seat is now its client's, and the

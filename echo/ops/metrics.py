@@ -296,6 +296,22 @@ LOBBY_SERVER_COUNTERS: dict[str, str] = {
     "resumes_refused": "Resume tokens refused (forged, expired, replayed, seat gone)",
     "chat_dropped": "Chat lines dropped for a member whose chat backlog was full",
     "members_too_slow": "Member sessions closed for falling behind on updates",
+    # the WebSocket door (echo-lobby --ws-port): bad input, each kind counted
+    "ws_connections": "WebSocket connections accepted",
+    "ws_connections_refused": "WebSocket connections closed at once: the door held "
+    "--ws-max-connections (1013)",
+    "ws_bad_messages": "WebSocket messages that were not a JSON request (refused bad_request)",
+    "ws_binary_frames": "WebSocket connections closed for a binary frame (1003)",
+    "ws_too_big": "WebSocket connections closed for a message over the size limit (1009)",
+    "ws_rate_limited": "WebSocket messages refused over the connection's message rate",
+    "ws_rate_closed": "WebSocket connections closed for staying over the message rate (1008)",
+    "ws_chat_queue_full": "WebSocket chat lines refused: too many waiting for the chat rate",
+    "ws_ping_timeouts": "WebSocket members dropped for not answering a ping",
+    # the lobby page on the door's port (echo-lobby --web, echo.lobby.webpage)
+    "web_page_served": "Lobby page files served (`--web`)",
+    "web_page_not_found": "Requests on the door's port for no file of the lobby page (404/405)",
+    "web_page_bad_requests": "Connections on the door's port that sent no valid HTTP request",
+    "web_page_timeouts": "Connections on the door's port that sent no request head in time",
 }
 
 

@@ -93,6 +93,20 @@ def _lobby_hello() -> Iterable[bytes]:
     yield hello.encode_welcome("lobby-a")
 
 
+def _lobby_json() -> Iterable[bytes]:
+    # The JSON form of every sample message, a hello, and a few texts just off the grammar.
+    from echo.lobby.web import jsonwire
+    from tests.lobby.test_protocol import SAMPLES
+
+    for message in SAMPLES:
+        yield jsonwire.dumps(jsonwire.dump_message(message)).encode()
+    full = hello.Hello("ålice", b"\x01seat", bytes(range(16)), b"a.b.c", b"resume")
+    yield jsonwire.dumps(jsonwire.dump_hello(full)).encode()
+    yield b'{"type": "join_lobby", "request_id": 1, "lobby_id": "18446744073709551615"}'
+    yield b'{"type": "set_metadata", "request_id": 2, "lobby_id": "3", "changes": {"a": null}}'
+    yield b'[[[[{"type": "hello", "v": 1e400}]]]]'
+
+
 def _lobby_games() -> Iterable[bytes]:
     yield games.encode_announcement(games.GameServerAnnouncement("game-1", "127.0.0.1:40123", 8))
     yield games.encode_announcement(games.GameServerAnnouncement("g", "[::1]:1", 0xFFFF))
@@ -156,6 +170,7 @@ SEEDS = {
     "aeron_frames": _aeron_frames,
     "lobby_protocol": _lobby_protocol,
     "lobby_hello": _lobby_hello,
+    "lobby_json": _lobby_json,
     "lobby_games": _lobby_games,
     "lobby_listings": _lobby_listings,
     "channels_wire": _channels_wire,
