@@ -139,6 +139,20 @@ def _tickets() -> Iterable[bytes]:
     key = tickets.TicketKey(1, bytes([1]) * 32)
     yield tickets.issue(key, 77, "ålice", "game-1", 1_800_000_030.0)
     yield tickets.issue(key, 2**64 - 1, "m" * 255, "s", 0.0)
+    yield tickets.issue(key, 77, "ålice", "game-1", 1_800_000_030.0, version=1)
+    yield tickets.issue(
+        key,
+        77,
+        "ålice",
+        "game-1",
+        1_800_000_030.0,
+        match_id=2**64 - 1,
+        roster=(
+            tickets.RosterEntry("ålice", {"team": "red", "skill": -5}),
+            tickets.RosterEntry("bob", {}),
+        ),
+        metadata={"mode": "ctf", "round": 2**63 - 1},
+    )
     seats = tickets.TicketSeats(key, ttl=60, clock=lambda: 1_800_000_000.0)
     yield seats.issue(7, "alice")
     yield seats.tag(7, "alice", b"s" * 16)
