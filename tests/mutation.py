@@ -168,8 +168,10 @@ def main() -> int:
     statuses = results()
     for name, status in before.items():
         module = name.split(".x")[0]
-        if status in KILLED and statuses.get(name) == "not checked" and (
-            previous.get(module) == sources.get(module)
+        if (
+            status in KILLED
+            and statuses.get(name) == "not checked"
+            and (previous.get(module) == sources.get(module))
         ):
             statuses[name] = status  # carried over: killed by the earlier, smaller test set
     below = False

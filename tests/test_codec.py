@@ -73,14 +73,20 @@ def test_prefixed_forms(raw: bytes, text: str) -> None:
     buf.push_str16(text)
     encoded = text.encode()
     assert buf.data == (
-        struct.pack(">H", len(raw)) + raw + leb128(len(raw)) + raw
-        + struct.pack(">H", len(encoded)) + encoded
+        struct.pack(">H", len(raw))
+        + raw
+        + leb128(len(raw))
+        + raw
+        + struct.pack(">H", len(encoded))
+        + encoded
     )
 
 
-@given(st.lists(st.sampled_from(KINDS), max_size=12).flatmap(
-    lambda kinds: st.tuples(st.just(kinds), st.tuples(*(STRATEGY[k] for k in kinds)))
-))
+@given(
+    st.lists(st.sampled_from(KINDS), max_size=12).flatmap(
+        lambda kinds: st.tuples(st.just(kinds), st.tuples(*(STRATEGY[k] for k in kinds)))
+    )
+)
 def test_any_sequence_round_trips_and_every_prefix_is_refused(
     case: tuple[list[str], tuple[Any, ...]],
 ) -> None:

@@ -264,7 +264,9 @@ def test_the_fleet_opens_the_ports_the_server_binds() -> None:
     ports = fleet["spec"]["template"]["spec"]["ports"]
     config = ServerConfig(address="0.0.0.0", duologue_ports="shared")
     assert {p["containerPort"] for p in ports} == {
-        config.port, config.control_port, *config.clients_port_range
+        config.port,
+        config.control_port,
+        *config.clients_port_range,
     }
     for port in ports:
         # what the server binds is what its CONNECT tells the client: no remapping

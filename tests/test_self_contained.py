@@ -119,8 +119,10 @@ def violations(text: str, path: PurePosixPath) -> list[str]:
                 found.append(f"{where}: climbs above the repository root: {match.group(0)!r}")
         for match in ABSOLUTE_PATH.finditer(line):
             if match.group("root") not in ALLOWED_ROOTS:
-                found.append(f"{where}: an absolute path outside the system's own: "
-                             f"{line[match.start():].split()[0]!r}")
+                found.append(
+                    f"{where}: an absolute path outside the system's own: "
+                    f"{line[match.start() :].split()[0]!r}"
+                )
     return found
 
 

@@ -435,8 +435,9 @@ class _AeronSubstream:
     nothing on another: that is the whole point (ChannelSpec.own_stream).
     """
 
-    def __init__(self, publication: Publication, subscription: Subscription,
-                 send_timeout: float) -> None:
+    def __init__(
+        self, publication: Publication, subscription: Subscription, send_timeout: float
+    ) -> None:
         self.publication = publication
         self.subscription = subscription
         self.send_timeout = send_timeout
@@ -497,21 +498,27 @@ async def _open_substream(session: SessionLike, stream: int) -> AsyncIterator[Se
     if transport is None or own_pub is None or own_sub is None:
         raise ChannelUsageError(
             "channels with own_stream need a session with transport, publication and "
-            "subscription (echo.session.Session) or open_substream")
-    if any("control-mode=response" in uri or "response-correlation-id" in uri
-           for uri in (own_pub.channel, own_sub.channel)):
+            "subscription (echo.session.Session) or open_substream"
+        )
+    if any(
+        "control-mode=response" in uri or "response-correlation-id" in uri
+        for uri in (own_pub.channel, own_sub.channel)
+    ):
         # A second stream of a response channel would need its own request/response pairing
         # (RSP_SETUP) on both ends; without it the server's side never connects. Say so now
         # rather than let the session time out.
         raise ChannelUsageError(
             "own_stream needs per-client duologue ports: this session runs on shared ports "
-            "(an Aeron response channel), which carry one stream per session")
+            "(an Aeron response channel), which carry one stream per session"
+        )
     stream_id = (own_pub.stream_id + stream) & 0x7FFFFFFF
-    subscription = await transport.add_subscription(_substream_uri(own_sub.channel, stream),
-                                                    stream_id)
+    subscription = await transport.add_subscription(
+        _substream_uri(own_sub.channel, stream), stream_id
+    )
     try:
-        publication = await transport.add_publication(_substream_uri(own_pub.channel, stream),
-                                                      stream_id)
+        publication = await transport.add_publication(
+            _substream_uri(own_pub.channel, stream), stream_id
+        )
     except BaseException:
         await subscription.close()
         raise

@@ -150,9 +150,23 @@ class Outgoing:
     is into the session message); every other frame is all header.
     """
 
-    __slots__ = ("_frame", "body", "channel", "dep_failed", "deps", "handle", "header",
-                 "optimistic", "payload", "refs", "size", "state", "transmissions", "uncovered",
-                 "wire_len")
+    __slots__ = (
+        "_frame",
+        "body",
+        "channel",
+        "dep_failed",
+        "deps",
+        "handle",
+        "header",
+        "optimistic",
+        "payload",
+        "refs",
+        "size",
+        "state",
+        "transmissions",
+        "uncovered",
+        "wire_len",
+    )
 
     def __init__(
         self,
@@ -301,8 +315,9 @@ class ChannelPeer:
         # Stream 0 is the session's own; each own_stream channel gets the next, in id order
         # (both peers declare the same specs, so they agree on the numbering).
         self.stream_of = {s.channel_id: 0 for s in specs}
-        for index, spec in enumerate(sorted((s for s in specs if s.own_stream),
-                                            key=lambda s: s.channel_id)):
+        for index, spec in enumerate(
+            sorted((s for s in specs if s.own_stream), key=lambda s: s.channel_id)
+        ):
             self.stream_of[spec.channel_id] = index + 1
         self.streams = 1 + sum(1 for s in specs if s.own_stream)
         self._out_list = list(self.outgoing.values())
@@ -313,7 +328,8 @@ class ChannelPeer:
             self._by_priority[(out_ch.stream, out_ch.spec.priority)].append(out_ch)
         #: control frames per stream; `control` is stream 0's
         self.controls: list[collections.deque[wire.Control]] = [
-            collections.deque() for _ in range(self.streams)]
+            collections.deque() for _ in range(self.streams)
+        ]
         self.control = self.controls[0]
         self.failure: str | None = None
         self.events: list[Discarded] = []
@@ -377,9 +393,7 @@ class ChannelPeer:
             amount = min(amount, ch.receiving_bound - ch.accepted - ch.outstanding)
         if amount <= 0:
             return
-        if not force and amount * 4 < ch.capacity and (
-            ch.buffer or ch.outstanding >= ch.low_water
-        ):
+        if not force and amount * 4 < ch.capacity and (ch.buffer or ch.outstanding >= ch.low_water):
             return  # more releases will follow, or the client cannot be short: aggregate
         ch.issuable -= amount
         self._ctl(Guarantee(ch.spec.channel_id, amount))
@@ -659,14 +673,16 @@ class ChannelPeer:
         if ch.stream != 0:
             raise ChannelUsageError(
                 f"channel {channel} has its own stream: its messages cannot refer to handles "
-                "(a reference must never overtake its bind)")
+                "(a reference must never overtake its bind)"
+            )
         for ref in refs:
             entry = self._ref_entry(ref)
             if entry.local_free or entry.peer_freed or entry.sent_free:
                 raise ChannelUsageError(f"handle {ref.handle} of type {ref.handle_type} is freed")
         frame = Data(channel, payload, tuple(refs))
-        out = Outgoing(channel, wire.encode(frame), b"", wire.message_size(frame), optimistic,
-                       frame=frame)
+        out = Outgoing(
+            channel, wire.encode(frame), b"", wire.message_size(frame), optimistic, frame=frame
+        )
         if ch.spec.max_message is not None and out.size > ch.spec.max_message:
             _too_large(ch.spec, out.size)
         if ch.sending_bound is not None or ch.receiving_bound is not None:
@@ -696,8 +712,15 @@ class ChannelPeer:
             raise ChannelUsageError(f"channel {handle_type} carries no handles")
         frame = Bind(handle_type, bytes(value))
         handle = self.next_own[handle_type]
-        out = Outgoing(handle_type, wire.encode(frame), b"", wire.message_size(frame), optimistic,
-                       frame=frame, handle=handle)
+        out = Outgoing(
+            handle_type,
+            wire.encode(frame),
+            b"",
+            wire.message_size(frame),
+            optimistic,
+            frame=frame,
+            handle=handle,
+        )
         if ch.spec.max_message is not None and out.size > ch.spec.max_message:
             _too_large(ch.spec, out.size)
         self._check_sendable(ch, out.size)
@@ -768,8 +791,11 @@ class ChannelPeer:
     def finished_receiving(self, channel: int) -> bool:
         """The peer's sending bound is used up and nothing is left buffered."""
         ch = self._in(channel)
-        return (ch.sending_bound is not None and ch.accepted + ch.absolved >= ch.sending_bound
-                and not ch.buffer)
+        return (
+            ch.sending_bound is not None
+            and ch.accepted + ch.absolved >= ch.sending_bound
+            and not ch.buffer
+        )
 
     def _on_guarantee(self, frame: Guarantee) -> None:
         ch = self.outgoing.get(frame.channel)
@@ -796,8 +822,9 @@ class ChannelPeer:
             self._fail(f"ANNOUNCE_DROPPING on unknown channel {frame.channel}")
             return
         if not ch.unconfirmed:
-            self._fail(f"ANNOUNCE_DROPPING on channel {frame.channel}: a guaranteed message "
-                       "was dropped")
+            self._fail(
+                f"ANNOUNCE_DROPPING on channel {frame.channel}: a guaranteed message was dropped"
+            )
             return
         dropped = list(ch.unconfirmed)
         ch.unconfirmed.clear()
@@ -984,10 +1011,16 @@ class ChannelPeer:
                         start += 1
                     stop = start + n
                     ch = incoming.get(channel)
-                    if (stop <= end and channel < 0x80 and ch is not None and not ch.dropping
-                            and not ch.spec.handles and ch.sending_bound is None
-                            and ch.receiving_bound is None
-                            and (n or 1) <= ch.capacity - ch.used):
+                    if (
+                        stop <= end
+                        and channel < 0x80
+                        and ch is not None
+                        and not ch.dropping
+                        and not ch.spec.handles
+                        and ch.sending_bound is None
+                        and ch.receiving_bound is None
+                        and (n or 1) <= ch.capacity - ch.used
+                    ):
                         size = n or 1
                         ch.used += size
                         ch.accepted += size
@@ -1190,4 +1223,5 @@ class ChannelPeer:
 def _too_large(spec: ChannelSpec, size: int) -> None:
     raise ChannelUsageError(
         f"a message of {size} bytes on channel {spec.channel_id}, whose max_message is "
-        f"{spec.max_message}")
+        f"{spec.max_message}"
+    )

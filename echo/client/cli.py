@@ -268,6 +268,8 @@ def _done_line(result: dict[str, Any]) -> str:
     if rtt["p50"] is None:
         return done
     return f"{done}, rtt p50 {rtt['p50']} ms, p99 {rtt['p99']} ms"
+
+
 def _server_key(value: str) -> str:
     """--server-key: a key or fingerprint, or a file holding one (checked here)."""
     from echo.session.crypto import BadPin, Pin

@@ -234,9 +234,7 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
     help="The aud every member token must carry: the lobby service's name, the same on every "
     "lobby server of the ring.",
 )
-@events_option(
-    help="Append one JSON line per lobby and session event to this file (echo-analyze)."
-)
+@events_option(help="Append one JSON line per lobby and session event to this file (echo-analyze).")
 @metrics_option()
 @log_options(default_level="info")
 def server_main(
@@ -708,7 +706,12 @@ def _print_event(out: _Printer, event: Any) -> None:
                 server_id=event.server_id,
                 address=event.address,
                 ticket=event.ticket.hex(),
+                control_port=event.control_port,
+                duologue_ports=event.duologue_ports,
+                match_id=event.match_id,
             )
+        case p.GameEnded():
+            out("game_ended", event.match_id, match_id=event.match_id, result=dict(event.result))
         case p.ChatLine():
             out("chat", event.member_id, event.text, member=event.member_id, text=event.text)
         case Rehomed():
@@ -743,6 +746,7 @@ def _event_name(event: Any) -> str:
         p.PresenceChanged: "presence",
         p.MemberBanned: "banned",
         p.GameStarting: "game",
+        p.GameEnded: "game_ended",
         p.ChatLine: "chat",
         Rehomed: "rehomed",
         Reconnected: "reconnected",
@@ -998,9 +1002,7 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
                     owner=snap.owner,
                     members=[m.member_id for m in snap.members],
                     ready=[m.member_id for m in snap.members if m.ready],
-                    connected=[
-                        m.member_id for m in snap.members if m.presence.name == "CONNECTED"
-                    ],
+                    connected=[m.member_id for m in snap.members if m.presence.name == "CONNECTED"],
                     attributes={m.member_id: dict(m.attributes) for m in snap.members},
                     metadata=dict(snap.metadata),
                 )

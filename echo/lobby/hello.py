@@ -49,8 +49,17 @@ MAX_SECRET_BYTES: Final = 64
 MAX_RESUME_BYTES: Final = 512
 MAX_TOKEN_BYTES: Final = 4096
 MAX_HELLO_BYTES: Final = (
-    len(MAGIC) + 1 + 255 + 2 + MAX_SEAT_BYTES + 1 + MAX_SECRET_BYTES
-    + 2 + MAX_TOKEN_BYTES + 2 + MAX_RESUME_BYTES
+    len(MAGIC)
+    + 1
+    + 255
+    + 2
+    + MAX_SEAT_BYTES
+    + 1
+    + MAX_SECRET_BYTES
+    + 2
+    + MAX_TOKEN_BYTES
+    + 2
+    + MAX_RESUME_BYTES
 )
 
 

@@ -278,6 +278,13 @@ LOBBY_COUNTERS: dict[str, str] = {
     "chat_deliveries": "Chat lines delivered (one per member it went to)",
     "games_started": "Games started",
     "tickets_issued": "Game tickets issued (one per connected member of a started game)",
+    "tickets_reissued": "Fresh tickets for a running game (a player who crashed came back)",
+    "games_ended": "Games ended (a result, a timeout, or a game server the players reported)",
+    "games_timed_out": "Games ended by the lobby for lack of a result within the game's life",
+    "game_results_ended": "Signed game results that ended a running game",
+    "game_results_not_running": "Signed game results for no running game (repeats, late)",
+    "game_server_reports": "Players' reports of a game server refusing their tickets",
+    "game_servers_benched": "Game servers taken out of rotation after the players' reports",
     "members_dropped": "Members whose session dropped (seat kept for the grace period)",
     "members_reconnected": "Members who came back within the grace period",
     "members_expired": "Members whose grace period ran out",
@@ -293,6 +300,7 @@ LOBBY_SERVER_COUNTERS: dict[str, str] = {
     "seats_resumed": "Seats taken back by a new process of the member with a resume token",
     "resumes_refused": "Resume tokens refused (forged, expired, replayed, seat gone)",
     "chat_dropped": "Chat lines dropped for a member whose chat backlog was full",
+    "game_results_refused": "Game results ignored: not signed by a ticket key of this server",
     "members_too_slow": "Member sessions closed for falling behind on updates",
 }
 

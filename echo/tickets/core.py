@@ -439,5 +439,24 @@ class TicketIssuer:
         self.ttl = ttl
         self.clock = clock
 
-    def issue(self, lobby_id: int, member_id: str, server_id: str) -> bytes:
-        return issue(self.key, lobby_id, member_id, server_id, self.clock() + self.ttl)
+    def issue(
+        self,
+        lobby_id: int,
+        member_id: str,
+        server_id: str,
+        *,
+        match_id: int = 0,
+        roster: Iterable[RosterEntry] = (),
+        metadata: Mapping[str, Value] | None = None,
+    ) -> bytes:
+        """A ticket for the game `match_id` on `server_id`, living `ttl` seconds."""
+        return issue(
+            self.key,
+            lobby_id,
+            member_id,
+            server_id,
+            self.clock() + self.ttl,
+            match_id=match_id,
+            roster=roster,
+            metadata=metadata,
+        )

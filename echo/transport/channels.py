@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 #: `close` waits this long past the linger for the last status messages before it gives up
 _CLOSE_GRACE = 1.0
 
+
 class Waiters:
     """Wakes every task waiting for 'something changed' on a channel."""
 

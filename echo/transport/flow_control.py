@@ -98,9 +98,7 @@ class MinMulticastFlowControl(FlowControl):
         if receiver is None:
             self.receivers[sm.receiver_id] = _Receiver(sm.receiver_id, position_plus_window, now)
         else:
-            receiver.position_plus_window = max(
-                receiver.position_plus_window, position_plus_window
-            )
+            receiver.position_plus_window = max(receiver.position_plus_window, position_plus_window)
             receiver.last_sm = now
         return self._limit(sender_limit)
 

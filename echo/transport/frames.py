@@ -67,16 +67,55 @@ from echo.transport.wireformat import (
 
 # The wire format's names are this module's too: every importer of frames keeps working.
 __all__ = [
-    "BEGIN_END_AND_EOS_FLAGS", "BEGIN_FLAG", "COMMON_HEADER_STRUCT", "CURRENT_VERSION",
-    "DATA_HEADER_LENGTH", "DATA_HEADER_STRUCT", "END_FLAG", "EOS_FLAG", "ERR_HAS_GROUP_TAG_FLAG",
-    "ERR_HEADER_LENGTH", "ERR_STRUCT", "FRAME_ALIGNMENT", "HEADER_LENGTH",
-    "MAX_ERROR_MESSAGE_LENGTH", "MAX_UDP_PAYLOAD_LENGTH", "NAK_LENGTH", "NAK_STRUCT",
-    "RSP_SETUP_LENGTH", "RSP_SETUP_STRUCT", "RTTM_LENGTH", "RTTM_REPLY_FLAG", "RTTM_STRUCT",
-    "SETUP_GROUP_FLAG", "SETUP_LENGTH", "SETUP_SEND_RESPONSE_FLAG", "SETUP_STRUCT", "SM_EOS_FLAG",
-    "SM_GTAG_LENGTH", "SM_GTAG_STRUCT", "SM_LENGTH", "SM_SETUP_FLAG", "SM_STRUCT",
-    "UNFRAGMENTED_FLAGS", "Buffer", "DataFields", "DataHeader", "ErrorFrame", "Frame",
-    "FrameError", "FrameType", "Nak", "ResponseSetup", "Rttm", "Setup", "StatusMessage", "align",
-    "iter_data_frames_untrusted", "parse_data_run_untrusted", "parse_data_untrusted",
+    "BEGIN_END_AND_EOS_FLAGS",
+    "BEGIN_FLAG",
+    "COMMON_HEADER_STRUCT",
+    "CURRENT_VERSION",
+    "DATA_HEADER_LENGTH",
+    "DATA_HEADER_STRUCT",
+    "END_FLAG",
+    "EOS_FLAG",
+    "ERR_HAS_GROUP_TAG_FLAG",
+    "ERR_HEADER_LENGTH",
+    "ERR_STRUCT",
+    "FRAME_ALIGNMENT",
+    "HEADER_LENGTH",
+    "MAX_ERROR_MESSAGE_LENGTH",
+    "MAX_UDP_PAYLOAD_LENGTH",
+    "NAK_LENGTH",
+    "NAK_STRUCT",
+    "RSP_SETUP_LENGTH",
+    "RSP_SETUP_STRUCT",
+    "RTTM_LENGTH",
+    "RTTM_REPLY_FLAG",
+    "RTTM_STRUCT",
+    "SETUP_GROUP_FLAG",
+    "SETUP_LENGTH",
+    "SETUP_SEND_RESPONSE_FLAG",
+    "SETUP_STRUCT",
+    "SM_EOS_FLAG",
+    "SM_GTAG_LENGTH",
+    "SM_GTAG_STRUCT",
+    "SM_LENGTH",
+    "SM_SETUP_FLAG",
+    "SM_STRUCT",
+    "UNFRAGMENTED_FLAGS",
+    "Buffer",
+    "DataFields",
+    "DataHeader",
+    "ErrorFrame",
+    "Frame",
+    "FrameError",
+    "FrameType",
+    "Nak",
+    "ResponseSetup",
+    "Rttm",
+    "Setup",
+    "StatusMessage",
+    "align",
+    "iter_data_frames_untrusted",
+    "parse_data_run_untrusted",
+    "parse_data_untrusted",
     "parse_datagram_untrusted",
 ]
 
@@ -207,8 +246,8 @@ def _parse_setup(data: Buffer, flags: int) -> Setup:
 
 
 def _parse_nak(data: Buffer, flags: int) -> Nak:
-    (_, _, _, _, session_id, stream_id, term_id, term_offset, nak_length) = (
-        NAK_STRUCT.unpack_from(data, 0)
+    (_, _, _, _, session_id, stream_id, term_id, term_offset, nak_length) = NAK_STRUCT.unpack_from(
+        data, 0
     )
     return Nak(
         session_id=session_id,
@@ -235,9 +274,7 @@ def _parse_rttm(data: Buffer, flags: int) -> Rttm:
 
 
 def _parse_response_setup(data: Buffer, flags: int) -> ResponseSetup:
-    (_, _, _, _, session_id, stream_id, response_session_id) = RSP_SETUP_STRUCT.unpack_from(
-        data, 0
-    )
+    (_, _, _, _, session_id, stream_id, response_session_id) = RSP_SETUP_STRUCT.unpack_from(data, 0)
     return ResponseSetup(
         session_id=session_id,
         stream_id=stream_id,

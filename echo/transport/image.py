@@ -167,8 +167,7 @@ class PublicationImage:
         self._last_packet = now
         # compute_position, inlined: this runs for every datagram.
         position = (
-            (((term_id - self.initial_term_id + _I32_SIGN) & _U32) - _I32_SIGN)
-            << self.bits
+            (((term_id - self.initial_term_id + _I32_SIGN) & _U32) - _I32_SIGN) << self.bits
         ) + term_offset
         if heartbeat:
             return self._on_heartbeat(position, flags, now)

@@ -269,8 +269,17 @@ def append_message(
         start = offset + DATA_HEADER_LENGTH
         term[start : start + max_payload] = view[consumed : consumed + max_payload]
         pack_into(
-            term, offset, frame_length, 0, flags, data_type, offset, session_id, stream_id,
-            term_id, 0,
+            term,
+            offset,
+            frame_length,
+            0,
+            flags,
+            data_type,
+            offset,
+            session_id,
+            stream_id,
+            term_id,
+            0,
         )
         flags = 0
         offset += step

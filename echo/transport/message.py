@@ -16,6 +16,7 @@ except ImportError:  # mypy's own package (a dev dependency): not needed to run 
     def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
         return lambda cls: cls
 
+
 # session id, stream id, source, source ip, source port: what follows `data` in a Message
 Origin = tuple[int, int, str, str, int]
 

@@ -50,6 +50,7 @@ except ImportError:  # mypy's own package (a dev dependency): not needed to run 
     def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
         return lambda cls: cls
 
+
 #: what a send returns when the socket buffer is full (nothing sent: try again later)
 WOULD_BLOCK: Final = -1
 

@@ -230,9 +230,7 @@ class ReceiveEndpoint:
             self.counters.invalid(error.reason)
             return
         if fields is not None:
-            frame_length, flags, frame_type, term_offset, session_id, stream_id, term_id, _ = (
-                fields
-            )
+            frame_length, flags, frame_type, term_offset, session_id, stream_id, term_id, _ = fields
             key = (session_id, stream_id)
             heartbeat = frame_length == 0 and frame_type == FrameType.DATA
             image = self.images.get(key)

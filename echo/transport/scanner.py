@@ -133,9 +133,7 @@ class TermScanner:
         count = min(self.run_segments, -(-frames // per_datagram))
         return available, 0, offset + min(frames, count * per_datagram) * step, count
 
-    def _extend_run(
-        self, lengths: IntView, stop: int, segment: int, room: int
-    ) -> tuple[int, int]:
+    def _extend_run(self, lengths: IntView, stop: int, segment: int, room: int) -> tuple[int, int]:
         """How far a run of `segment`-byte datagrams, the first of which ends at `stop`, goes
         (see send)."""
         count = 1

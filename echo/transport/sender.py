@@ -48,6 +48,7 @@ except ImportError:  # mypy's own package (a dev dependency): not needed to run 
     def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
         return lambda cls: cls
 
+
 __all__ = [
     "ADMIN_ACTION",
     "BACK_PRESSURED",
@@ -76,10 +77,7 @@ class Send(Protocol):
     """Sends one datagram (or a run of `segment`-byte datagrams, see Emit) to `address`;
     returns how many datagrams left, or WOULD_BLOCK."""
 
-    def __call__(
-        self, datagram: bytes | memoryview, address: Address, segment: int = 0
-    ) -> int: ...
-
+    def __call__(self, datagram: bytes | memoryview, address: Address, segment: int = 0) -> int: ...
 
 
 # (Compiled, the class allows subclasses in interpreted code: response.py's

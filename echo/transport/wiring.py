@@ -208,9 +208,7 @@ def _session_id(ids: StreamIds, uri: ChannelUri, channel: str) -> int:
     if uri.session_id is None:
         return ids.next_session_id()
     if ids.session_in_use(uri.session_id):
-        raise UriError(
-            f"{channel}: existing publication has clashing session-id {uri.session_id}"
-        )
+        raise UriError(f"{channel}: existing publication has clashing session-id {uri.session_id}")
     return uri.session_id
 
 

@@ -243,6 +243,7 @@ def test_a_run_records_the_commit_the_machine_and_its_load() -> None:
 def test_a_figure_whose_baseline_is_zero_or_nan_in_a_repeat_is_left_out_not_written() -> None:
     """A short or starved run can measure a baseline of 0 (or no echo at all: NaN): a ratio to
     it is no figure, and the file must still be written with the figures that are."""
+
     def repeat(base: float, value: float) -> dict[tuple[str, str], Result]:
         own = Result("echo", "cpu", value, "us", baseline=("raw", "cpu"), lower_is_better=True)
         plain = Result("echo", "rss", 50.0, "MiB")

@@ -10,8 +10,9 @@ def peers(
 ) -> tuple[ChannelPeer, ChannelPeer]:
     """(client, server) sharing channel 0; only the server's direction has a buffer."""
     client = ChannelPeer([ChannelSpec(0, capacity=0, handles=handles)], auto_issue=auto_issue)
-    server = ChannelPeer([ChannelSpec(0, capacity=capacity, handles=handles)],
-                         auto_issue=auto_issue)
+    server = ChannelPeer(
+        [ChannelSpec(0, capacity=capacity, handles=handles)], auto_issue=auto_issue
+    )
     return client, server
 
 

@@ -31,7 +31,8 @@ class PipeSession:
         self.peer: PipeSession | None = None
         self._substreams: dict[int, PipeSession] = {}
         self._send, self._receive = trio.open_memory_channel[tuple[float, bytes | None, str]](
-            math.inf)
+            math.inf
+        )
         self.closed_reason: str | None = None
         self.sent_messages = 0
 
@@ -60,7 +61,6 @@ class PipeSession:
             self.peer._send.send_nowait((trio.current_time() + self.delay, None, reason))
         await trio.lowlevel.checkpoint()
 
-
     @contextlib.asynccontextmanager
     async def open_substream(self, stream: int) -> AsyncIterator[PipeSession]:
         """Another independent pipe between the same two ends (ChannelSpec.own_stream)."""
@@ -71,8 +71,9 @@ class PipeSession:
         yield self._substreams[stream]
 
 
-def pipe_pair(delay: float = 0.0, substream_delay: float | None = None
-              ) -> tuple[PipeSession, PipeSession]:
+def pipe_pair(
+    delay: float = 0.0, substream_delay: float | None = None
+) -> tuple[PipeSession, PipeSession]:
     """Two ends of a pipe with `delay` one way; streams opened beside it (own_stream
     channels) have `substream_delay`, by default the same."""
     a, b = PipeSession(delay, substream_delay), PipeSession(delay, substream_delay)

@@ -51,8 +51,9 @@ async def test_bulk_saturated_by_a_slow_consumer_while_control_keeps_answering()
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             await nursery.start(es.serve, config, app)
-            async with es.connect(config.address, config.port, config.control_port,
-                                  timeout=5) as session:
+            async with es.connect(
+                config.address, config.port, config.control_port, timeout=5
+            ) as session:
                 async with open_channels(session, SPECS) as channels:
                     bulk_done = trio.Event()
 
@@ -82,8 +83,10 @@ async def test_a_control_channel_on_its_own_stream_of_a_real_session() -> None:
     ports) with stream id and session id + 1. Per-client duologue ports only: with shared
     ports the server's second stream never connects (docs/channels.md: not done)."""
     ports = "per-client"
-    specs = [ChannelSpec(CONTROL, capacity=4096, own_stream=True),
-             ChannelSpec(BULK, capacity=64 * 1000, priority=1)]
+    specs = [
+        ChannelSpec(CONTROL, capacity=4096, own_stream=True),
+        ChannelSpec(BULK, capacity=64 * 1000, priority=1),
+    ]
     config = server_config(free_base(12), duologue_ports=ports)
     received: list[int] = []
 
@@ -108,8 +111,13 @@ async def test_a_control_channel_on_its_own_stream_of_a_real_session() -> None:
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             await nursery.start(es.serve, config, app)
-            async with es.connect(config.address, config.port, config.control_port,
-                                  timeout=5, duologue_ports=config.duologue_ports) as session:
+            async with es.connect(
+                config.address,
+                config.port,
+                config.control_port,
+                timeout=5,
+                duologue_ports=config.duologue_ports,
+            ) as session:
                 async with open_channels(session, specs) as channels:
                     for i in range(50):
                         await channels[BULK].send(i.to_bytes(4, "big") * 250)
@@ -135,8 +143,9 @@ async def test_own_stream_on_shared_ports_is_refused_with_a_reason() -> None:
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(es.serve, config, app)
-            async with es.connect(config.address, config.port, config.control_port,
-                                  timeout=5, duologue_ports="shared") as session:
+            async with es.connect(
+                config.address, config.port, config.control_port, timeout=5, duologue_ports="shared"
+            ) as session:
                 with pytest.raises(ChannelUsageError, match="per-client duologue ports"):
                     async with open_channels(session, specs):
                         pass  # pragma: no cover - refused before this

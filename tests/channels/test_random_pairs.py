@@ -34,7 +34,8 @@ class TwoPeers(RuleBasedStateMachine):
         # in_flight[(i, stream)]: messages from peer i to peer 1-i on one stream (a reliable,
         # ordered pipe each; the streams are independent of one another).
         self.in_flight: dict[tuple[int, int], collections.deque[bytes]] = {
-            (p, k): collections.deque() for p in (0, 1) for k in range(self.streams)}
+            (p, k): collections.deque() for p in (0, 1) for k in range(self.streams)
+        }
         self.next_id = 0
         self.sent: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
         self.processed: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
@@ -51,18 +52,30 @@ class TwoPeers(RuleBasedStateMachine):
         if channel not in self.ref_channels:
             return []
         peer = self.peers[p]
-        usable = [HandleRef(2, h, True) for h, e in peer.own[2].items()
-                  if not (e.local_free or e.sent_free or e.peer_freed)]
-        usable += [HandleRef(2, h, False) for h, e in peer.theirs[2].items()
-                   if not (e.local_free or e.sent_free or e.peer_freed)]
+        usable = [
+            HandleRef(2, h, True)
+            for h, e in peer.own[2].items()
+            if not (e.local_free or e.sent_free or e.peer_freed)
+        ]
+        usable += [
+            HandleRef(2, h, False)
+            for h, e in peer.theirs[2].items()
+            if not (e.local_free or e.sent_free or e.peer_freed)
+        ]
         if not usable or not data.draw(st.booleans()):
             return []
         return [data.draw(st.sampled_from(usable))]
 
-    @rule(p=PEERS, channel=st.data(), size=st.integers(6, 12),
-          optimistic=st.booleans(), data=st.data())
-    def send(self, p: int, channel: st.DataObject | int, size: int, optimistic: bool,
-             data: st.DataObject) -> None:
+    @rule(
+        p=PEERS,
+        channel=st.data(),
+        size=st.integers(6, 12),
+        optimistic=st.booleans(),
+        data=st.data(),
+    )
+    def send(
+        self, p: int, channel: st.DataObject | int, size: int, optimistic: bool, data: st.DataObject
+    ) -> None:
         if not isinstance(channel, int):
             channel = channel.draw(st.sampled_from(self.data_channels))
         refs = self._refs(p, data, channel)
@@ -200,8 +213,7 @@ class TwoPeers(RuleBasedStateMachine):
             # Both sides hold the same bindings of the handles p created.
             assert set(me.own[2]) == set(other.theirs[2])
             # Every message the peer discarded for a dropped bind, p inferred, and no other.
-            assert me.counters["messages_discarded_by_peer"] == other.counters[
-                "messages_discarded"]
+            assert me.counters["messages_discarded_by_peer"] == other.counters["messages_discarded"]
 
     def teardown(self) -> None:
         self.quiesce()
@@ -212,7 +224,8 @@ class TwoPeers(RuleBasedStateMachine):
             for channel in self.data_channels:
                 while (delivery := self.peers[p].take(channel)) is not None:
                     self.processed[(1 - p, channel)].append(
-                        struct.unpack(">I", delivery.data[:4])[0])
+                        struct.unpack(">I", delivery.data[:4])[0]
+                    )
                     self.peers[p].release(delivery)
                     drained = True
         return drained
@@ -264,7 +277,9 @@ class TwoPeers(RuleBasedStateMachine):
 
 
 TwoPeers.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=50, deadline=None,
+    max_examples=100,
+    stateful_step_count=50,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_two_peers = TwoPeers.TestCase

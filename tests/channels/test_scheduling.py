@@ -18,8 +18,9 @@ def channels_of(batch: bytes) -> list[int]:
 
 
 def test_strict_priority():
-    a, _ = peers([ChannelSpec(0, capacity=1 << 20, priority=0),
-                  ChannelSpec(1, capacity=1 << 20, priority=1)])
+    a, _ = peers(
+        [ChannelSpec(0, capacity=1 << 20, priority=0), ChannelSpec(1, capacity=1 << 20, priority=1)]
+    )
     for _ in range(50):
         a.send(1, b"b" * 100)
     batch = a.data_to_send(1000)
@@ -31,9 +32,13 @@ def test_strict_priority():
 
 
 def test_weighted_sharing_within_a_priority():
-    a, _ = peers([ChannelSpec(0, capacity=1 << 20, weight=1),
-                  ChannelSpec(1, capacity=1 << 20, weight=3),
-                  ChannelSpec(2, capacity=1 << 20, weight=1, priority=5)])
+    a, _ = peers(
+        [
+            ChannelSpec(0, capacity=1 << 20, weight=1),
+            ChannelSpec(1, capacity=1 << 20, weight=3),
+            ChannelSpec(2, capacity=1 << 20, weight=1, priority=5),
+        ]
+    )
     for _ in range(400):
         a.send(0, b"x" * 100)
         a.send(1, b"y" * 100)

@@ -82,8 +82,10 @@ async def test_an_own_stream_channel_is_not_held_up_by_a_slow_stream_0(autojump_
     """Stream 0 takes 0.5 s one way (a loss being repaired, say); the control channel's own
     stream takes 10 ms: its round trips take 20 ms, and bulk still arrives, in order."""
     a, b = pipe_pair(delay=0.5, substream_delay=0.01)
-    specs = [ChannelSpec(CONTROL, capacity=1024, own_stream=True),
-             ChannelSpec(BULK, capacity=8 * 1024, priority=1)]
+    specs = [
+        ChannelSpec(CONTROL, capacity=1024, own_stream=True),
+        ChannelSpec(BULK, capacity=8 * 1024, priority=1),
+    ]
     async with open_channels(a, specs) as ca, open_channels(b, specs) as cb:
 
         async def control_echo() -> None:
@@ -117,16 +119,19 @@ async def test_an_own_stream_channel_is_not_held_up_by_a_slow_stream_0(autojump_
 @pytest.mark.parametrize("loss", [0.0, 0.05])
 async def test_own_streams_over_a_real_transport_pair(loss):
     """Aeron streams beside the pair's own (same ports, stream id + 1), under loss."""
-    specs = [ChannelSpec(CONTROL, capacity=1024, own_stream=True),
-             ChannelSpec(BULK, capacity=8 * 1024, priority=1)]
+    specs = [
+        ChannelSpec(CONTROL, capacity=1024, own_stream=True),
+        ChannelSpec(BULK, capacity=8 * 1024, priority=1),
+    ]
     on_stream_0: set[int] = set()
 
     def watch(session) -> None:
         send = session.send
 
         async def watched(data: bytes) -> None:
-            on_stream_0.update(f.channel for f in wire.decode_frames(data)
-                               if not isinstance(f, wire.FreeHandle))
+            on_stream_0.update(
+                f.channel for f in wire.decode_frames(data) if not isinstance(f, wire.FreeHandle)
+            )
             await send(data)
 
         session.send = watched

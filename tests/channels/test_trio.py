@@ -21,6 +21,7 @@ async def test_messages_both_ways_in_order(autojump_clock):
     a, b = pipe_pair(delay=0.01)
     got: list[bytes] = []
     async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
+
         async def consume() -> None:
             async for message in cb[BULK]:
                 got.append(message.data)
@@ -62,6 +63,7 @@ async def test_send_nowait_queues_in_order_and_refuses_past_its_backlog(autojump
     a, b = pipe_pair(delay=0.005)
     async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
         await ca.wait_for(lambda: ca[BULK].guarantees > 0)
+
         # What waits on the channel counts (not yet handed to the session, or without credit):
         # 4 x 1 KiB fit a 4 KiB backlog, the fifth does not; each goes out in turn.
         def burst(first: int) -> list[bool]:
@@ -94,6 +96,7 @@ async def test_slow_bulk_consumer_does_not_delay_control(autojump_clock):
     rtts: list[float] = []
     bulk_sent = [0]
     async with open_channels(a, SPECS) as ca, open_channels(b, SPECS) as cb:
+
         async def bulk_sender() -> None:
             while True:
                 await ca[BULK].send(b"b" * 1000)

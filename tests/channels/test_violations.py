@@ -22,8 +22,9 @@ from tests.channels.pair import peers, settle, state, step
 
 
 def fed(*frames, capacity=10):
-    peer = ChannelPeer([ChannelSpec(0, capacity=capacity), ChannelSpec(2, capacity=10,
-                                                                      handles=True)])
+    peer = ChannelPeer(
+        [ChannelSpec(0, capacity=capacity), ChannelSpec(2, capacity=10, handles=True)]
+    )
     peer.receive(b"".join(wire.encode(f) for f in frames))
     return peer
 

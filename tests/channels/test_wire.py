@@ -117,8 +117,7 @@ def test_never_looks_like_a_session_error(batch):
     assert not b"".join(wire.encode(f) for f in batch).startswith(b"ERROR ")
 
 
-@given(st.lists(st.tuples(st.integers(0, 200), st.binary(max_size=20000)), min_size=1,
-                max_size=5))
+@given(st.lists(st.tuples(st.integers(0, 200), st.binary(max_size=20000)), min_size=1, max_size=5))
 def test_plain_messages_are_framed_as_encode_does_and_received_intact(messages):
     """The per-message paths (header + uncopied body on send, inline parse on receive) put the
     same bytes on the wire as `encode` and deliver what was sent, on one- and multi-byte

@@ -344,9 +344,7 @@ def test_long_bad_message_is_truncated_in_failure() -> None:
         ),
     ],
 )
-def test_the_session_closing_is_a_connection_failure(
-    error: SessionClosed, message: str
-) -> None:
+def test_the_session_closing_is_a_connection_failure(error: SessionClosed, message: str) -> None:
     m = make()
     to_echoing(m)
     assert m.on_closed(*close_cause(error), 1.0) == [Stop()]

@@ -27,9 +27,7 @@ ANNOUNCE = [sys.executable, "-m", "echo.lobby.cli", "announce"]
 ECHO_SERVER = [sys.executable, "-m", "echo.server.cli"]
 
 
-def run(
-    argv: list[str], timeout: float = 60, stdin: str = ""
-) -> subprocess.CompletedProcess[str]:
+def run(argv: list[str], timeout: float = 60, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False, input=stdin
     )
@@ -85,8 +83,16 @@ def test_every_option_is_explained_and_exit_statuses_are_listed(argv: list[str])
 
 def test_lobby_options_the_issue_names() -> None:
     text = run([*LOBBY, "--help"]).stdout
-    for option in ("--port", "--control-port", "--topics", "--events", "--ticket-key",
-                   "--log-format", "--lobby-servers", "--seat-key"):
+    for option in (
+        "--port",
+        "--control-port",
+        "--topics",
+        "--events",
+        "--ticket-key",
+        "--log-format",
+        "--lobby-servers",
+        "--seat-key",
+    ):
         assert option in text
 
 
@@ -154,7 +160,9 @@ def test_a_lobby_through_the_line_client(lobby: tuple[int, Path]) -> None:
     assert kinds[0] == "connected" and "joined" in kinds and "snapshot" in kinds
     state = next(r for r in records if r["event"] == "state")
     assert state["owner"] == "alice" and state["metadata"] == {
-        "mode": "duel", "skill": 7, "map": "dust"
+        "mode": "duel",
+        "skill": 7,
+        "map": "dust",
     }
     lobby_id = state["lobby_id"]
     # Alice's session ended without a leave: her seat is kept, but with nobody connected
@@ -177,8 +185,13 @@ def test_a_lobby_through_the_line_client(lobby: tuple[int, Path]) -> None:
     written = [json.loads(line) for line in events.read_text().splitlines()]
     assert all(validate_event(record) is None for record in written)
     names = [r["event"] for r in written]
-    for name in ("lobby_server_started", "lobby_created", "lobby_joined", "lobby_chat",
-                 "lobby_refused"):
+    for name in (
+        "lobby_server_started",
+        "lobby_created",
+        "lobby_joined",
+        "lobby_chat",
+        "lobby_refused",
+    ):
         assert name in names
 
 
@@ -219,8 +232,19 @@ def test_echo_server_without_ticket_key_asks_no_ticket_and_with_it_refuses_none(
     key.write_text(new_key_text())
     base = free_base(20)
     process = subprocess.Popen(
-        [*ECHO_SERVER, "--port", str(base), "--control-port", str(base + 1),
-         "--clients-base-port", str(base + 2), "--ticket-key", str(key), "--log-format", "json"],
+        [
+            *ECHO_SERVER,
+            "--port",
+            str(base),
+            "--control-port",
+            str(base + 1),
+            "--clients-base-port",
+            str(base + 2),
+            "--ticket-key",
+            str(key),
+            "--log-format",
+            "json",
+        ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -176,15 +176,19 @@ async def test_a_lone_home_silent_longer_than_the_retry_is_asked_again() -> None
             # Which comes first is a race; that one of them re-created it is not.
             back = Reconnected(c.names[0])
             await until(
-                lambda: back in seen["owner"]
-                and back in seen["bob"]
-                and Rehomed(lobby_id, c.names[0]) in seen["owner"] + seen["bob"],
+                lambda: (
+                    back in seen["owner"]
+                    and back in seen["bob"]
+                    and Rehomed(lobby_id, c.names[0]) in seen["owner"] + seen["bob"]
+                ),
                 timeout=20,
             )
             await until(
-                lambda: (s := fresh.registry.snapshot(lobby_id)) is not None
-                and len(s.members) == 2
-                and all(m.presence is Presence.CONNECTED for m in s.members)
+                lambda: (
+                    (s := fresh.registry.snapshot(lobby_id)) is not None
+                    and len(s.members) == 2
+                    and all(m.presence is Presence.CONNECTED for m in s.members)
+                )
             )
             assert fresh.registry.snapshot(lobby_id).owner == "owner"
             nursery.cancel_scope.cancel()

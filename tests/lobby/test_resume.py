@@ -226,9 +226,7 @@ def test_without_seat_tags_the_servers_bindings_hold_the_secret() -> None:
     bindings.bind("b", reply.lobby_id, SECRET["b"])
     assert check_resume(lab.reg, "b", token, KEYS, WALL, bindings=bindings) == reply.lobby_id
     bindings.bind("b", reply.lobby_id, SECRET["b2"])
-    refused(
-        check_resume(lab.reg, "b", token, KEYS, WALL, bindings=bindings), ResumeReason.REPLAYED
-    )
+    refused(check_resume(lab.reg, "b", token, KEYS, WALL, bindings=bindings), ResumeReason.REPLAYED)
 
 
 def test_a_token_from_the_dead_home_resumes_on_the_server_that_recreated_the_lobby() -> None:

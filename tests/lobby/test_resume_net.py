@@ -47,9 +47,9 @@ async def sees_bob_back(alice: LobbyClient) -> None:
     def back(m: LobbyClient) -> bool:
         assert m.replica is not None
         bob = m.replica.members["bob"]
-        return bob.presence is Presence.CONNECTED and bob.ready and bob.attributes == {
-            "team": "red"
-        }
+        return (
+            bob.presence is Presence.CONNECTED and bob.ready and bob.attributes == {"team": "red"}
+        )
 
     await alice.wait_until(back)
 
@@ -167,9 +167,7 @@ async def test_a_killed_process_s_half_open_session_is_replaced_by_the_resume() 
             saved = read_state(state)
             assert saved is not None
             assert presence(server, lobby_id, "bob") is Presence.CONNECTED  # half-open
-            async with echo.lobby.connect(
-                c.names, member="bob", resume_token=saved.token
-            ) as bob:
+            async with echo.lobby.connect(c.names, member="bob", resume_token=saved.token) as bob:
                 assert bob.lobby_id == lobby_id
                 assert server.counters["sessions_replaced"] == 1
                 assert server.counters["seats_resumed"] == 1

@@ -102,8 +102,11 @@ async def test_search_pages_through_the_lobbies_of_two_servers() -> None:
             i += 1
         # The members stay connected: a lobby with nobody connected is not listed.
         assert set(made.values()) == set(c.names), "both servers hold lobbies"
-        await until(lambda: all(len(s.board) == sum(1 for h in made.values() if h != s.server_id)
-                                for s in c.lobby))
+        await until(
+            lambda: all(
+                len(s.board) == sum(1 for h in made.values() if h != s.server_id) for s in c.lobby
+            )
+        )
         async with echo.lobby.connect(c.names, member="searcher") as s:
             pages = []
             cursor = None
@@ -179,8 +182,10 @@ async def test_attributes_and_ready_are_set_by_their_member_only() -> None:
             await bob.set_attributes({"colour": "red", "level": 3})
             await bob.ready()
             await alice.wait_until(
-                lambda m: m.replica.members["bob"].ready
-                and m.replica.members["bob"].attributes == {"colour": "red", "level": 3}
+                lambda m: (
+                    m.replica.members["bob"].ready
+                    and m.replica.members["bob"].attributes == {"colour": "red", "level": 3}
+                )
             )
             from echo.lobby.protocol import SetAttributes, SetReady
 
@@ -229,8 +234,10 @@ async def test_reconnection_within_the_grace_period_keeps_the_seat() -> None:
             back = await alice.next_event(PresenceChanged)
             assert (back.member_id, back.presence) == ("bob", Presence.CONNECTED)
             await bob.wait_until(
-                lambda m: m.replica is not None
-                and m.replica.members["bob"].presence is Presence.CONNECTED
+                lambda m: (
+                    m.replica is not None
+                    and m.replica.members["bob"].presence is Presence.CONNECTED
+                )
             )
             assert bob.replica.members["bob"].attributes == {"colour": "red"}
             await bob.chat("back")
@@ -361,10 +368,15 @@ async def test_events_are_written_for_the_telemetry_pipeline() -> None:
     ]
     fields = dict(events)
     assert fields["lobby_created"] == {
-        "lobby_id": lobby_id, "member_id": "alice", "max_members": 4, "visibility": "public"
+        "lobby_id": lobby_id,
+        "member_id": "alice",
+        "max_members": 4,
+        "visibility": "public",
     }
     assert fields["lobby_refused"] == {
-        "member_id": "bob", "request": "SetLocked", "code": "NOT_OWNER"
+        "member_id": "bob",
+        "request": "SetLocked",
+        "code": "NOT_OWNER",
     }
 
 
@@ -407,8 +419,10 @@ async def test_a_chat_flood_is_held_back_while_updates_still_arrive() -> None:
                 await trio.sleep(1.0)
                 nursery.cancel_scope.cancel()
             elapsed = trio.current_time() - started
-            print(f"flood: {sent} lines in {elapsed:.1f} s; update delays "
-                  f"{', '.join(f'{d * 1000:.0f}' for d in delays)} ms")
+            print(
+                f"flood: {sent} lines in {elapsed:.1f} s; update delays "
+                f"{', '.join(f'{d * 1000:.0f}' for d in delays)} ms"
+            )
             assert max(delays) < 1.0
             # Held back by credit: the server's rate (8, then 4/s) plus its 2 KiB buffer.
             assert sent <= 8 + 10 + 4 * elapsed + 4, f"not held back: {sent} in {elapsed:.1f} s"
@@ -483,9 +497,7 @@ async def test_hostile_requests_are_refused_with_codes_and_counted() -> None:
                     await mallory.chat(text)
                 assert refused.value.code is ErrorCode.CHAT_LIMIT
             with pytest.raises(LobbyError) as refused:
-                await mallory.request(
-                    echo.lobby.protocol.KickMember(0, lobby_id + 1, "someone")
-                )
+                await mallory.request(echo.lobby.protocol.KickMember(0, lobby_id + 1, "someone"))
             assert refused.value.code is ErrorCode.NO_SUCH_LOBBY
             assert registry.refusals[ErrorCode.METADATA_LIMIT] == 4
             assert registry.refusals[ErrorCode.CHAT_LIMIT] == 3

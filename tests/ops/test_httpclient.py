@@ -53,7 +53,8 @@ async def test_a_response_with_a_body_and_the_request_it_answers() -> None:
     async with trio.open_nursery() as nursery:
         port = await serving(nursery, handler)
         assert await httpclient.request("127.0.0.1", port, "POST", "/ready", b"{}", 5) == (
-            200, b"{}"
+            200,
+            b"{}",
         )
         nursery.cancel_scope.cancel()
     (request,) = seen

@@ -67,9 +67,7 @@ def _fake_tree(tmp_path: Path) -> Path:
 
 
 def _fake_extension(root: Path, module: str) -> Path:
-    path = compiled.source_path(module, root).with_suffix(
-        importlib.machinery.EXTENSION_SUFFIXES[0]
-    )
+    path = compiled.source_path(module, root).with_suffix(importlib.machinery.EXTENSION_SUFFIXES[0])
     path.write_bytes(b"\x7fELF")
     return path
 

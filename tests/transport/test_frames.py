@@ -847,7 +847,10 @@ def test_setup_asking_for_a_response_channel_matches_aerons_layout() -> None:
     # SETUP of a request publication (response-correlation-id set): flag 0x80 at offset 5
     # (SetupFlyweight.SEND_RESPONSE_SETUP_FLAG; the GROUP flag is 0x40).
     vector = bytes.fromhex(
-        "28000000" "00" "80" "0500"  # frame_length 40, version 0, flags 0x80, type SETUP
+        "28000000"
+        "00"
+        "80"
+        "0500"  # frame_length 40, version 0, flags 0x80, type SETUP
         "00000000"  # term offset 0
         "78563412"  # session id
         "e9030000"  # stream id 1001

@@ -100,18 +100,39 @@ def test_the_fast_path_checks_the_whole_chain() -> None:
 def test_a_run_of_whole_datagrams_is_one_chain() -> None:
     data = run([64, 64, 64, 64])  # two datagrams of 128 bytes, two frames each
     assert parse_data_run_untrusted(data, 128) == (
-        64, UNFRAGMENTED_FLAGS, FrameType.DATA, 0, SESSION, STREAM, TERM, 0
+        64,
+        UNFRAGMENTED_FLAGS,
+        FrameType.DATA,
+        0,
+        SESSION,
+        STREAM,
+        TERM,
+        0,
     )
     # The last datagram may be shorter than a segment.
     assert parse_data_run_untrusted(run([128, 128, 64], 256), 128) == (
-        128, UNFRAGMENTED_FLAGS, FrameType.DATA, 256, SESSION, STREAM, TERM, 0
+        128,
+        UNFRAGMENTED_FLAGS,
+        FrameType.DATA,
+        256,
+        SESSION,
+        STREAM,
+        TERM,
+        0,
     )
 
 
 def test_a_run_reports_the_first_frames_flags_and_reserved_value() -> None:
     data = frame(128, 0, flags=0x80, reserved=11) + frame(128, 128, flags=0x40)
     assert parse_data_run_untrusted(data, 128) == (
-        128, 0x80, FrameType.DATA, 0, SESSION, STREAM, TERM, 11
+        128,
+        0x80,
+        FrameType.DATA,
+        0,
+        SESSION,
+        STREAM,
+        TERM,
+        11,
     )
 
 
@@ -182,15 +203,24 @@ def test_a_run_continues_across_several_segments() -> None:
 @pytest.mark.parametrize(
     "record",
     [
-        DataHeader(frame_length=2**31, flags=0, term_offset=0, session_id=0, stream_id=0,
-                   term_id=0),
-        Setup(term_offset=0, session_id=2**31, stream_id=0, initial_term_id=0, active_term_id=0,
-              term_length=65536, mtu=1408),
+        DataHeader(
+            frame_length=2**31, flags=0, term_offset=0, session_id=0, stream_id=0, term_id=0
+        ),
+        Setup(
+            term_offset=0,
+            session_id=2**31,
+            stream_id=0,
+            initial_term_id=0,
+            active_term_id=0,
+            term_length=65536,
+            mtu=1408,
+        ),
         StatusMessage(2**31, 0, 0, 0, 0, 0),
         StatusMessage(2**31, 0, 0, 0, 0, 0, group_tag=1),
         Nak(session_id=2**31, stream_id=0, term_id=0, term_offset=0, length=0),
-        Rttm(session_id=2**31, stream_id=0, echo_timestamp_ns=0, reception_delta_ns=0,
-             receiver_id=0),
+        Rttm(
+            session_id=2**31, stream_id=0, echo_timestamp_ns=0, reception_delta_ns=0, receiver_id=0
+        ),
         ErrorFrame(session_id=2**31, stream_id=0, receiver_id=0, error_code=0, message="x"),
         ResponseSetup(session_id=0, stream_id=0, response_session_id=2**31),
     ],
@@ -229,8 +259,11 @@ def test_the_longest_err_message_parses() -> None:
     ("wire", "reason", "detail"),
     [
         (_err(b"x", text_length=1024), "bad_field", "ERR message length 1024 outside [0, 1023]"),
-        (_err(b"abc", text_length=4), "length_mismatch",
-         "ERR message of 4 bytes does not fit frame_length 43"),
+        (
+            _err(b"abc", text_length=4),
+            "length_mismatch",
+            "ERR message of 4 bytes does not fit frame_length 43",
+        ),
         (_err(b"\xc3\xa9"), "bad_field", "ERR message is not ASCII"),
     ],
 )
@@ -243,12 +276,18 @@ def test_err_rejections_say_why(wire: bytes, reason: str, detail: str) -> None:
 @pytest.mark.parametrize(
     ("wire", "detail"),
     [
-        (frame(64, 0) + frame(16, 64) + bytes(32),
-         "DATA at datagram offset 64: frame_length 16 < 32"),
-        (frame(64, 0) + frame(96, 64)[:64],
-         "DATA at datagram offset 64: frame_length 96 overruns the 128-byte datagram"),
-        (frame(64, 0) + frame(16, 64, frame_type=FrameType.PAD),
-         "PAD at datagram offset 64: frame_length 16 < 32"),
+        (
+            frame(64, 0) + frame(16, 64) + bytes(32),
+            "DATA at datagram offset 64: frame_length 16 < 32",
+        ),
+        (
+            frame(64, 0) + frame(96, 64)[:64],
+            "DATA at datagram offset 64: frame_length 96 overruns the 128-byte datagram",
+        ),
+        (
+            frame(64, 0) + frame(16, 64, frame_type=FrameType.PAD),
+            "PAD at datagram offset 64: frame_length 16 < 32",
+        ),
     ],
 )
 def test_chain_rejections_say_where(wire: bytes, detail: str) -> None:
@@ -275,32 +314,62 @@ def test_iterating_a_control_frame_names_it() -> None:
         (bytes(5), "too_short", "datagram of 5 bytes is shorter than a header"),
         # A whole common header is enough to name the version and the type.
         (COMMON_HEADER_STRUCT.pack(8, 1, 0, FrameType.SM), "bad_version", "version 1, expected 0"),
-        (COMMON_HEADER_STRUCT.pack(8, 0, 0, FrameType.SM), "too_short",
-         "SM datagram of 8 bytes, needs 36"),
+        (
+            COMMON_HEADER_STRUCT.pack(8, 0, 0, FrameType.SM),
+            "too_short",
+            "SM datagram of 8 bytes, needs 36",
+        ),
         (frame(64, 0, version=3), "bad_version", "version 3, expected 0"),
         (Nak(1, 2, 3, 0, 64).encode()[:27], "too_short", "NAK datagram of 27 bytes, needs 28"),
-        (struct.pack("<i", 29) + Nak(1, 2, 3, 0, 64).encode()[4:], "length_mismatch",
-         "NAK frame_length 29 outside [28, 28] (datagram length)"),
+        (
+            struct.pack("<i", 29) + Nak(1, 2, 3, 0, 64).encode()[4:],
+            "length_mismatch",
+            "NAK frame_length 29 outside [28, 28] (datagram length)",
+        ),
         (frame(64, 0)[:31], "too_short", "data datagram of 31 bytes, needs 32"),
-        (frame(64, 0) + bytes(1), "bad_alignment",
-         "data datagram of 65 bytes is not a multiple of 32"),
+        (
+            frame(64, 0) + bytes(1),
+            "bad_alignment",
+            "data datagram of 65 bytes is not a multiple of 32",
+        ),
         (frame(64, -32), "bad_field", "negative term_offset -32"),
         (frame(64, 65), "bad_alignment", "term_offset 65 is not a multiple of 32"),
-        (frame(0, 0) + bytes(32), "bad_data_chain",
-         "heartbeat in a datagram of 64 bytes, expected 32"),
-        (frame(64, 0) + frame(64, 64, version=2), "bad_version",
-         "frame at datagram offset 64: version 2"),
-        (frame(64, 0) + frame(64, 64, frame_type=FrameType.SM), "bad_data_chain",
-         "frame at datagram offset 64: type 0x3 in data"),
-        (frame(64, 0) + frame(64, 64, session=SESSION + 1), "bad_data_chain",
-         "frame at datagram offset 64: session/stream/term 8/1001/3 differ from the first"
-         " frame's 7/1001/3"),
-        (frame(64, 0) + frame(64, 96), "bad_data_chain",
-         "frame at datagram offset 64: term_offset 96, expected 64"),
-        (frame(64, 0) + frame(100, 64, frame_type=FrameType.PAD), "bad_alignment",
-         "PAD at datagram offset 64: frame_length 100 not a multiple of 32"),
-        (frame(64, 0, frame_type=FrameType.PAD) + frame(64, 64), "bad_data_chain",
-         "PAD at datagram offset 0 is not the last frame"),
+        (
+            frame(0, 0) + bytes(32),
+            "bad_data_chain",
+            "heartbeat in a datagram of 64 bytes, expected 32",
+        ),
+        (
+            frame(64, 0) + frame(64, 64, version=2),
+            "bad_version",
+            "frame at datagram offset 64: version 2",
+        ),
+        (
+            frame(64, 0) + frame(64, 64, frame_type=FrameType.SM),
+            "bad_data_chain",
+            "frame at datagram offset 64: type 0x3 in data",
+        ),
+        (
+            frame(64, 0) + frame(64, 64, session=SESSION + 1),
+            "bad_data_chain",
+            "frame at datagram offset 64: session/stream/term 8/1001/3 differ from the first"
+            " frame's 7/1001/3",
+        ),
+        (
+            frame(64, 0) + frame(64, 96),
+            "bad_data_chain",
+            "frame at datagram offset 64: term_offset 96, expected 64",
+        ),
+        (
+            frame(64, 0) + frame(100, 64, frame_type=FrameType.PAD),
+            "bad_alignment",
+            "PAD at datagram offset 64: frame_length 100 not a multiple of 32",
+        ),
+        (
+            frame(64, 0, frame_type=FrameType.PAD) + frame(64, 64),
+            "bad_data_chain",
+            "PAD at datagram offset 0 is not the last frame",
+        ),
     ],
 )
 def test_every_rejection_says_what_and_where(wire: bytes, reason: str, detail: str) -> None:
@@ -328,7 +397,14 @@ def test_a_run_may_hold_frames_of_a_bare_header(lengths: list[int], segment: int
     # A frame of 32 bytes is a DATA frame with an empty payload (an empty message), not a
     # heartbeat (frame_length 0) nor a truncated header.
     assert parse_data_run_untrusted(run(lengths), segment) == (
-        lengths[0], UNFRAGMENTED_FLAGS, FrameType.DATA, 0, SESSION, STREAM, TERM, 0
+        lengths[0],
+        UNFRAGMENTED_FLAGS,
+        FrameType.DATA,
+        0,
+        SESSION,
+        STREAM,
+        TERM,
+        0,
     )
 
 

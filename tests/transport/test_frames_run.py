@@ -75,9 +75,17 @@ def runs(draw: st.DrawFn) -> tuple[bytes, int]:
     for size in payloads:
         frame = bytearray((DATA_HEADER_LENGTH + size + 31) & ~31)
         DATA_HEADER_STRUCT.pack_into(
-            frame, 0, DATA_HEADER_LENGTH + size, 0, 0xC0, FrameType.DATA,
-            (offset + 2**31) % 2**32 - 2**31, session,  # (past 2**31 - 1 it wraps, as an int32)
-            stream, term, draw(st.integers(-5, 5)),
+            frame,
+            0,
+            DATA_HEADER_LENGTH + size,
+            0,
+            0xC0,
+            FrameType.DATA,
+            (offset + 2**31) % 2**32 - 2**31,
+            session,  # (past 2**31 - 1 it wraps, as an int32)
+            stream,
+            term,
+            draw(st.integers(-5, 5)),
         )
         frames.append(bytes(frame))
         offset += len(frame)

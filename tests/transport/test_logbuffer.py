@@ -469,8 +469,14 @@ def test_int_views_read_the_wire_byte_order_on_any_host(little_endian: bool) -> 
     log = TermBuffers(64 * KIB)
     term = log.terms[0]
     write_frame(
-        term, 64, flags=UNFRAGMENTED_FLAGS, frame_type=FrameType.DATA, session_id=-7,
-        stream_id=1001, term_id=0x12345678, payload=b"x" * 40,
+        term,
+        64,
+        flags=UNFRAGMENTED_FLAGS,
+        frame_type=FrameType.DATA,
+        session_id=-7,
+        stream_id=1001,
+        term_id=0x12345678,
+        payload=b"x" * 40,
     )
     write_pad(term, 160, session_id=-7, stream_id=1001, term_id=0x12345678)  # 64 + 96
     lengths = int_view(term, "i", little_endian)

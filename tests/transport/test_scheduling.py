@@ -208,7 +208,6 @@ def test_one_wake_up_serves_lazy_deadlines_within_slack_precise_ones_on_time() -
     assert LAZY_AHEAD > 0.002 > 0  # (a probe's delay is precise)
 
 
-
 def test_a_deadline_rescheduled_unchanged_adds_no_heap_entry() -> None:
     # The driver reschedules a socket after every service and every offer that goes out at
     # once, and often to the deadline it already has (the next housekeeping, status message or
