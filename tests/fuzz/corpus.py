@@ -96,6 +96,12 @@ def _lobby_hello() -> Iterable[bytes]:
 def _lobby_games() -> Iterable[bytes]:
     yield games.encode_announcement(games.GameServerAnnouncement("game-1", "127.0.0.1:40123", 8))
     yield games.encode_announcement(games.GameServerAnnouncement("g", "[::1]:1", 0xFFFF))
+    yield games.encode_announcement(
+        games.GameServerAnnouncement(
+            "eu-1", "10.0.0.1:7000", 8, 7001, "shared", {"region": "eu", "mode": "ctf"}
+        )
+    )
+    yield bytes.fromhex("0106") + b"game-1" + bytes.fromhex("0f") + b"127.0.0.1:40123" + b"\x00\x08"
 
 
 def _lobby_listings() -> Iterable[bytes]:
