@@ -414,14 +414,18 @@ Commands, one a line on standard input (arguments split like a shell's):
   create NAME [MAX] [private] [KEY=VALUE...]   join LOBBY_ID        code JOIN_CODE
   quick [KEY=VALUE | KEY=LOW..HIGH | free=N]...  search [FILTERS...] [page=N]   leave
   meta KEY=VALUE...   lock   unlock   kick M   ban M   transfer M   (owner only)
-  attr KEY=VALUE...   ready   unready   chat TEXT...   start   state   sleep SECONDS
+  attr KEY=VALUE...   ready   unready   chat TEXT...   state   sleep SECONDS
+  start [TAG=VALUE...]   (owner; a game server announcing those tags, e.g. region=eu)
+  ticket   (a fresh ticket for the running game)   report SERVER_ID REASON...   (its
+  game server refused our ticket)
   wait EVENT [SECONDS]   (until an event of that name arrives, e.g. wait game)   quit
 Values that are integers are sent as numbers; KEY= deletes a key.
 \b
 Output, one line each: "ok COMMAND", "refused CODE message", "joined ID SERVER",
 "lobby ID NAME MEMBERS/MAX home=SERVER KEY=VALUE...", and the events as they arrive:
 snapshot, member_joined, member_left, owner, metadata, locked, attributes, ready, presence,
-banned, game SERVER_ID ADDRESS TICKET_HEX, chat MEMBER TEXT, rehomed, reconnected, left;
+banned, game SERVER_ID ADDRESS TICKET_HEX control_port=N duologue_ports=MODE match_id=N,
+game_ended MATCH_ID result={...}, chat MEMBER TEXT, rehomed, reconnected, left;
 with --state-file also "token_saved LOBBY_ID" (each new resume token, kept in the file) and,
 after a restart, "resumed LOBBY_ID SERVER" or "resume_refused CODE message" (then it starts
 without a seat). With --json, one JSON object a line with an "event" key.
@@ -986,7 +990,13 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
         case "chat":
             await lobby.chat(" ".join(args))
         case "start":
-            await lobby.start()
+            await lobby.start({k: str(v) for k, v in _pairs(args).items()})
+        case "ticket":
+            await lobby.request_ticket()
+        case "report":
+            if len(args) < 2:
+                raise ValueError("report SERVER_ID REASON...")
+            await lobby.report_game_server(args[0], " ".join(args[1:]))
         case "sleep":
             await trio.sleep(_seconds(args[0]))
         case "state":
@@ -1046,6 +1056,26 @@ a topic server name that does not resolve).
     type=click.FloatRange(min=0.05),
     help="Seconds between announcements.",
 )
+@click.option(
+    "--control-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="The game server's control port [default: the port of --address + 1].",
+)
+@click.option(
+    "--duologue-ports",
+    default="per-client",
+    show_default=True,
+    type=click.Choice(["per-client", "shared"]),
+    help="The game server's duologue-port mode (echo-server's default is shared).",
+)
+@click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A tag a start can filter on (region=eu, mode=ctf, version=3); repeatable.",
+)
 @log_options(default_level="info")
 def announce_main(
     topics: str,
@@ -1053,6 +1083,9 @@ def announce_main(
     server_id: str | None,
     slots: int,
     interval: float,
+    control_port: int | None,
+    duologue_ports: str,
+    tags: tuple[str, ...],
     log_format: str,
     log_level: str,
 ) -> None:
@@ -1065,7 +1098,23 @@ def announce_main(
     listed = _server_list(topics, "--topics", resolve=True)
     if not listed:
         raise click.BadParameter("no servers listed", param_hint="--topics")
-    announcement = GameServerAnnouncement(server_id or address, address, slots)
+    port_text = address.rsplit(":", 1)[-1]
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise click.BadParameter("expected HOST:PORT", param_hint="--address")
+    tag_map: dict[str, str] = {}
+    for word in tags:
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {word!r}", param_hint="--tag")
+        tag_map[key] = value
+    announcement = GameServerAnnouncement(
+        server_id or address,
+        address,
+        slots,
+        control_port or int(port_text) + 1,
+        duologue_ports,
+        tag_map,
+    )
     try:
         encode_announcement(announcement)
     except LobbyProtocolError as error:
