@@ -142,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     tok.add_argument("--issuer", required=True)
     tok.add_argument("--audience", default="echo-lobby")
     tok.add_argument("--ttl", type=float, default=600.0, help="seconds (default 600)")
-    tok.add_argument(
-        "--not-before", type=float, default=None, help="valid only from now + SECONDS"
-    )
+    tok.add_argument("--not-before", type=float, default=None, help="valid only from now + SECONDS")
     tok.set_defaults(run=issue)
     args = parser.parse_args(argv)
     return int(args.run(args))

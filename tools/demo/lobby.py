@@ -53,8 +53,10 @@ def main(ctx: click.Context, port: int) -> None:
         key.write_text(new_key_text())
         os.chmod(key, 0o600)
         try:
-            print(f"Starting echo-topics on {topics}, echo-lobby on {lobby}, "
-                  f"echo-server on 127.0.0.1:{game_port} with --ticket-key...")
+            print(
+                f"Starting echo-topics on {topics}, echo-lobby on {lobby}, "
+                f"echo-server on 127.0.0.1:{game_port} with --ticket-key..."
+            )
             started = [
                 (
                     "topics",
@@ -63,22 +65,55 @@ def main(ctx: click.Context, port: int) -> None:
                 ),
                 (
                     "lobby",
-                    ["echo.lobby.cli", "server", "--port", str(port), "--max-clients", "16",
-                     "--topics", topics,
-                     "--ticket-key", str(key), "--log-level", "warning"],
+                    [
+                        "echo.lobby.cli",
+                        "server",
+                        "--port",
+                        str(port),
+                        "--max-clients",
+                        "16",
+                        "--topics",
+                        topics,
+                        "--ticket-key",
+                        str(key),
+                        "--log-level",
+                        "warning",
+                    ],
                     "",
                 ),
                 (
                     "game",
-                    ["echo.server.cli", "--port", str(game_port), "--control-port",
-                     str(game_port + 1), "--clients-base-port", str(game_port + 2),
-                     "--max-per-ip", "8", "--duologue-ports", "shared", "--ticket-key", str(key)],
+                    [
+                        "echo.server.cli",
+                        "--port",
+                        str(game_port),
+                        "--control-port",
+                        str(game_port + 1),
+                        "--clients-base-port",
+                        str(game_port + 2),
+                        "--max-per-ip",
+                        "8",
+                        "--duologue-ports",
+                        "shared",
+                        "--ticket-key",
+                        str(key),
+                    ],
                     "listening",
                 ),
                 (
                     "announce",
-                    ["echo.lobby.cli", "announce", "--topics", topics, "--address",
-                     f"127.0.0.1:{game_port}", "--slots", "8", "--interval", "0.5"],
+                    [
+                        "echo.lobby.cli",
+                        "announce",
+                        "--topics",
+                        topics,
+                        "--address",
+                        f"127.0.0.1:{game_port}",
+                        "--slots",
+                        "8",
+                        "--interval",
+                        "0.5",
+                    ],
                     "announcing",
                 ),
             ]
@@ -149,25 +184,30 @@ async def _bot(server: str, name: str, owner: bool) -> int:
         async with lc.connect([server], member=name) as lobby:
             say(f"connected to lobby server {lobby.server}")
             if owner:
-                lobby_id = await lobby.create("Friday duel", 4, metadata={"mode": "duel",
-                                                                           "region": "eu"})
+                lobby_id = await lobby.create(
+                    "Friday duel", 4, metadata={"mode": "duel", "region": "eu"}
+                )
                 say(f"created lobby {lobby_id:x} (4 seats, mode=duel)")
                 await lobby.chat("anyone up for a duel?")
             else:
                 while True:
-                    found = await lobby.search(lc.filters_from(equals={"mode": "duel"},
-                                                               free_slots=1))
+                    found = await lobby.search(
+                        lc.filters_from(equals={"mode": "duel"}, free_slots=1)
+                    )
                     if found.listings:
                         break
                     await trio.sleep(0.3)
                 first = found.listings[0]
-                say(f"search found {first.name!r}: {first.member_count}/{first.max_members} "
-                    f"on {first.home}")
+                say(
+                    f"search found {first.name!r}: {first.member_count}/{first.max_members} "
+                    f"on {first.home}"
+                )
                 lobby_id = await lobby.join(first.lobby_id)
                 say(f"joined lobby {lobby_id:x}")
                 await lobby.chat(f"hi, {name} here")
-                await lobby.set_attributes({"colour": {"bob": "red", "carol": "green"}
-                                            .get(name, "blue")})
+                await lobby.set_attributes(
+                    {"colour": {"bob": "red", "carol": "green"}.get(name, "blue")}
+                )
                 await lobby.ready()
                 say("ready")
             async for event in lobby.events():
@@ -189,7 +229,11 @@ async def _bot(server: str, name: str, owner: bool) -> int:
                     say(f"game on {event.address}: ticket of {len(event.ticket)} bytes")
                     host, port = event.address.rsplit(":", 1)
                     async with es.connect(
-                        host, int(port), int(port) + 1, credentials=event.ticket, timeout=10,
+                        host,
+                        int(port),
+                        int(port) + 1,
+                        credentials=event.ticket,
+                        timeout=10,
                         duologue_ports="shared",
                     ) as game:
                         await game.send(f"ECHO {name} is in the game".encode())
@@ -199,7 +243,11 @@ async def _bot(server: str, name: str, owner: bool) -> int:
                         forged = event.ticket[:-1] + bytes([event.ticket[-1] ^ 1])
                         try:
                             async with es.connect(
-                                host, int(port), int(port) + 1, credentials=forged, timeout=10,
+                                host,
+                                int(port),
+                                int(port) + 1,
+                                credentials=forged,
+                                timeout=10,
                                 duologue_ports="shared",
                             ):
                                 say("a forged ticket got in (it should not have)")

@@ -68,8 +68,7 @@ async def _connect(
             f"from {image.source_address})"
         ),
         on_image_unavailable=lambda image: say(
-            f"  subscription: publisher session {image.session_id} went away "
-            f"({image.close_reason})"
+            f"  subscription: publisher session {image.session_id} went away ({image.close_reason})"
         ),
     )
     say(f"1. Subscription listening on {subscription.local_address}, stream 1001.")
