@@ -1064,10 +1064,10 @@ a topic server name that does not resolve).
 )
 @click.option(
     "--duologue-ports",
-    default="per-client",
+    default="shared",
     show_default=True,
     type=click.Choice(["per-client", "shared"]),
-    help="The game server's duologue-port mode (echo-server's default is shared).",
+    help="The game server's duologue-port mode (echo-server's default, shared, by default).",
 )
 @click.option(
     "--tag",

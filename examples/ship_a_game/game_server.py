@@ -86,7 +86,10 @@ class RockPaperScissors:
             else:
                 await session.receive()  # wait for the result (or the player leaving)
         except es.LostContact as lost:
-            print(f"{me} lost: {lost.reason}; its move, if it made one, is kept for its return", flush=True)
+            print(
+                f"{me} lost: {lost.reason}; its move, if it made one, is kept for its return",
+                flush=True,
+            )
         except es.SessionClosed:
             pass
         finally:

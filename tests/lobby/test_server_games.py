@@ -35,7 +35,9 @@ async def game_server(
     )
     await nursery.start(server.run)
     client = await nursery.start(_topic_client, topics)
-    announcement = GameServerAnnouncement(server_id, server_id, 8)
+    announcement = GameServerAnnouncement(
+        server_id, server_id, 8, config.control_port, "shared", {}
+    )
     nursery.start_soon(lambda: announce_game_server(client, lambda: announcement, interval=0.2))
     return config, server
 
