@@ -268,17 +268,22 @@ def test_echo_server_without_ticket_key_asks_no_ticket_and_with_it_refuses_none(
 
 
 def demo_ports() -> int:
-    """What the demo binds: lobby p..p+33, topics p+100, game p+200..p+233."""
-    return free_ports([*range(34), 100, *range(200, 234)])
+    """What the demo binds: lobby p..p+33, topics p+100, game p+200..p+233, and the
+    walk-through's game server p+300..p+303."""
+    return free_ports([*range(34), 100, *range(200, 234), *range(300, 304)])
 
 
 def test_the_lobby_demo_runs_to_the_end_by_itself() -> None:
     port = demo_ports()
-    result = run([sys.executable, "-m", "tools.demo.lobby", "--port", str(port)], timeout=180)
+    result = run([sys.executable, "-m", "tools.demo.lobby", "--port", str(port)], timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     out = result.stdout
     for name in ("alice", "bob", "carol", "dave"):
         assert f"game server answered: ECHO {name} is in the game" in out
     assert "everyone is ready: starting the game" in out
     assert "a forged ticket was refused: ticket refused: bad_signature" in out
-    assert "exit statuses: alice=0, bob=0, carol=0, dave=0" in out
+    # The walk-through: frank killed mid-game, resumed from his state file, the result back.
+    assert "--- kill -9 frank in the middle of the game ---" in out
+    assert "resumed" in out and "RESULT winner=frank" in out
+    assert out.count("back_in_lobby locked=False ready=[]") == 2
+    assert "exit statuses: alice=0, bob=0, carol=0, dave=0, walkthrough=0" in out

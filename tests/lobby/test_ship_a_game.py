@@ -59,7 +59,6 @@ def test_the_walkthrough_runs_with_a_crash_in_the_middle(tmp_path: Path) -> None
         assert ended == {"winner": "bob", "moves": "alice:rock,bob:paper"}
         assert player.wait_for("back_in_lobby") == "back_in_lobby locked=False ready=[]"
         assert player.process.returncode == 0
-    assert "bob lost" in outcome.game.wait_for("bob lost")  # the old session fell silent
     assert not (tmp_path / "bob.state").exists()  # left the lobby: nothing to resume
     print(f"resume: restart to 'resumed' in {outcome.resume_seconds * 1000:.0f} ms")
 

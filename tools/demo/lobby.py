@@ -4,7 +4,13 @@ Every server is the real CLI started as a process (echo-topics, echo-lobby, echo
 --ticket-key and echo-lobby-announce for its announcements); each bot is a process of its own
 on the `echo.lobby` library. Alice creates a lobby; bob, carol and dave search for it, join,
 chat and ready up; alice starts the game; every bot takes its ticket to the game server, which
-admits it (and would refuse a forged one), and echoes a line there. The demo ends by itself.
+admits it (and would refuse a forged one), and echoes a line there.
+
+Then the "ship a game" walk-through (tools/demo/ship.py, examples/ship_a_game): a game server
+of rock-paper-scissors and two players; one is killed with SIGKILL in the middle of the game,
+restarted with its state file ("resumed"), gets a fresh ticket for the running game and
+finishes it; the game server's signed result goes back to the lobby, which tells both players
+(GameEnded) and is open again. The demo ends by itself.
 """
 
 from __future__ import annotations
@@ -143,6 +149,7 @@ def main(ctx: click.Context, port: int) -> None:
                 except subprocess.TimeoutExpired:
                     bot.kill()
                     codes[name] = -1
+            codes["walkthrough"] = _walkthrough(lobby, topics, key, port + 300, Path(tmp))
         finally:
             for process in reversed(processes):
                 if process.poll() is None:
@@ -156,6 +163,24 @@ def main(ctx: click.Context, port: int) -> None:
     print("exit statuses: " + ", ".join(f"{k}={v}" for k, v in codes.items()))
     print("(0 = the bot got into the game server with its ticket)")
     sys.exit(0 if codes and all(code == 0 for code in codes.values()) else 1)
+
+
+def _walkthrough(lobby: str, topics: str, key: Path, game_port: int, tmp: Path) -> int:
+    from tools.demo.ship import walkthrough
+
+    print()
+    print("Ship a game: a rock-paper-scissors server in the lobby's loop, two players, a crash.")
+    try:
+        # erin and frank: the bots' names are seated in the first lobby.
+        outcome = walkthrough(lobby, topics, key, game_port, tmp, ("erin", "frank"))
+    except AssertionError as error:
+        print(f"the walk-through stopped: {error}")
+        return 1
+    print(
+        f"bob was back in his seat {outcome.resume_seconds:.1f} s after his restart "
+        "(the process's start-up included), and the game's result came back to the lobby."
+    )
+    return 0
 
 
 @main.command()

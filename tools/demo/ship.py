@@ -75,8 +75,17 @@ class Outcome:
     resume_seconds: float  # from the restart to "resumed"
 
 
-def walkthrough(lobby: str, topics: str, key: Path, game_port: int, state_dir: Path) -> Outcome:
-    """Run it; raises AssertionError at the first step that does not happen."""
+def walkthrough(
+    lobby: str,
+    topics: str,
+    key: Path,
+    game_port: int,
+    state_dir: Path,
+    names: tuple[str, str] = ("alice", "bob"),
+) -> Outcome:
+    """Run it, the owner and the player who crashes named `names`; raises AssertionError at
+    the first step that does not happen."""
+    first, second = names
     runs: list[Run] = []
     try:
         game = _script(
@@ -91,32 +100,32 @@ def walkthrough(lobby: str, topics: str, key: Path, game_port: int, state_dir: P
         common = ["--servers", lobby]
         alice = _script(
             "player.py",
-            [*common, "--member", "alice", "--state-file", str(state_dir / "alice.state"),
+            [*common, "--member", first, "--state-file", str(state_dir / f"{first}.state"),
              "--create", "--team", "red", "--move", "rock"],
-            "alice", COLOURS[1],
+            first, COLOURS[1],
         )  # fmt: skip
         runs.append(alice)
         lobby_id = alice.wait_for("created").split()[-1]
-        bob_state = state_dir / "bob.state"
+        bob_state = state_dir / f"{second}.state"
         bob = _script(
             "player.py",
-            [*common, "--member", "bob", "--state-file", str(bob_state), "--join", lobby_id,
+            [*common, "--member", second, "--state-file", str(bob_state), "--join", lobby_id,
              "--team", "blue", "--move", "paper", "--hold"],
-            "bob", COLOURS[2], hold=True,
+            second, COLOURS[2], hold=True,
         )  # fmt: skip
         runs.append(bob)
         bob.wait_for("in_game")
         alice.wait_for("in_game")
         while not bob_state.exists():  # the seat's token is saved (it came with the seat)
             time.sleep(0.02)
-        print("--- kill -9 bob in the middle of the game ---", flush=True)
+        print(f"--- kill -9 {second} in the middle of the game ---", flush=True)
         bob.process.send_signal(signal.SIGKILL)
         bob.process.wait(timeout=10)
         restarted = time.monotonic()
         bob_again = _script(
             "player.py",
-            [*common, "--member", "bob", "--state-file", str(bob_state), "--move", "paper"],
-            "bob(2)", COLOURS[3],
+            [*common, "--member", second, "--state-file", str(bob_state), "--move", "paper"],
+            f"{second}(2)", COLOURS[3],
         )  # fmt: skip
         runs.append(bob_again)
         bob_again.wait_for("resumed")
