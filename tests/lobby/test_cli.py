@@ -287,3 +287,19 @@ def test_the_lobby_demo_runs_to_the_end_by_itself() -> None:
     assert "resumed" in out and "RESULT winner=frank" in out
     assert out.count("back_in_lobby locked=False ready=[]") == 2
     assert "exit statuses: alice=0, bob=0, carol=0, dave=0, walkthrough=0" in out
+
+
+def test_the_game_commands_of_the_line_client(lobby: tuple[int, Path]) -> None:
+    """start with tags, ticket and report reach the lobby and come back refused with the
+    lobby's reasons (this echo-lobby starts no games: it has no --ticket-key)."""
+    port, _ = lobby
+    result = run(
+        [*CLIENT, "--servers", f"127.0.0.1:{port}", "--member", "gamer"],
+        stdin="create room 1\nstart region=eu mode=ctf\nticket\nreport g-1 refused\nreport\n",
+    )
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("refused NO_GAME_SERVER ") for line in lines), lines
+    assert "refused NO_GAME this lobby's game is not running command=ticket" in lines
+    assert "refused NO_GAME this lobby's game is not running command=report" in lines
+    assert "refused BAD_COMMAND report SERVER_ID REASON... command=report" in lines
+    assert result.returncode == 3
