@@ -12,7 +12,8 @@
   their tickets say so (`ReportGameServer`): once half of the game's ticket holders (at least
   one) have, that server is out of rotation (`GameServerDirectory.bench`) and the game ends.
 - **End**: the game server's signed result (`echo.lobby.results`, checked by the driver), the
-  game's life running out, or the report above: the lobby unlocks, every ready state is reset,
+  game's life running out, the report above, or the owner starting the next game while one
+  still runs (``{"error": "restarted"}``): the lobby unlocks, every ready state is reset,
   and the members get one `GameEnded` (one version) with the result.
 
 The functions here are the registry's (they take it as their first argument and use its
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 #: The result of a game the lobby ended itself.
 TIMED_OUT = "timed_out"
 SERVER_REFUSED = "game_server_refused"
+RESTARTED = "restarted"
 
 
 def random_match_id() -> int:
@@ -112,6 +114,10 @@ def start(reg: LobbyRegistry, member_id: str, req: StartGame, now: float) -> Non
     except TicketError as error:
         _refuse(ErrorCode.TICKET_TOO_LARGE, f"the game's tickets do not fit: {error}")
     # Nothing refuses from here on.
+    if lobby.game is not None:
+        # A start while a game runs (its server died without a result, say): the owner's
+        # call. That game ends first; a late result for it finds no game running.
+        end(reg, lobby, {"error": RESTARTED})
     reg._games.reserve(server.server_id, len(lobby.members))
     if not lobby.locked:
         reg._unindex(lobby)

@@ -200,3 +200,19 @@ def test_reports_from_half_the_players_bench_the_server_and_end_the_game() -> No
     # After the bench time it is back in rotation.
     assert directory.benched(lab.now + 60.0) == []
     assert directory.choose(3, lab.now + 60.0) == US
+
+
+def test_a_start_while_a_game_runs_ends_it_first() -> None:
+    lab, lobby_id, _ = lab_with(US)
+    lab.ok("a", StartGame(lab.rid(), lobby_id))
+    first = lab.games["a"][0].match_id
+    sends = lab.do("a", StartGame(lab.rid(), lobby_id)).sends
+    [ended] = [s.message for s in sends if isinstance(s.message, GameEnded)]
+    assert ended.match_id == first and ended.result == {"error": "restarted"}
+    second = lab.games["a"][-1].match_id
+    assert second != first
+    # The old game's result comes too late: nothing happens.
+    assert lab.reg.game_result(lobby_id, first, "us-1", {"winner": "a"})[0] == "not_running"
+    snap = lab.reg.snapshot(lobby_id)
+    assert snap is not None and snap.locked
+    lab.check_replicas()
