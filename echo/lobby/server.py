@@ -845,7 +845,24 @@ async def announce_game_server(
 ) -> None:
     """A game server's side of the games topic: announce itself and its free slots every
     `interval` seconds (soft state: lobby servers forget it `game_ttl` after the last one).
-    `announcement()` is asked each time, so the free slots can follow the server's load."""
+
+    `topic_client`: an open `echo.topics` client (`open_topic_client(["host:port"])`);
+    `announcement`: a function returning the `GameServerAnnouncement` to publish, asked each
+    time, so the free slots can follow the server's load; `topic`: the lobby servers' games
+    topic (`LobbyServerConfig.games_topic`). Runs until cancelled. For example::
+
+        def announcement() -> GameServerAnnouncement:
+            return GameServerAnnouncement(
+                server_id="10.0.0.5:9100",       # what this server's tickets must name
+                address="10.0.0.5:9100",         # its data port, where players connect
+                free_slots=64 - len(server.duologues),
+                control_port=9101,
+                duologue_ports="shared",         # its ServerConfig.duologue_ports
+                tags={"region": "eu", "mode": "ctf", "version": "3"},
+            )
+
+        nursery.start_soon(announce_game_server, topics, announcement)
+    """
     while True:
         topic_client.publish(topic, encode_announcement(announcement()))
         await trio.sleep(interval)

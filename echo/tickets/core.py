@@ -316,7 +316,17 @@ def verify(
 ) -> TicketClaims | TicketRefusal:
     """Check a ticket presented to game server `server_id` at UNIX time `now`.
 
-    `key` is the shared key, or a mapping key id -> secret during a rotation. Never raises.
+    `key` is the shared key, or a mapping key id -> secret during a rotation. Never raises:
+    returns the `TicketClaims` (who, which lobby and match, the roster and metadata) or a
+    `TicketRefusal` (its `reason` a `TicketReason`, and a `detail`). In an admission hook::
+
+        keys = {k.key_id: k.secret for k in read_key_file("game.key")}
+
+        def admit(peer, credentials):
+            verdict = verify(credentials, keys, "10.0.0.5:9100", time.time())
+            if isinstance(verdict, TicketRefusal):
+                return f"ticket refused: {verdict.reason.name.lower()}"
+            return echo.session.Admitted(verdict)   # the app reads session.admission
     """
     raw = bytes(ticket)
     if len(raw) >= 2 and raw[0] not in TICKET_VERSIONS:
