@@ -579,8 +579,7 @@ class LobbyRegistry:
             case RecreateLobby():
                 return self._recreate(member_id, req, now)
             case StartGame():
-                gameloop.start(self, member_id, req, now)
-                return Done(req.request_id)
+                return self._start(member_id, req, now)
             case RequestTicket():
                 gameloop.request_ticket(self, member_id, req, now)
                 return Done(req.request_id)
@@ -810,6 +809,11 @@ class LobbyRegistry:
         self.counters["chat_lines"] += 1
         self.counters["chat_deliveries"] += len(audience)
         self._out.append(Send(audience, ChatLine(lobby.lobby_id, member_id, req.text)))
+        return Done(req.request_id)
+
+    def _start(self, member_id: str, req: StartGame, now: float) -> Reply:
+        """The owner starts the lobby's game (`echo.lobby.gameloop.start`)."""
+        gameloop.start(self, member_id, req, now)
         return Done(req.request_id)
 
     # --- recreate (a lobby rebuilt from its members' copies) ----------------------------------
