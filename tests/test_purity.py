@@ -53,8 +53,8 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "wire"],
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
-        "games", "hello", "home", "identity", "keys", "limits", "listings", "protocol",
-        "replica", "resume", "state", "timers",
+        "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
+        "protocol", "replica", "results", "resume", "state", "timers",
     ],
     # the JSON form of the lobby's messages, derived from the binary table
     "echo.lobby.web": ["__init__", "jsonwire"],
@@ -217,9 +217,7 @@ def test_every_package_has_its_layer() -> None:
     assert packages == set(LAYERS)
 
 
-@pytest.mark.parametrize(
-    "path", sorted((ECHO / "transport").glob("*.py")), ids=lambda p: p.name
-)
+@pytest.mark.parametrize("path", sorted((ECHO / "transport").glob("*.py")), ids=lambda p: p.name)
 def test_transport_imports_nothing_above_it(path: Path) -> None:
     echo = [n for n in imports(path) if n.startswith("echo.")]
     assert [n for n in echo if package_of(n) != "echo.transport"] == []

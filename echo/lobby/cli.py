@@ -443,14 +443,18 @@ Commands, one a line on standard input (arguments split like a shell's):
   create NAME [MAX] [private] [KEY=VALUE...]   join LOBBY_ID        code JOIN_CODE
   quick [KEY=VALUE | KEY=LOW..HIGH | free=N]...  search [FILTERS...] [page=N]   leave
   meta KEY=VALUE...   lock   unlock   kick M   ban M   transfer M   (owner only)
-  attr KEY=VALUE...   ready   unready   chat TEXT...   start   state   sleep SECONDS
+  attr KEY=VALUE...   ready   unready   chat TEXT...   state   sleep SECONDS
+  start [TAG=VALUE...]   (owner; a game server announcing those tags, e.g. region=eu)
+  ticket   (a fresh ticket for the running game)   report SERVER_ID REASON...   (its
+  game server refused our ticket)
   wait EVENT [SECONDS]   (until an event of that name arrives, e.g. wait game)   quit
 Values that are integers are sent as numbers; KEY= deletes a key.
 \b
 Output, one line each: "ok COMMAND", "refused CODE message", "joined ID SERVER",
 "lobby ID NAME MEMBERS/MAX home=SERVER KEY=VALUE...", and the events as they arrive:
 snapshot, member_joined, member_left, owner, metadata, locked, attributes, ready, presence,
-banned, game SERVER_ID ADDRESS TICKET_HEX, chat MEMBER TEXT, rehomed, reconnected, left;
+banned, game SERVER_ID ADDRESS TICKET_HEX control_port=N duologue_ports=MODE match_id=N,
+game_ended MATCH_ID result={...}, chat MEMBER TEXT, rehomed, reconnected, left;
 with --state-file also "token_saved LOBBY_ID" (each new resume token, kept in the file) and,
 after a restart, "resumed LOBBY_ID SERVER" or "resume_refused CODE message" (then it starts
 without a seat). With --json, one JSON object a line with an "event" key.
@@ -748,7 +752,12 @@ def _print_event(out: _Printer, event: Any) -> None:
                 address=event.address,
                 ticket=event.ticket.hex(),
                 **({"server_key": key[0]} if key else {}),
+                control_port=event.control_port,
+                duologue_ports=event.duologue_ports,
+                match_id=event.match_id,
             )
+        case p.GameEnded():
+            out("game_ended", event.match_id, match_id=event.match_id, result=dict(event.result))
         case p.ChatLine():
             out("chat", event.member_id, event.text, member=event.member_id, text=event.text)
         case Rehomed():
@@ -783,6 +792,7 @@ def _event_name(event: Any) -> str:
         p.PresenceChanged: "presence",
         p.MemberBanned: "banned",
         p.GameStarting: "game",
+        p.GameEnded: "game_ended",
         p.ChatLine: "chat",
         Rehomed: "rehomed",
         Reconnected: "reconnected",
@@ -1024,7 +1034,13 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
         case "chat":
             await lobby.chat(" ".join(args))
         case "start":
-            await lobby.start()
+            await lobby.start({k: str(v) for k, v in _pairs(args).items()})
+        case "ticket":
+            await lobby.request_ticket()
+        case "report":
+            if len(args) < 2:
+                raise ValueError("report SERVER_ID REASON...")
+            await lobby.report_game_server(args[0], " ".join(args[1:]))
         case "sleep":
             await trio.sleep(_seconds(args[0]))
         case "state":
@@ -1040,9 +1056,7 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
                     owner=snap.owner,
                     members=[m.member_id for m in snap.members],
                     ready=[m.member_id for m in snap.members if m.ready],
-                    connected=[
-                        m.member_id for m in snap.members if m.presence.name == "CONNECTED"
-                    ],
+                    connected=[m.member_id for m in snap.members if m.presence.name == "CONNECTED"],
                     attributes={m.member_id: dict(m.attributes) for m in snap.members},
                     metadata=dict(snap.metadata),
                 )
@@ -1095,6 +1109,26 @@ a topic server name that does not resolve).
     "(echo-server --key FILE): the lobby hands it to the members with their tickets, and "
     "their sessions to the game server are encrypted to it [default: none: in the clear].",
 )
+@click.option(
+    "--control-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="The game server's control port [default: the port of --address + 1].",
+)
+@click.option(
+    "--duologue-ports",
+    default="shared",
+    show_default=True,
+    type=click.Choice(["per-client", "shared"]),
+    help="The game server's duologue-port mode (echo-server's default, shared, by default).",
+)
+@click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A tag a start can filter on (region=eu, mode=ctf, version=3); repeatable.",
+)
 @log_options(default_level="info")
 def announce_main(
     topics: str,
@@ -1103,6 +1137,9 @@ def announce_main(
     slots: int,
     interval: float,
     server_key: str | None,
+    control_port: int | None,
+    duologue_ports: str,
+    tags: tuple[str, ...],
     log_format: str,
     log_level: str,
 ) -> None:
@@ -1116,7 +1153,24 @@ def announce_main(
     if not listed:
         raise click.BadParameter("no servers listed", param_hint="--topics")
     public = b"" if server_key is None else _announced_key(server_key)
-    announcement = GameServerAnnouncement(server_id or address, address, slots, public)
+    port_text = address.rsplit(":", 1)[-1]
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise click.BadParameter("expected HOST:PORT", param_hint="--address")
+    tag_map: dict[str, str] = {}
+    for word in tags:
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {word!r}", param_hint="--tag")
+        tag_map[key] = value
+    announcement = GameServerAnnouncement(
+        server_id or address,
+        address,
+        slots,
+        control_port or int(port_text) + 1,
+        duologue_ports,
+        tag_map,
+        public,
+    )
     try:
         encode_announcement(announcement)
     except LobbyProtocolError as error:

@@ -73,7 +73,9 @@ from echo.lobby.protocol import (
     QuickJoin,
     Refusal,
     Reply,
+    ReportGameServer,
     Request,
+    RequestTicket,
     ResumeToken,
     SearchLobbies,
     SearchResults,
@@ -424,9 +426,7 @@ class LobbyClient:
                     seat = b""
                     if self.replica is not None:
                         seat = self.replica.seat
-                    hello = Hello(
-                        self.member, seat, self.secret, self.identity_token, link.resume
-                    )
+                    hello = Hello(self.member, seat, self.secret, self.identity_token, link.resume)
                     await session.send(encode_hello(hello))
                     with trio.fail_after(timeout):
                         welcome = await session.receive()
@@ -952,9 +952,24 @@ class LobbyClient:
         sending faster than the server's chat rate)."""
         await self._request(SendChat(0, self._require_lobby(), text))
 
-    async def start(self) -> None:
-        """Owner only: every member gets a `GameStarting` with its ticket."""
-        await self._request(StartGame(0, self._require_lobby()))
+    async def start(self, tags: Mapping[str, str] | None = None) -> None:
+        """Owner only: every member gets a `GameStarting` with its ticket. `tags` choose the
+        game server by the tags it announced (``{"region": "eu", "mode": "ctf"}``); among
+        those that match, the one with the most free slots."""
+        filters = tuple(StringEquals(k, v) for k, v in (tags or {}).items())
+        await self._request(StartGame(0, self._require_lobby(), filters))
+
+    async def request_ticket(self) -> None:
+        """A fresh ticket for the lobby's running game (a player whose process crashed and
+        resumed its seat, or whose ticket expired): it arrives as a new `GameStarting`."""
+        await self._request(RequestTicket(0, self._require_lobby()))
+
+    async def report_game_server(self, server_id: str, reason: str) -> None:
+        """Tell the lobby that the game server of the running game refused our ticket
+        (`reason`: its refusal): once half the players have, the lobby takes that server out
+        of rotation and ends the game (`GameEnded` with ``{"error": "game_server_refused"}``),
+        so the owner can start again on another."""
+        await self._request(ReportGameServer(0, self._require_lobby(), server_id, reason[:1000]))
 
     async def request(self, request: Request) -> Reply:
         """Any request as it is (tests, tools); refusals raise `LobbyError`."""

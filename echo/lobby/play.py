@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from echo.lobby.client import split_server
 from echo.lobby.keys import game_pin
 from echo.lobby.protocol import GameStarting
 from echo.session import Session
@@ -33,13 +32,14 @@ from echo.session import connect as session_connect
 async def join_game(start: GameStarting, **options: Any) -> AsyncIterator[Session]:
     """The session to the game server `start` names, admitted with its ticket and pinned to
     its announced key. `options` go to `echo.session.connect` (timeout, transport,
-    duologue_ports, ...); `credentials` and `server_key` come from `start`."""
+    ...); the ports, the duologue-port mode, `credentials` and `server_key` come from `start`
+    (a `duologue_ports` option overrides a start from a lobby that did not say the mode)."""
     for taken in ("credentials", "server_key"):
         if taken in options:
             raise TypeError(f"join_game sets {taken} from the GameStarting")
-    host, port, control = split_server(start.address)
+    options.setdefault("duologue_ports", start.duologue_ports)
     async with session_connect(
-        host, port, control, credentials=start.ticket, server_key=game_pin(start.server_key),
-        **options,
+        start.host, start.port, start.control_port, credentials=start.ticket,
+        server_key=game_pin(start.server_key), **options,
     ) as session:  # fmt: skip
         yield session

@@ -110,6 +110,12 @@ def _lobby_json() -> Iterable[bytes]:
 def _lobby_games() -> Iterable[bytes]:
     yield games.encode_announcement(games.GameServerAnnouncement("game-1", "127.0.0.1:40123", 8))
     yield games.encode_announcement(games.GameServerAnnouncement("g", "[::1]:1", 0xFFFF))
+    yield games.encode_announcement(
+        games.GameServerAnnouncement(
+            "eu-1", "10.0.0.1:7000", 8, 7001, "shared", {"region": "eu", "mode": "ctf"}
+        )
+    )
+    yield bytes.fromhex("0106") + b"game-1" + bytes.fromhex("0f") + b"127.0.0.1:40123" + b"\x00\x08"
 
 
 def _lobby_listings() -> Iterable[bytes]:
@@ -153,6 +159,20 @@ def _tickets() -> Iterable[bytes]:
     key = tickets.TicketKey(1, bytes([1]) * 32)
     yield tickets.issue(key, 77, "ålice", "game-1", 1_800_000_030.0)
     yield tickets.issue(key, 2**64 - 1, "m" * 255, "s", 0.0)
+    yield tickets.issue(key, 77, "ålice", "game-1", 1_800_000_030.0, version=1)
+    yield tickets.issue(
+        key,
+        77,
+        "ålice",
+        "game-1",
+        1_800_000_030.0,
+        match_id=2**64 - 1,
+        roster=(
+            tickets.RosterEntry("ålice", {"team": "red", "skill": -5}),
+            tickets.RosterEntry("bob", {}),
+        ),
+        metadata={"mode": "ctf", "round": 2**63 - 1},
+    )
     seats = tickets.TicketSeats(key, ttl=60, clock=lambda: 1_800_000_000.0)
     yield seats.issue(7, "alice")
     yield seats.tag(7, "alice", b"s" * 16)

@@ -368,7 +368,15 @@ def tickets_codec(data: bytes) -> None:
         # The claims re-issue to the same body, under any key.
         key = tickets.TicketKey(claims.key_id, b"k" * 32)
         reissued = tickets.issue(
-            key, claims.lobby_id, claims.member_id, claims.server_id, claims.expires_at
+            key,
+            claims.lobby_id,
+            claims.member_id,
+            claims.server_id,
+            claims.expires_at,
+            match_id=claims.match_id,
+            roster=claims.roster,
+            metadata=claims.metadata,
+            version=claims.version,
         )
         assert reissued[: -tickets.MAC_BYTES] == body, (reissued, body)
         assert tickets.decode_ticket_untrusted(reissued)[0] == claims

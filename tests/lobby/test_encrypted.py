@@ -88,7 +88,14 @@ async def encrypted_game_server(
     )
     await nursery.start(server.run)
     client = await nursery.start(_topic_client, topics)
-    announcement = GameServerAnnouncement(server_id, server_id, 8, announced)
+    announcement = GameServerAnnouncement(
+        server_id,
+        server_id,
+        8,
+        control_port=config.control_port,
+        duologue_ports="shared",
+        public_key=announced,
+    )
     nursery.start_soon(lambda: announce_game_server(client, lambda: announcement, interval=0.2))
     return config, server
 
@@ -120,7 +127,7 @@ async def test_members_reach_an_encrypted_game_server_with_no_key_typed(tmp_path
             starts = [await m.next_event(GameStarting) for m in (owner, bob)]
             assert {s.server_key for s in starts} == {GAME_SERVER_KEY.public}
             for start in starts:
-                async with join_game(start, timeout=5, duologue_ports="shared") as session:
+                async with join_game(start, timeout=5) as session:
                     await session.send(b"ECHO sealed")
                     assert await session.receive() == b"ECHO sealed"
         assert server.encrypted_sessions == 2
@@ -136,7 +143,7 @@ async def test_a_wrong_key_announced_fails_the_handshake_as_untrusted(tmp_path: 
             start = await owner.next_event(GameStarting)
             assert start.server_key == impostor.public
             with pytest.raises(es.Untrusted, match="server key refused") as refused:
-                async with join_game(start, timeout=5, duologue_ports="shared"):
+                async with join_game(start, timeout=5):
                     pass  # pragma: no cover
             assert GAME_SERVER_KEY.short_fingerprint in str(refused.value)
             # Plain, the same ticket is refused by the game server (encryption required).

@@ -3,6 +3,7 @@ GameStarting (pure: wire forms and the pin rules)."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from echo.lobby.games import (
@@ -12,6 +13,7 @@ from echo.lobby.games import (
 )
 from echo.lobby.keys import game_pin, parse_public_key, ring_pins
 from echo.lobby.protocol import (
+    GameDetails,
     GameStarting,
     LobbyProtocolError,
     encode,
@@ -22,36 +24,45 @@ from echo.session.crypto import BadKey, BadPin, Pin, ServerKey, fingerprint
 KEY = ServerKey.generate()
 
 
-def test_an_announcement_without_a_key_keeps_version_1_bytes() -> None:
-    plain = GameServerAnnouncement("g1", "10.0.0.1:9000", 8)
+def test_an_announcement_without_a_key_carries_none_and_version_1_still_parses() -> None:
+    plain = GameServerAnnouncement("g1", "10.0.0.1:9000", 8, 9001, "shared", {"region": "eu"})
     data = encode_announcement(plain)
-    assert data == b"\x01\x02g1\x0d10.0.0.1:9000\x00\x08"
     assert parse_announcement_untrusted(data) == plain
+    assert parse_announcement_untrusted(data).public_key == b""
+    # What lobby servers from before tags and keys sent: no tags, no key.
+    old = parse_announcement_untrusted(b"\x01\x02g1\x0d10.0.0.1:9000\x00\x08")
+    assert old == GameServerAnnouncement("g1", "10.0.0.1:9000", 8)
 
 
-def test_an_announcement_with_a_key_is_version_2_and_round_trips() -> None:
-    keyed = GameServerAnnouncement("g1", "10.0.0.1:9000", 8, KEY.public)
+def test_an_announcement_with_a_key_ends_with_it_and_round_trips() -> None:
+    plain = GameServerAnnouncement("g1", "10.0.0.1:9000", 8, 9001, "shared", {"region": "eu"})
+    keyed = attrs.evolve(plain, public_key=KEY.public)
     data = encode_announcement(keyed)
-    assert data[0] == 2 and data.endswith(KEY.public)
+    assert data == encode_announcement(plain) + KEY.public
     assert parse_announcement_untrusted(data) == keyed
     with pytest.raises(LobbyProtocolError):
         parse_announcement_untrusted(data[:-1])  # a key one byte short
     with pytest.raises(LobbyProtocolError):
         parse_announcement_untrusted(data + b"\x00")
     with pytest.raises(LobbyProtocolError):
-        encode_announcement(GameServerAnnouncement("g1", "a:1", 8, b"\x01" * 31))
+        encode_announcement(attrs.evolve(plain, public_key=b"\x01" * 31))
 
 
-def test_game_starting_carries_the_key_as_a_trailing_field() -> None:
-    plain = GameStarting(5, "g1", "10.0.0.1:9000", b"ticket")
-    keyed = GameStarting(5, "g1", "10.0.0.1:9000", b"ticket", KEY.public)
+def test_game_starting_carries_the_key_as_the_details_trailing_field() -> None:
+    details = GameDetails(7, 9001, "shared")
+    plain = GameStarting(5, "g1", "10.0.0.1:9000", b"ticket", details)
+    keyed = GameStarting(
+        5, "g1", "10.0.0.1:9000", b"ticket", attrs.evolve(details, server_key=KEY.public)
+    )
+    assert keyed.server_key == KEY.public and plain.server_key == b""
     assert encode(keyed) == encode(plain) + b"\x20" + KEY.public
     assert parse_server_message_untrusted(encode(plain)) == plain
     assert parse_server_message_untrusted(encode(keyed)) == keyed
     with pytest.raises(LobbyProtocolError, match="31 bytes"):
         parse_server_message_untrusted(encode(plain) + b"\x1f" + KEY.public[:31])
     with pytest.raises(LobbyProtocolError):
-        encode(GameStarting(5, "g1", "a:1", b"t", b"\x01" * 33))
+        bad = attrs.evolve(details, server_key=b"\x01" * 33)
+        encode(GameStarting(5, "g1", "a:1", b"t", bad))
 
 
 def test_game_pin_pins_the_announced_key() -> None:

@@ -10,6 +10,13 @@ Everything is encrypted (echo.session.crypto): the lobby server and the game ser
 --key and --encryption required; the bots pin the lobby's key (--server-key), and learn the
 game server's key from the lobby, with their tickets (echo-lobby-announce --server-key), so no
 bot is ever given the game server's key.
+admits it (and would refuse a forged one), and echoes a line there.
+
+Then the "ship a game" walk-through (tools/demo/ship.py, examples/ship_a_game): a game server
+of rock-paper-scissors and two players; one is killed with SIGKILL in the middle of the game,
+restarted with its state file ("resumed"), gets a fresh ticket for the running game and
+finishes it; the game server's signed result goes back to the lobby, which tells both players
+(GameEnded) and is open again. The demo ends by itself.
 """
 
 from __future__ import annotations
@@ -63,8 +70,10 @@ def main(ctx: click.Context, port: int) -> None:
         generate_key_file(game_key)
         encrypted = ["--encryption", "required"]
         try:
-            print(f"Starting echo-topics on {topics}, echo-lobby on {lobby}, "
-                  f"echo-server on 127.0.0.1:{game_port} with --ticket-key...")
+            print(
+                f"Starting echo-topics on {topics}, echo-lobby on {lobby}, "
+                f"echo-server on 127.0.0.1:{game_port} with --ticket-key..."
+            )
             started = [
                 (
                     "topics",
@@ -124,6 +133,7 @@ def main(ctx: click.Context, port: int) -> None:
                 except subprocess.TimeoutExpired:
                     bot.kill()
                     codes[name] = -1
+            codes["walkthrough"] = _walkthrough(lobby, topics, key, port + 300, Path(tmp))
         finally:
             for process in reversed(processes):
                 if process.poll() is None:
@@ -137,6 +147,24 @@ def main(ctx: click.Context, port: int) -> None:
     print("exit statuses: " + ", ".join(f"{k}={v}" for k, v in codes.items()))
     print("(0 = the bot got into the game server with its ticket)")
     sys.exit(0 if codes and all(code == 0 for code in codes.values()) else 1)
+
+
+def _walkthrough(lobby: str, topics: str, key: Path, game_port: int, tmp: Path) -> int:
+    from tools.demo.ship import walkthrough
+
+    print()
+    print("Ship a game: a rock-paper-scissors server in the lobby's loop, two players, a crash.")
+    try:
+        # erin and frank: the bots' names are seated in the first lobby.
+        outcome = walkthrough(lobby, topics, key, game_port, tmp, ("erin", "frank"))
+    except AssertionError as error:
+        print(f"the walk-through stopped: {error}")
+        return 1
+    print(
+        f"bob was back in his seat {outcome.resume_seconds:.1f} s after his restart "
+        "(the process's start-up included), and the game's result came back to the lobby."
+    )
+    return 0
 
 
 @main.command()
@@ -168,25 +196,30 @@ async def _bot(server: str, name: str, owner: bool, lobby_key: str | None = None
         async with lc.connect([server], member=name, server_key=lobby_key) as lobby:
             say(f"connected to lobby server {lobby.server}")
             if owner:
-                lobby_id = await lobby.create("Friday duel", 4, metadata={"mode": "duel",
-                                                                           "region": "eu"})
+                lobby_id = await lobby.create(
+                    "Friday duel", 4, metadata={"mode": "duel", "region": "eu"}
+                )
                 say(f"created lobby {lobby_id:x} (4 seats, mode=duel)")
                 await lobby.chat("anyone up for a duel?")
             else:
                 while True:
-                    found = await lobby.search(lc.filters_from(equals={"mode": "duel"},
-                                                               free_slots=1))
+                    found = await lobby.search(
+                        lc.filters_from(equals={"mode": "duel"}, free_slots=1)
+                    )
                     if found.listings:
                         break
                     await trio.sleep(0.3)
                 first = found.listings[0]
-                say(f"search found {first.name!r}: {first.member_count}/{first.max_members} "
-                    f"on {first.home}")
+                say(
+                    f"search found {first.name!r}: {first.member_count}/{first.max_members} "
+                    f"on {first.home}"
+                )
                 lobby_id = await lobby.join(first.lobby_id)
                 say(f"joined lobby {lobby_id:x}")
                 await lobby.chat(f"hi, {name} here")
-                await lobby.set_attributes({"colour": {"bob": "red", "carol": "green"}
-                                            .get(name, "blue")})
+                await lobby.set_attributes(
+                    {"colour": {"bob": "red", "carol": "green"}.get(name, "blue")}
+                )
                 await lobby.ready()
                 say("ready")
             async for event in lobby.events():
