@@ -25,11 +25,15 @@ from echo._cli import (
     events_option,
     fail,
     log_options,
+    log_server_key,
     one_line,
     port_option,
+    server_key_options,
+    server_key_pin_option,
     sole_error,
 )
 from echo.lobby.web.cli import web_door_config, web_door_options
+from echo.lobby.webpage.cli import door_type, web_page_option
 from echo.ops.cli import Ops, metrics_option, open_ops
 from echo.ops.metrics import LobbyCollector, session_collectors
 
@@ -239,10 +243,12 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
     help="The aud every member token must carry: the lobby service's name, the same on every "
     "lobby server of the ring.",
 )
+@server_key_options("members")
 @events_option(
     help="Append one JSON line per lobby and session event to this file (echo-analyze)."
 )
 @web_door_options
+@web_page_option
 @metrics_option()
 @log_options(default_level="info")
 def server_main(
@@ -263,6 +269,8 @@ def server_main(
     auth_key_path: str | None,
     auth_issuer: str | None,
     auth_audience: str,
+    server_key: Any,
+    encryption: str | None,
     events_path: str | None,
     metrics: tuple[str, int] | None,
     log_format: str,
@@ -291,6 +299,8 @@ def server_main(
             clients_base_port=clients_base_port,
             max_clients=max_clients,
             max_per_ip=max_per_ip,
+            key=server_key,
+            encryption=encryption,
         )
     except ValueError as error:
         raise click.UsageError(str(error)) from None
@@ -317,6 +327,7 @@ def server_main(
         identity=_identity(auth_key_path, auth_issuer, auth_audience),
     )
     door = web_door_config(address)
+    door_class = door_type(door)  # --web: the door serves the lobby page too
     try:
         events = EventLog(events_path, server_id=name) if events_path else None
     except OSError as error:
@@ -327,7 +338,7 @@ def server_main(
             session_config, config, events=events, transport_config=lobby_server_timers()
         )
         tune_collector()
-        trio.run(_serve, server, log, ops, door)
+        trio.run(_serve, server, log, ops, door, door_class)
     except BaseException as error:
         found = sole_error(error, OSError)
         if found is None:
@@ -396,7 +407,9 @@ def tune_collector() -> None:
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
-async def _serve(server: Any, log: Any, ops: Ops | None = None, door: Any = None) -> None:
+async def _serve(
+    server: Any, log: Any, ops: Ops | None = None, door: Any = None, door_class: Any = None
+) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             if ops is not None:
@@ -406,8 +419,9 @@ async def _serve(server: Any, log: Any, ops: Ops | None = None, door: Any = None
             if door is not None:  # the WebSocket door (echo.lobby.web), beside the UDP port
                 from echo.lobby.web.door import WebDoor
 
-                door = await nursery.start(WebDoor(server, door).run)
+                door = await nursery.start((door_class or WebDoor)(server, door).run)
             log.info("listening", server_id=server.server_id, pid=os.getpid())
+            log_server_key(log, server.session_config)
             if ops is not None:
                 ops.health.ready()
             async for signum in signals:
@@ -508,6 +522,12 @@ STATE_FILE_HELP = (
     type=click.Path(dir_okay=False),
     help=STATE_FILE_HELP,
 )
+@server_key_pin_option(
+    "Encrypt the sessions to the lobby servers, pinning this key: the ring's public key as "
+    "echo-lobby prints it (every server of the ring loads the same --key file), its SHA-256 "
+    "fingerprint, or a file holding one. A server that does not prove it is not used (never a "
+    "fallback to the clear). Default: no encryption."
+)
 @log_options(default_level="warning")
 def client_main(
     servers: str,
@@ -518,6 +538,7 @@ def client_main(
     connect_timeout: float,
     liveness: float,
     state_file: str | None,
+    server_key: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -537,7 +558,7 @@ def client_main(
     try:
         code = trio.run(
             _client, list(listed), member, timeout, out, connect_timeout, liveness, state_file,
-            resume, token,
+            resume, token, server_key,
         )  # fmt: skip
     except KeyboardInterrupt:
         code = 0
@@ -713,14 +734,20 @@ def _print_event(out: _Printer, event: Any) -> None:
         case p.MemberBanned():
             out("banned", event.member_id, member=event.member_id)
         case p.GameStarting():
+            # The game server's public key, when it announced one: what the member pins.
+            from echo.session.crypto import public_key_text
+
+            key = (public_key_text(event.server_key),) if event.server_key else ()
             out(
                 "game",
                 event.server_id,
                 event.address,
                 event.ticket.hex(),
+                *key,
                 server_id=event.server_id,
                 address=event.address,
                 ticket=event.ticket.hex(),
+                **({"server_key": key[0]} if key else {}),
             )
         case p.ChatLine():
             out("chat", event.member_id, event.text, member=event.member_id, text=event.text)
@@ -776,6 +803,7 @@ async def _client(
     state_file: str | None = None,
     resume: bytes | None = None,
     identity: str | None = None,
+    server_key: str | None = None,
 ) -> int:
     import echo.lobby.client as lc
     from echo.lobby.statefile import remove_state
@@ -785,6 +813,7 @@ async def _client(
         "timeout": timeout,
         "connect_timeout": connect_timeout,
         "liveness": liveness,
+        "server_key": server_key,
     }
     try:
         try:
@@ -1057,6 +1086,15 @@ a topic server name that does not resolve).
     type=click.FloatRange(min=0.05),
     help="Seconds between announcements.",
 )
+@click.option(
+    "--server-key",
+    "server_key",
+    default=None,
+    metavar="KEY|FILE",
+    help="The game server's public key (as echo-server prints it at start), or its key file "
+    "(echo-server --key FILE): the lobby hands it to the members with their tickets, and "
+    "their sessions to the game server are encrypted to it [default: none: in the clear].",
+)
 @log_options(default_level="info")
 def announce_main(
     topics: str,
@@ -1064,6 +1102,7 @@ def announce_main(
     server_id: str | None,
     slots: int,
     interval: float,
+    server_key: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -1076,7 +1115,8 @@ def announce_main(
     listed = _server_list(topics, "--topics", resolve=True)
     if not listed:
         raise click.BadParameter("no servers listed", param_hint="--topics")
-    announcement = GameServerAnnouncement(server_id or address, address, slots)
+    public = b"" if server_key is None else _announced_key(server_key)
+    announcement = GameServerAnnouncement(server_id or address, address, slots, public)
     try:
         encode_announcement(announcement)
     except LobbyProtocolError as error:
@@ -1090,6 +1130,22 @@ def announce_main(
         fail("echo-lobby-announce", one_line(found))
 
 
+def _announced_key(value: str) -> bytes:
+    """--server-key of echo-lobby-announce: a public key, or the game server's key file."""
+    from echo.lobby.keys import parse_public_key
+    from echo.session.crypto import BadKey, KeyFileError, load_key_file
+
+    if os.path.isfile(value):
+        try:
+            return load_key_file(value).public
+        except KeyFileError as error:
+            raise click.BadParameter(str(error), param_hint="--server-key") from None
+    try:
+        return parse_public_key(value)
+    except BadKey as error:
+        raise click.BadParameter(str(error), param_hint="--server-key") from None
+
+
 async def _announce(topics: list[str], announcement: Any, interval: float) -> None:
     from echo.lobby.server import announce_game_server
     from echo.topics import ClientConfig, open_topic_client
@@ -1101,7 +1157,14 @@ async def _announce(topics: list[str], announcement: Any, interval: float) -> No
                 nursery.start_soon(
                     lambda: announce_game_server(client, lambda: announcement, interval=interval)
                 )
-                log.info("announcing", **attrs.asdict(announcement), at=time.time())
+                fields = attrs.asdict(announcement)
+                if announcement.public_key:
+                    from echo.session.crypto import public_key_text
+
+                    fields["public_key"] = public_key_text(announcement.public_key)
+                else:
+                    del fields["public_key"]
+                log.info("announcing", **fields, at=time.time())
                 async for _ in signals:
                     nursery.cancel_scope.cancel()
                     break

@@ -6,8 +6,11 @@ being chosen. The owner's `StartGame` picks the live server with the most free s
 the lobby (ties: the lowest server id), and counts those slots as taken until that server's next
 announcement, so two lobbies starting at once do not both fill the same last slots.
 
-Announcement wire form (the topic record): u8 version 1, str8 server id, str8 address
-("host:port" where it admits sessions), u16 free slots.
+Announcement wire form (the topic record): u8 version, str8 server id, str8 address ("host:port"
+where it admits sessions), u16 free slots; version 2 adds the game server's X25519 public key
+(32 bytes), which the lobby hands its members with their tickets (`GameStarting.server_key`) so
+that their sessions to it are encrypted without anyone typing a key (echo.lobby.keys). A server
+without a key announces version 1, byte for byte what lobby servers from before keys read.
 
 Pure module: no trio, no clock.
 """
@@ -22,6 +25,9 @@ from echo.codec import Buffer
 from echo.lobby.protocol import LobbyProtocolError
 
 ANNOUNCEMENT_VERSION: Final = 1
+#: the version that carries a public key
+ANNOUNCEMENT_VERSION_KEYED: Final = 2
+PUBLIC_KEY_BYTES: Final = 32
 
 
 @attrs.frozen
@@ -29,12 +35,17 @@ class GameServerAnnouncement:
     server_id: str
     address: str
     free_slots: int
+    #: the game server's X25519 public key (32 bytes), or b"": it takes sessions in the clear
+    public_key: bytes = b""
 
 
 def encode_announcement(a: GameServerAnnouncement) -> bytes:
     """Raises LobbyProtocolError for fields that do not fit."""
+    key = a.public_key
+    if not isinstance(key, bytes) or len(key) not in (0, PUBLIC_KEY_BYTES):
+        raise LobbyProtocolError(f"a public key is {PUBLIC_KEY_BYTES} bytes (or none)")
     buf = Buffer(error=LobbyProtocolError)
-    buf.push_uint8(ANNOUNCEMENT_VERSION)
+    buf.push_uint8(ANNOUNCEMENT_VERSION_KEYED if key else ANNOUNCEMENT_VERSION)
     for text in (a.server_id, a.address):
         try:
             data = text.encode("utf-8")
@@ -47,17 +58,18 @@ def encode_announcement(a: GameServerAnnouncement) -> bytes:
     if isinstance(slots, bool) or not isinstance(slots, int) or not 0 <= slots <= 0xFFFF:
         raise LobbyProtocolError("free slots is a u16")
     buf.push_uint16(a.free_slots)
+    buf.push_bytes(key)
     return buf.data
 
 
 def parse_announcement_untrusted(data: bytes | bytearray | memoryview) -> GameServerAnnouncement:
     """Decode a topic record. Raises only LobbyProtocolError."""
     raw = bytes(data)
-    if len(raw) < 1 + 2 + 2 + 2 or len(raw) > 1 + 2 * 256 + 2:
+    if len(raw) < 1 + 2 + 2 + 2 or len(raw) > 1 + 2 * 256 + 2 + PUBLIC_KEY_BYTES:
         raise LobbyProtocolError(f"an announcement of {len(raw)} bytes")
     buf = Buffer(raw, error=LobbyProtocolError)
     version = buf.pull_uint8()
-    if version != ANNOUNCEMENT_VERSION:
+    if version not in (ANNOUNCEMENT_VERSION, ANNOUNCEMENT_VERSION_KEYED):
         raise LobbyProtocolError(f"unknown announcement version {version}")
     texts: list[str] = []
     for _ in range(2):
@@ -69,9 +81,10 @@ def parse_announcement_untrusted(data: bytes | bytearray | memoryview) -> GameSe
         except UnicodeDecodeError:
             raise LobbyProtocolError("a field is not UTF-8") from None
     free_slots = buf.pull_uint16()
+    key = buf.pull_bytes(PUBLIC_KEY_BYTES) if version == ANNOUNCEMENT_VERSION_KEYED else b""
     if not buf.eof():
-        raise LobbyProtocolError("trailing bytes after the free slots")
-    return GameServerAnnouncement(texts[0], texts[1], free_slots)
+        raise LobbyProtocolError("trailing bytes after the announcement")
+    return GameServerAnnouncement(texts[0], texts[1], free_slots, key)
 
 
 @attrs.define

@@ -508,6 +508,9 @@ class GameStarting:
     server_id: str
     address: str  # where the game server admits sessions, "host:port"
     ticket: bytes
+    #: the game server's X25519 public key as it announced it (32 bytes), which the member's
+    #: session to it pins (echo.lobby.keys); b"": it announced none (a session in the clear)
+    server_key: bytes = b""
 
 
 @attrs.frozen
@@ -643,6 +646,21 @@ class _Bytes8(_Codec):
 
     def read(self, r: Buffer) -> bytes:
         return r.pull_bytes8()
+
+
+class _PublicKey(_Bytes8):
+    """An X25519 public key: 32 bytes behind their length byte (one length: one form)."""
+
+    def write(self, w: Buffer, b: bytes) -> None:
+        if not isinstance(b, bytes) or len(b) != 32:
+            raise LobbyProtocolError("a server key is 32 bytes")
+        w.push_bytes8(b)
+
+    def read(self, r: Buffer) -> bytes:
+        b = r.pull_bytes8()
+        if len(b) != 32:
+            raise LobbyProtocolError(f"a server key of {len(b)} bytes, not 32")
+        return b
 
 
 _BOOL: Final = _Bool()
@@ -950,7 +968,8 @@ _MESSAGES: Final = (
     _update(MessageType.MEMBER_BANNED, MemberBanned, member_id=_STR8),
     # Not a state change (no version), but ordered with the start's changes.
     _Message(MessageType.GAME_STARTING, Channel.UPDATES, GameStarting,
-             lobby_id=_U64, server_id=_STR8, address=_STR8, ticket=_BYTES16),
+             lobby_id=_U64, server_id=_STR8, address=_STR8, ticket=_BYTES16,
+             server_key=_Trailing(_PublicKey(), b"")),
     _Message(MessageType.SEAT_TAGS, Channel.UPDATES, SeatTags,
              lobby_id=_U64, tags=_SEAT_TAG_LIST),
     _Message(MessageType.RESUME_TOKEN, Channel.UPDATES, ResumeToken,

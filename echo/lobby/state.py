@@ -785,7 +785,9 @@ class LobbyRegistry:
             self._broadcast(lobby, lambda v: LockChanged(lobby.lobby_id, v, True))
         for m in connected:
             ticket = self._tickets.issue(lobby.lobby_id, m.member_id, server.server_id)
-            start = GameStarting(lobby.lobby_id, server.server_id, server.address, ticket)
+            start = GameStarting(
+                lobby.lobby_id, server.server_id, server.address, ticket, server.public_key
+            )
             self._out.append(Send((m.member_id,), start))
         self.counters["games_started"] += 1
         self.counters["tickets_issued"] += len(connected)

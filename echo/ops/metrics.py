@@ -111,6 +111,7 @@ TRANSPORT_COUNTERS: dict[str, str] = {
     "setups_received": "SETUP frames received",
     "status_messages_sent": "Status messages (flow-control acknowledgements) sent",
     "status_messages_received": "Status messages received",
+    "setup_elicitations_received": "Setup-eliciting status messages received (registrations)",
     "naks_sent": "NAKs sent: gaps this server asked its peers to send again",
     "naks_received": "NAKs received: gaps peers asked this server to send again",
     "retransmits_sent": "Retransmissions sent in answer to NAKs",
@@ -118,6 +119,7 @@ TRANSPORT_COUNTERS: dict[str, str] = {
     "duplicate_data": "Data frames received that were already received",
     "images_created": "Images (incoming streams) created",
     "images_closed": "Images closed",
+    "images_revoked": "Images ended because their publisher revoked the stream",
     "destinations_added": "MDC destinations added (clients on an all-clients channel)",
     "destinations_removed": "MDC destinations removed",
     "send_errors": "Sends the socket refused",
@@ -305,6 +307,11 @@ LOBBY_SERVER_COUNTERS: dict[str, str] = {
     "ws_rate_closed": "WebSocket connections closed for staying over the message rate (1008)",
     "ws_chat_queue_full": "WebSocket chat lines refused: too many waiting for the chat rate",
     "ws_ping_timeouts": "WebSocket members dropped for not answering a ping",
+    # the lobby page on the door's port (echo-lobby --web, echo.lobby.webpage)
+    "web_page_served": "Lobby page files served (`--web`)",
+    "web_page_not_found": "Requests on the door's port for no file of the lobby page (404/405)",
+    "web_page_bad_requests": "Connections on the door's port that sent no valid HTTP request",
+    "web_page_timeouts": "Connections on the door's port that sent no request head in time",
 }
 
 

@@ -258,3 +258,5 @@ def test_the_lobby_demo_runs_to_the_end_by_itself() -> None:
     assert "everyone is ready: starting the game" in out
     assert "a forged ticket was refused: ticket refused: bad_signature" in out
     assert "exit statuses: alice=0, bob=0, carol=0, dave=0" in out
+    # Encrypted throughout, with the game server's key learnt from the lobby only.
+    assert out.count("encrypted to the key the lobby carried") == 4
