@@ -22,7 +22,6 @@ from pathlib import Path
 import trio
 
 import echo.lobby
-import echo.session as es
 from echo.lobby.protocol import GameEnded, GameStarting, ResumeToken
 from echo.lobby.statefile import SavedSeat, read_state, remove_state, write_state
 
@@ -35,7 +34,10 @@ async def main(args: argparse.Namespace) -> None:
     saved = read_state(args.state_file)
     token = saved.token if saved is not None else None
     async with echo.lobby.connect(
-        args.servers.split(","), member=args.member, resume_token=token
+        args.servers.split(","),
+        member=args.member,
+        resume_token=token,
+        server_key=args.server_key,  # the lobby's public key, if it encrypts (echo-lobby --key)
     ) as lobby:
         if token is not None:
             # A restart: the seat is ours again, with its ready state and attributes.
@@ -88,14 +90,9 @@ async def play_until_the_game_ends(lobby: echo.lobby.LobbyClient, args: argparse
 
 
 async def play(start: GameStarting, args: argparse.Namespace) -> None:
-    """Take the ticket to the game server: everything to connect is in the GameStarting."""
-    async with es.connect(
-        start.host,
-        start.port,
-        start.control_port,
-        credentials=start.ticket,
-        duologue_ports=start.duologue_ports,
-    ) as game:
+    """Take the ticket to the game server: everything to connect is in the GameStarting (its
+    ports, its duologue mode and, if it announced one, its key, which `join_game` pins)."""
+    async with echo.lobby.join_game(start) as game:
         say((await game.receive()).decode())  # WELCOME alice team=red against=bob
         prompt = await game.receive()
         if prompt == b"MOVE?":
@@ -112,6 +109,7 @@ def cli() -> None:
     parser.add_argument("--servers", required=True, help="HOST:PORT,... of the lobby servers")
     parser.add_argument("--member", required=True)
     parser.add_argument("--state-file", type=Path, required=True)
+    parser.add_argument("--server-key", help="the lobby's public key (echo-lobby --key prints it)")
     who = parser.add_mutually_exclusive_group()
     who.add_argument("--create", action="store_true", help="create the lobby (the owner)")
     who.add_argument("--join", type=int, metavar="LOBBY_ID")

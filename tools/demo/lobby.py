@@ -82,25 +82,63 @@ def main(ctx: click.Context, port: int) -> None:
                 ),
                 (
                     "lobby",
-                    ["echo.lobby.cli", "server", "--port", str(port), "--max-clients", "16",
-                     "--topics", topics,
-                     "--ticket-key", str(key), "--log-level", "warning",
-                     "--key", str(lobby_key), *encrypted],
+                    [
+                        "echo.lobby.cli",
+                        "server",
+                        "--port",
+                        str(port),
+                        "--max-clients",
+                        "16",
+                        "--topics",
+                        topics,
+                        "--ticket-key",
+                        str(key),
+                        "--log-level",
+                        "warning",
+                        "--key",
+                        str(lobby_key),
+                        *encrypted,
+                    ],
                     "",
                 ),
                 (
                     "game",
-                    ["echo.server.cli", "--port", str(game_port), "--control-port",
-                     str(game_port + 1), "--clients-base-port", str(game_port + 2),
-                     "--max-per-ip", "8", "--duologue-ports", "shared", "--ticket-key", str(key),
-                     "--key", str(game_key), *encrypted],
+                    [
+                        "echo.server.cli",
+                        "--port",
+                        str(game_port),
+                        "--control-port",
+                        str(game_port + 1),
+                        "--clients-base-port",
+                        str(game_port + 2),
+                        "--max-per-ip",
+                        "8",
+                        "--duologue-ports",
+                        "shared",
+                        "--ticket-key",
+                        str(key),
+                        "--key",
+                        str(game_key),
+                        *encrypted,
+                    ],
                     "listening",
                 ),
                 (
                     "announce",
-                    ["echo.lobby.cli", "announce", "--topics", topics, "--address",
-                     f"127.0.0.1:{game_port}", "--slots", "8", "--interval", "0.5",
-                     "--server-key", str(game_key)],
+                    [
+                        "echo.lobby.cli",
+                        "announce",
+                        "--topics",
+                        topics,
+                        "--address",
+                        f"127.0.0.1:{game_port}",
+                        "--slots",
+                        "8",
+                        "--interval",
+                        "0.5",
+                        "--server-key",
+                        str(game_key),
+                    ],
                     "announcing",
                 ),
             ]
@@ -112,14 +150,25 @@ def main(ctx: click.Context, port: int) -> None:
                     _wait_for(lines, ready, process, label)
             # echo-lobby logs only warnings here (readable output), so nothing tells when it
             # listens: the first bot's handshake waits for it (up to 10 s).
-            print("Everything encrypted: the bots pin the lobby's key; the game server's key "
-                  "reaches them with their tickets.")
+            print(
+                "Everything encrypted: the bots pin the lobby's key; the game server's key "
+                "reaches them with their tickets."
+            )
             print("Four bots: alice creates a lobby; bob, carol and dave find it and join.")
             bots = []
             for i, name in enumerate(BOTS):
                 bot = _start(
-                    ["tools.demo.lobby", "--port", str(port), "bot", name, "--owner", BOTS[0],
-                     "--lobby-key", lobby_public],
+                    [
+                        "tools.demo.lobby",
+                        "--port",
+                        str(port),
+                        "bot",
+                        name,
+                        "--owner",
+                        BOTS[0],
+                        "--lobby-key",
+                        lobby_public,
+                    ],
                     name,
                     COLOURS[(i + 1) % len(COLOURS)],
                     [],
@@ -133,7 +182,9 @@ def main(ctx: click.Context, port: int) -> None:
                 except subprocess.TimeoutExpired:
                     bot.kill()
                     codes[name] = -1
-            codes["walkthrough"] = _walkthrough(lobby, topics, key, port + 300, Path(tmp))
+            codes["walkthrough"] = _walkthrough(
+                lobby, topics, key, port + 300, Path(tmp), lobby_public
+            )
         finally:
             for process in reversed(processes):
                 if process.poll() is None:
@@ -149,14 +200,16 @@ def main(ctx: click.Context, port: int) -> None:
     sys.exit(0 if codes and all(code == 0 for code in codes.values()) else 1)
 
 
-def _walkthrough(lobby: str, topics: str, key: Path, game_port: int, tmp: Path) -> int:
+def _walkthrough(
+    lobby: str, topics: str, key: Path, game_port: int, tmp: Path, lobby_key: str
+) -> int:
     from tools.demo.ship import walkthrough
 
     print()
     print("Ship a game: a rock-paper-scissors server in the lobby's loop, two players, a crash.")
     try:
         # erin and frank: the bots' names are seated in the first lobby.
-        outcome = walkthrough(lobby, topics, key, game_port, tmp, ("erin", "frank"))
+        outcome = walkthrough(lobby, topics, key, game_port, tmp, ("erin", "frank"), lobby_key)
     except AssertionError as error:
         print(f"the walk-through stopped: {error}")
         return 1
@@ -238,8 +291,10 @@ async def _bot(server: str, name: str, owner: bool, lobby_key: str | None = None
                         await lobby.start()
                         owner = False  # start once; now wait for our own ticket like the rest
                 if isinstance(event, GameStarting):
-                    say(f"game on {event.address}: ticket of {len(event.ticket)} bytes"
-                        + (", encrypted to the key the lobby carried" if event.server_key else ""))
+                    say(
+                        f"game on {event.address}: ticket of {len(event.ticket)} bytes"
+                        + (", encrypted to the key the lobby carried" if event.server_key else "")
+                    )
                     host, port = event.address.rsplit(":", 1)
                     async with join_game(event, timeout=10, duologue_ports="shared") as game:
                         await game.send(f"ECHO {name} is in the game".encode())
@@ -249,8 +304,13 @@ async def _bot(server: str, name: str, owner: bool, lobby_key: str | None = None
                         forged = event.ticket[:-1] + bytes([event.ticket[-1] ^ 1])
                         try:
                             async with es.connect(
-                                host, int(port), int(port) + 1, credentials=forged, timeout=10,
-                                duologue_ports="shared", server_key=game_pin(event.server_key),
+                                host,
+                                int(port),
+                                int(port) + 1,
+                                credentials=forged,
+                                timeout=10,
+                                duologue_ports="shared",
+                                server_key=game_pin(event.server_key),
                             ):
                                 say("a forged ticket got in (it should not have)")
                                 return 1

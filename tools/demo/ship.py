@@ -82,6 +82,7 @@ def walkthrough(
     game_port: int,
     state_dir: Path,
     names: tuple[str, str] = ("alice", "bob"),
+    lobby_key: str | None = None,
 ) -> Outcome:
     """Run it, the owner and the player who crashes named `names`; raises AssertionError at
     the first step that does not happen."""
@@ -97,7 +98,7 @@ def walkthrough(
         runs.append(game)
         game.wait_for("announcing")
         time.sleep(1.0)  # an announcement reaches the lobby (every 0.5 s)
-        common = ["--servers", lobby]
+        common = ["--servers", lobby, *(["--server-key", lobby_key] if lobby_key else [])]
         alice = _script(
             "player.py",
             [*common, "--member", first, "--state-file", str(state_dir / f"{first}.state"),
