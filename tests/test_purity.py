@@ -53,8 +53,8 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "wire"],
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
-        "games", "hello", "home", "identity", "limits", "listings", "protocol", "replica",
-        "resume", "state", "timers",
+        "games", "hello", "home", "identity", "limits", "listings", "matchmaker", "protocol",
+        "queue_wire", "queues", "replica", "resume", "state", "timers",
     ],
     # the package (a docstring); the Agones SDK client's state machine
     "echo.ops": ["__init__", "agones"],

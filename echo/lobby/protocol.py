@@ -45,6 +45,7 @@ from typing import Any, Final, TypeAlias
 import attrs
 
 from echo.codec import Buffer, CodecError
+from echo.lobby.queue_wire import CancelMatch, EnqueueMatch, Matched, Queued, QueueLeft
 
 # Bigger than any message the default limits allow (a full snapshot of 64 members with 1 KiB of
 # attributes each is ~70 KiB); a parser refuses anything larger before reading it.
@@ -99,6 +100,8 @@ class ErrorCode(enum.IntEnum):
     RECREATE_REFUSED = 23  # the lobby lives here and is not being recreated
     NOT_READY = 24  # start while a connected member is not ready
     NO_GAME_SERVER = 25  # no announced game server has room for the lobby
+    NOT_QUEUED = 40  # cancel without a ticket (the matchmaker's codes start at 40)
+    PARTY_INVALID = 41  # a party entry without proof of membership, or that disagrees
 
 
 class Presence(enum.IntEnum):
@@ -132,11 +135,14 @@ class MessageType(enum.IntEnum):
     SEND_CHAT = 0x0E
     RECREATE_LOBBY = 0x0F
     START_GAME = 0x10
+    ENQUEUE_MATCH = 0x18  # the matchmaker's (echo.lobby.queue_wire)
+    CANCEL_MATCH = 0x19
     # replies (server -> client), Channel.REQUESTS
     REFUSAL = 0x20
     DONE = 0x21
     LOBBY_JOINED = 0x22
     SEARCH_RESULTS = 0x23
+    QUEUED = 0x28
     # state updates (server -> members), Channel.UPDATES
     LOBBY_SNAPSHOT = 0x40
     MEMBER_JOINED = 0x41
@@ -151,6 +157,8 @@ class MessageType(enum.IntEnum):
     GAME_STARTING = 0x4A
     SEAT_TAGS = 0x4B
     RESUME_TOKEN = 0x4C
+    MATCHED = 0x58
+    QUEUE_LEFT = 0x59
     # chat (server -> members), Channel.CHAT
     CHAT_LINE = 0x60
 
@@ -369,6 +377,8 @@ Request: TypeAlias = (
     | SendChat
     | RecreateLobby
     | StartGame
+    | EnqueueMatch
+    | CancelMatch
 )
 
 # --- replies ----------------------------------------------------------------------------------
@@ -408,7 +418,7 @@ class SearchResults:
     next_cursor: int | None  # None: this was the last page
 
 
-Reply: TypeAlias = Refusal | Done | LobbyJoined | SearchResults
+Reply: TypeAlias = Refusal | Done | LobbyJoined | SearchResults | Queued
 
 # --- state updates: each carries the lobby version it produces --------------------------------
 
@@ -542,7 +552,10 @@ class ChatLine:
     text: str
 
 
-Message: TypeAlias = Request | Reply | Update | GameStarting | SeatTags | ResumeToken | ChatLine
+Message: TypeAlias = (
+    Request | Reply | Update | GameStarting | SeatTags | ResumeToken | Matched | QueueLeft
+    | ChatLine
+)
 
 
 # --- the codec: one table entry per message type ----------------------------------------------
@@ -928,6 +941,10 @@ _MESSAGES: Final = (
     _request(MessageType.RECREATE_LOBBY, RecreateLobby, snapshot=_SNAPSHOT, seat=_BYTES16,
              seat_tags=_Trailing(_SEAT_TAG_LIST, ())),
     _lobby_op(MessageType.START_GAME, StartGame),
+    _request(MessageType.ENQUEUE_MATCH, EnqueueMatch, mode=_STR8, region=_STR8, skill=_I64,
+             size=_U16, party=_U64, party_size=_U16, party_seat=_BYTES16, strict_region=_BOOL,
+             start=_BOOL, waited_ms=_U32),
+    _request(MessageType.CANCEL_MATCH, CancelMatch),
     # replies (server -> client)
     _request(MessageType.REFUSAL, Refusal,
              code=_Enum(ErrorCode, _U16, "error code"), message=_STR16),
@@ -936,6 +953,7 @@ _MESSAGES: Final = (
     _request(MessageType.SEARCH_RESULTS, SearchResults,
              listings=_List(_U8, _LISTING, "at most 255 listings per page"),
              next_cursor=_OPT_U64),
+    _request(MessageType.QUEUED, Queued, ticket=_U64),
     # state updates (server -> members)
     _Message(MessageType.LOBBY_SNAPSHOT, Channel.UPDATES, LobbySnapshot, **dict(_SNAPSHOT.fields)),
     _update(MessageType.MEMBER_JOINED, MemberJoined, member=_MEMBER),
@@ -955,6 +973,9 @@ _MESSAGES: Final = (
              lobby_id=_U64, tags=_SEAT_TAG_LIST),
     _Message(MessageType.RESUME_TOKEN, Channel.UPDATES, ResumeToken,
              lobby_id=_U64, token=_BYTES16),
+    _Message(MessageType.MATCHED, Channel.UPDATES, Matched,
+             ticket=_U64, lobby_id=_U64, waited_ms=_U32),
+    _Message(MessageType.QUEUE_LEFT, Channel.UPDATES, QueueLeft, ticket=_U64, reason=_STR16),
     # chat (server -> members)
     _Message(MessageType.CHAT_LINE, Channel.CHAT, ChatLine,
              lobby_id=_U64, member_id=_STR8, text=_STR16),
@@ -1032,7 +1053,7 @@ def parse_request_untrusted(data: bytes | bytearray | memoryview) -> Request:
 
 def parse_server_message_untrusted(
     data: bytes | bytearray | memoryview,
-) -> Reply | Update | GameStarting | SeatTags | ResumeToken | ChatLine:
+) -> Reply | Update | GameStarting | SeatTags | ResumeToken | Matched | QueueLeft | ChatLine:
     """Decode what the lobby server sent to a member. Raises only LobbyProtocolError."""
     msg = parse_message_untrusted(data)
     if isinstance(msg, _REQUEST_TYPES):

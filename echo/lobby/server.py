@@ -75,6 +75,7 @@ from echo.lobby.listings import (
     encode_listing_record,
     parse_listing_record_untrusted,
 )
+from echo.lobby.matchmaker import MatchRules
 from echo.lobby.protocol import (
     MAX_MESSAGE_BYTES,
     Channel,
@@ -99,6 +100,8 @@ from echo.lobby.protocol import (
     encode,
     parse_request_untrusted,
 )
+from echo.lobby.queue_wire import CancelMatch, EnqueueMatch
+from echo.lobby.queues import QueueDesk
 from echo.lobby.resume import (
     ResumeRefusal,
     ResumeTokenError,
@@ -189,6 +192,10 @@ class LobbyServerConfig:
     chat_backlog: int = 16 * 1024  # bytes of chat waiting for one member: lines dropped for it
     topic_k: int = 3
     identity: IdentityVerifier | None = None
+    # The matchmaker (echo.lobby.queues): its rules, and how often its queues are matched
+    # while tickets wait (windows widen with time); an entry also wakes it at once.
+    match_rules: MatchRules = attrs.Factory(MatchRules)
+    match_interval: float = 0.25
 
 
 class _Conn:
@@ -263,6 +270,8 @@ class LobbyServer:
             server_id=server_id,
             board=self.board,
         )
+        self.queues = QueueDesk(self.registry, rules=config.match_rules, seats=self.seats)
+        self._wake_match = trio.Event()
         self.sessions = SessionServer(
             session_config,
             self._app,
@@ -334,6 +343,7 @@ class LobbyServer:
             await nursery.start(self.sessions.run)
             nursery.start_soon(self._expiry_loop)
             nursery.start_soon(self._renew_resume_tokens)
+            nursery.start_soon(self._match_loop)
             if self.config.topics:
                 await nursery.start(self._topics_loop)
             self._emit(
@@ -415,6 +425,7 @@ class LobbyServer:
             # No await here: this runs to the end even when the task is being cancelled.
             if self.conns.get(member_id) is conn:
                 del self.conns[member_id]
+                self.queues.withdraw(member_id, trio.current_time())
                 self._deliver(self.registry.disconnected(member_id, trio.current_time()))
                 self._wake_expiry.set()
 
@@ -602,7 +613,11 @@ class LobbyServer:
         before = self.registry.lobby_of(member_id)
         conn = self.conns.get(member_id)
         secret = b"" if conn is None else conn.secret
-        handled = self.registry.handle(member_id, request, now, secret=secret)
+        if isinstance(request, EnqueueMatch | CancelMatch):
+            handled = self.queues.handle(member_id, request, now, secret=secret)
+            self._wake_match.set()
+        else:
+            handled = self.registry.handle(member_id, request, now, secret=secret)
         reply = handled.reply
         if isinstance(reply, Refusal):
             self._refused(member_id, type(request).__name__, reply.code)
@@ -746,6 +761,25 @@ class LobbyServer:
             now = trio.current_time()
             if deadline is not None and now >= deadline:
                 self._deliver(self.registry.expire(now))
+
+    async def _match_loop(self) -> None:
+        """Match the queues when an entry arrives, and every `match_interval` while any
+        wait (their windows widen with time); seat each match (`QueueDesk.tick`)."""
+        while True:
+            wait = self.config.match_interval if len(self.queues) else math.inf
+            with trio.move_on_after(wait):
+                await self._wake_match.wait()
+            self._wake_match = trio.Event()
+            seated, sends = self.queues.tick(trio.current_time())
+            for done in seated:
+                for member_id in done.match.members:
+                    conn = self.conns.get(member_id)
+                    secret = b"" if conn is None else conn.secret
+                    self.bindings.bind(member_id, done.lobby_id, secret)
+                self._emit("lobby_matched", lobby_id=done.lobby_id,
+                           members=len(done.match.members), tickets=len(done.match.tickets),
+                           started=done.started)  # fmt: skip
+            self._deliver(sends)
 
     # ------------------------------------------------------------------ topics
 

@@ -66,6 +66,7 @@ from echo.lobby.protocol import (
     parse_request_untrusted,
     parse_server_message_untrusted,
 )
+from echo.lobby.queue_wire import CancelMatch, EnqueueMatch, Matched, Queued, QueueLeft
 
 MEMBER = MemberState("ålice", 3, True, Presence.RECONNECTING, {"hero": "mage", "lvl": -7})
 SNAPSHOT = LobbySnapshot(
@@ -122,6 +123,11 @@ SAMPLES: list[Message] = [
     GameStarting(77, "game-1", "203.0.113.5:40123", b"\x01ticket"),
     SeatTags(77, (SeatTag("bob", bytes([1]) + b"\xaa" * 16),)),
     ResumeToken(77, b"Rtok"),
+    EnqueueMatch(21, "duel", "eu", -1500, 2, 77, 2, b"seat", True, True, 1500),
+    CancelMatch(22),
+    Queued(21, 9),
+    Matched(9, 77, 1234),
+    QueueLeft(9, "cancelled by bob"),
 ]
 
 
@@ -244,6 +250,11 @@ SAMPLES_HEX = [
     "4a000000000000004d0667616d652d31113230332e302e3131332e353a34303132330007017469636b6574",
     "4b000000000000004d000103626f621101aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "4c000000000000004d000452746f6b",
+    "1800000015046475656c026575fffffffffffffa240002000000000000004d00020004736561740101000005dc",
+    "1900000016",
+    "28000000150000000000000009",
+    "580000000000000009000000000000004d000004d2",
+    "590000000000000009001063616e63656c6c656420627920626f62",
 ]
 EDGES_HEX = [
     (
