@@ -29,6 +29,7 @@ from echo._cli import (
     port_option,
     sole_error,
 )
+from echo.lobby import cli_queue
 from echo.ops.cli import Ops, metrics_option, open_ops
 from echo.ops.metrics import LobbyCollector, session_collectors
 
@@ -417,13 +418,15 @@ Commands, one a line on standard input (arguments split like a shell's):
   quick [KEY=VALUE | KEY=LOW..HIGH | free=N]...  search [FILTERS...] [page=N]   leave
   meta KEY=VALUE...   lock   unlock   kick M   ban M   transfer M   (owner only)
   attr KEY=VALUE...   ready   unready   chat TEXT...   start   state   sleep SECONDS
+  queue MODE REGION [skill=N] [size=N] [party] [start] [strict]   cancel   (matchmaker)
   wait EVENT [SECONDS]   (until an event of that name arrives, e.g. wait game)   quit
 Values that are integers are sent as numbers; KEY= deletes a key.
 \b
 Output, one line each: "ok COMMAND", "refused CODE message", "joined ID SERVER",
 "lobby ID NAME MEMBERS/MAX home=SERVER KEY=VALUE...", and the events as they arrive:
 snapshot, member_joined, member_left, owner, metadata, locked, attributes, ready, presence,
-banned, game SERVER_ID ADDRESS TICKET_HEX, chat MEMBER TEXT, rehomed, reconnected, left;
+banned, game SERVER_ID ADDRESS TICKET_HEX, chat MEMBER TEXT, rehomed, reconnected, left,
+"queued TICKET SERVER", matched TICKET LOBBY_ID WAITED_MS, queue_left TICKET REASON;
 with --state-file also "token_saved LOBBY_ID" (each new resume token, kept in the file) and,
 after a restart, "resumed LOBBY_ID SERVER" or "resume_refused CODE message" (then it starts
 without a seat). With --json, one JSON object a line with an "event" key.
@@ -665,6 +668,8 @@ def _print_event(out: _Printer, event: Any) -> None:
     from echo.lobby import protocol as p
     from echo.lobby.client import Left, Reconnected, Rehomed, Resumed
 
+    if cli_queue.print_queue_event(out, event):
+        return
     match event:
         case p.LobbySnapshot():
             out(
@@ -749,6 +754,7 @@ def _event_name(event: Any) -> str:
         Resumed: "resumed",
         p.ResumeToken: "token",
         Left: "left",
+        **cli_queue.EVENT_NAMES,
     }
     return names.get(type(event), type(event).__name__)
 
@@ -983,6 +989,11 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
             await lobby.chat(" ".join(args))
         case "start":
             await lobby.start()
+        case "queue":
+            await cli_queue.queue_command(lobby, args, out)
+            return
+        case "cancel":
+            await lobby.cancel_queue()
         case "sleep":
             await trio.sleep(_seconds(args[0]))
         case "state":
