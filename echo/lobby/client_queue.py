@@ -69,9 +69,16 @@ async def queue(
     home = queue_home(client.ring, mode, region, client.dead)
     if home is None:
         raise LobbyUnavailable(f"every lobby server of the {mode}/{region} queue is gone")
-    reply = await client._request(entry, server=home)
+    # Waiting from before the request: its Matched may overtake its Queued reply.
+    waiting = client.waiting = Waiting(entry, home, trio.current_time(), 0)
+    try:
+        reply = await client._request(entry, server=home)
+    except BaseException:
+        if client.waiting is waiting:
+            client.waiting = None
+        raise
     assert isinstance(reply, Queued)
-    client.waiting = Waiting(entry, home, trio.current_time(), reply.ticket)
+    waiting.ticket = reply.ticket
     return reply.ticket
 
 

@@ -778,7 +778,7 @@ class LobbyServer:
                     self.bindings.bind(member_id, done.lobby_id, secret)
                 self._emit("lobby_matched", lobby_id=done.lobby_id,
                            members=len(done.match.members), tickets=len(done.match.tickets),
-                           started=done.started)  # fmt: skip
+                           started=int(done.started))  # fmt: skip
             self._deliver(sends)
 
     # ------------------------------------------------------------------ topics
