@@ -53,7 +53,7 @@ async def queue(
     """Queue this member (with `party`, its lobby: every member of it calls this); the
     ticket id. Raises `LobbyError` if refused (BAD_REQUEST, PARTY_INVALID, RATE_LIMITED,
     ALREADY_IN_LOBBY for a member in a lobby queueing alone) or `LobbyUnavailable`."""
-    from echo.lobby.client import LobbyError, LobbyUnavailable
+    from echo.lobby.client import LobbyError
 
     party_id, party_size, party_seat = 0, 1, b""
     if party:
@@ -66,20 +66,38 @@ async def queue(
     entry = EnqueueMatch(
         0, mode, region, skill, size, party_id, party_size, party_seat, strict_region, start
     )
-    home = queue_home(client.ring, mode, region, client.dead)
-    if home is None:
-        raise LobbyUnavailable(f"every lobby server of the {mode}/{region} queue is gone")
     # Waiting from before the request: its Matched may overtake its Queued reply.
-    waiting = client.waiting = Waiting(entry, home, trio.current_time(), 0)
+    waiting = client.waiting = Waiting(entry, "", trio.current_time(), 0)
     try:
-        reply = await client._request(entry, server=home)
+        return await _walk(client, waiting, entry)
     except BaseException:
         if client.waiting is waiting:
             client.waiting = None
         raise
-    assert isinstance(reply, Queued)
-    waiting.ticket = reply.ticket
-    return reply.ticket
+
+
+async def _walk(client: LobbyClient, waiting: Waiting, entry: EnqueueMatch) -> int:
+    """Send `entry` to its queue's home, walking on past servers found silent (marked dead),
+    as a join walks past a dead lobby home; the ticket id."""
+    from echo.lobby.client import LobbyUnavailable, NoReply
+
+    for _ in range(len(client.servers) + 1):
+        home = queue_home(client.ring, entry.mode, entry.region, client.dead)
+        if home is None:
+            break
+        waiting.server = home
+        try:
+            reply = await client._request(entry, server=home)
+        except NoReply:
+            raise  # it went out: it may be queued there (sending it again keeps its place)
+        except LobbyUnavailable:
+            if home in client.dead:
+                continue  # silent: the queue's next home
+            raise
+        assert isinstance(reply, Queued)
+        waiting.ticket = reply.ticket
+        return reply.ticket
+    raise LobbyUnavailable(f"every lobby server of the {entry.mode}/{entry.region} queue is gone")
 
 
 async def cancel(client: LobbyClient) -> None:
@@ -104,25 +122,19 @@ async def send_again(client: LobbyClient) -> None:
     if waiting is None:
         return
     await client._wait_recovered()
-    for _ in range(len(client.servers) + 1):
-        if client.waiting is not waiting:
-            return  # matched, cancelled or queued anew meanwhile
-        home = queue_home(client.ring, waiting.entry.mode, waiting.entry.region, client.dead)
-        if home is None:
-            break
-        waited_ms = min(2**32 - 1, round((trio.current_time() - waiting.since) * 1000))
-        entry = attrs.evolve(waiting.entry, waited_ms=waited_ms)
-        try:
-            reply = await client._request(entry, server=home)
-        except LobbyUnavailable:
-            continue  # (marked dead: the next home)
-        except LobbyError as error:
-            client.waiting = None
-            client._event(QueueLeft(waiting.ticket, f"not queued again on {home}: {error}"))
-            return
-        assert isinstance(reply, Queued)
-        waiting.server, waiting.ticket = home, reply.ticket
-        log.info("lobby_queue_sent_again", member=client.member, server=home)
+    if client.waiting is not waiting:
+        return  # matched, cancelled or queued anew meanwhile
+    waited_ms = min(2**32 - 1, round((trio.current_time() - waiting.since) * 1000))
+    entry = attrs.evolve(waiting.entry, waited_ms=waited_ms)
+    try:
+        await _walk(client, waiting, entry)
+    except LobbyError as error:
+        reason = f"not queued again on {waiting.server}: {error}"
+    except LobbyUnavailable as error:
+        reason = f"no lobby server of the queue answered: {error}"
+    else:
+        log.info("lobby_queue_sent_again", member=client.member, server=waiting.server)
         return
-    client.waiting = None
-    client._event(QueueLeft(waiting.ticket, "no lobby server of the queue answered"))
+    if client.waiting is waiting:
+        client.waiting = None
+        client._event(QueueLeft(waiting.ticket, reason))
