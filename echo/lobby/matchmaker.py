@@ -356,7 +356,8 @@ class Matchmaker:
             t = self._tickets[tid]
             if t.region == anchor.region:
                 near.append(t)
-                seats_near += len(t.members)
+                if len(t.members) <= need:  # (a party too big for the seats cannot count)
+                    seats_near += len(t.members)
             elif wide and _accepts_other_regions(t, now, rules):
                 far.append(t)
             if seats_near >= need:

@@ -255,3 +255,15 @@ def test_ten_thousand_players_are_matched_in_one_pass() -> None:
         mm.enqueue(Entry(f"p{i}", "duel", REGIONS[i % 3], (i * 7919) % 3000, 2), 0)
     matches = mm.match(0)
     assert sum(len(m.members) for m in matches) >= 9_900
+
+
+def test_a_party_too_big_for_the_seats_left_is_passed_over_for_smaller_tickets() -> None:
+    mm = Matchmaker(RULES)
+    mm.enqueue(Entry("a", "squad", "eu", 1000, 4, party=1, party_size=2), 0)
+    mm.enqueue(Entry("b", "squad", "eu", 1000, 4, party=1, party_size=2), 0)
+    for m in ("x", "y", "z"):  # the closest in skill, but 3 do not fit in 2 seats
+        mm.enqueue(Entry(m, "squad", "eu", 1001, 4, party=2, party_size=3), 1)
+    mm.enqueue(Entry("s1", "squad", "eu", 1050, 4), 1)
+    mm.enqueue(Entry("s2", "squad", "eu", 1060, 4), 1)
+    [match] = mm.match(1)
+    assert set(match.members) == {"a", "b", "s1", "s2"}
