@@ -142,3 +142,35 @@ async def test_a_party_that_does_not_gather_is_told() -> None:
             await p.queue("duel", "eu", size=2, party=True)
             left = await p.next_event(QueueLeft)
             assert "arrive" in left.reason and p.waiting is None
+
+
+async def test_a_party_whose_lobby_lives_on_another_server_queues_with_its_seats() -> None:
+    async with cluster(2, match_rules=RULES) as c:
+        async with (
+            echo.lobby.connect(c.names, member="lead") as lead,
+            echo.lobby.connect(c.names, member="mate") as mate,
+            echo.lobby.connect(c.names, member="solo") as solo,
+        ):
+            party = await lead.create("party", 2)
+            await mate.join(party)
+            where = lead.server
+            ring = c.lobby[0].ring
+            region = next(
+                r for r in (f"r{i}" for i in range(64)) if queue_home(ring, "trio", r) != where
+            )
+            for p in (lead, mate):
+                await p.queue("trio", region, skill=10, size=3, party=True)
+                assert p.server != where  # the queue's home, not the party's
+            await solo.queue("trio", region, skill=12, size=3)
+            matched = [await p.next_event(Matched) for p in (lead, mate, solo)]
+            assert len({m.lobby_id for m in matched}) == 1
+            for p in (lead, mate, solo):
+                await p.wait_until(lambda c: c.lobby_id == matched[0].lobby_id)
+                assert p.replica is not None and len(p.replica.members) == 3
+            # A stranger cannot queue into that party: it holds no seat in it.
+            async with echo.lobby.connect(c.names, member="stranger") as stranger:
+                from echo.lobby.queue_wire import EnqueueMatch
+
+                with pytest.raises(LobbyError) as refused:
+                    await stranger.request(EnqueueMatch(0, "trio", region, 1, 3, party, 2))
+                assert refused.value.code is ErrorCode.PARTY_INVALID
