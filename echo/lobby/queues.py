@@ -26,7 +26,7 @@ import structlog
 
 from echo.lobby.limits import RateLimit, TokenBucket
 from echo.lobby.matchmaker import Entry, Match, Matchmaker, MatchRules, QueueError
-from echo.lobby.protocol import Done, ErrorCode, LobbyJoined, Refusal, StartGame
+from echo.lobby.protocol import Done, ErrorCode, GameStarting, LobbyJoined, Refusal, StartGame
 from echo.lobby.queue_wire import CancelMatch, EnqueueMatch, Matched, Queued, QueueLeft
 from echo.lobby.state import Handled, LobbyRegistry, Seats, Send
 
@@ -46,6 +46,7 @@ class Seated:
     lobby_id: int
     match: Match
     started: bool
+    game_server: str = ""  # the game server it was started on (started only)
 
 
 class QueueDesk:
@@ -184,6 +185,7 @@ class QueueDesk:
         self.counters["matches"] += 1
         self.counters["players_matched"] += len(members)
         started = False
+        game_server = ""
         if match.start:
             owner = next(iter(members))
             handled = self.registry.handle(
@@ -202,4 +204,12 @@ class QueueDesk:
             else:
                 started = True
                 sends.extend(handled.sends)
-        return Seated(lobby_id, match, started)
+                game_server = next(
+                    (
+                        s.message.server_id
+                        for s in handled.sends
+                        if isinstance(s.message, GameStarting)
+                    ),
+                    "",
+                )
+        return Seated(lobby_id, match, started, game_server)

@@ -101,7 +101,7 @@ from echo.lobby.protocol import (
     parse_request_untrusted,
 )
 from echo.lobby.queue_wire import CancelMatch, EnqueueMatch
-from echo.lobby.queues import QueueDesk
+from echo.lobby.queues import QueueDesk, Seated
 from echo.lobby.resume import (
     ResumeRefusal,
     ResumeTokenError,
@@ -772,14 +772,25 @@ class LobbyServer:
             self._wake_match = trio.Event()
             seated, sends = self.queues.tick(trio.current_time())
             for done in seated:
-                for member_id in done.match.members:
-                    conn = self.conns.get(member_id)
-                    secret = b"" if conn is None else conn.secret
-                    self.bindings.bind(member_id, done.lobby_id, secret)
-                self._emit("lobby_matched", lobby_id=done.lobby_id,
-                           members=len(done.match.members), tickets=len(done.match.tickets),
-                           started=int(done.started))  # fmt: skip
+                self._note_match(done)
             self._deliver(sends)
+
+    def _note_match(self, done: Seated) -> None:
+        """Bind each seat to its session; the events of a lobby created and joined (as for
+        any lobby: the event log's lobbies stay whole), then `lobby_matched`."""
+        members = done.match.members
+        self._emit("lobby_created", lobby_id=done.lobby_id, member_id=members[0],
+                   max_members=len(members), visibility="private")
+        for count, member_id in enumerate(members, 1):
+            conn = self.conns.get(member_id)
+            secret = b"" if conn is None else conn.secret
+            self.bindings.bind(member_id, done.lobby_id, secret)
+            self._emit("lobby_joined", lobby_id=done.lobby_id, member_id=member_id, members=count)
+        self._emit("lobby_matched", lobby_id=done.lobby_id, members=len(members),
+                   tickets=len(done.match.tickets), started=int(done.started))
+        if done.started:
+            self._emit("lobby_started", lobby_id=done.lobby_id, members=len(members),
+                       game_server=done.game_server)
 
     # ------------------------------------------------------------------ topics
 

@@ -45,6 +45,21 @@ async def test_players_are_matched_and_seated_together_on_the_queues_home() -> N
             await a.chat("gg")
             await cc.ready()
     assert sum(1 for e, _ in events if e == "lobby_matched") == 2
+    # A matched lobby is in the event log as any lobby: created, joined, then matched.
+    lobby_a = matched["a"].lobby_id
+    mine = [
+        (e, f.get("member_id"), f.get("members")) for e, f in events if f.get("lobby_id") == lobby_a
+    ]
+    first = next(
+        f["member_id"] for e, f in events if e == "lobby_created" and f["lobby_id"] == lobby_a
+    )
+    second = ({"a", "c"} - {first}).pop()
+    assert mine[:4] == [
+        ("lobby_created", first, None),
+        ("lobby_joined", first, 1),
+        ("lobby_joined", second, 2),
+        ("lobby_matched", None, 2),
+    ]
 
 
 async def test_a_party_queues_whole_and_a_match_can_start_at_once(tmp_path: Path) -> None:
