@@ -171,8 +171,12 @@ class Echo(Target):
     name = "echo"
 
     def start_server(self, args: argparse.Namespace, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        return self._start(self.argv(args), args.echo_port, log)
+
+    def argv(self, args: argparse.Namespace) -> list[str]:
+        """echo-lobby's command line for L1."""
         members = args.lobbies * args.members + 64
-        argv = [
+        return [
             sys.executable,
             "-m",
             "echo.lobby.cli",
@@ -190,10 +194,12 @@ class Echo(Target):
             "--log-level",
             "warning",
         ]
+
+    def _start(self, argv: list[str], port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         # At warning level it says nothing when ready: its HELLO port being bound is the sign.
         deadline = time.monotonic() + 60
-        while not udp_bound(args.echo_port):
+        while not udp_bound(port):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"echo-lobby did not start (exit {proc.poll()})")
             time.sleep(0.05)
@@ -223,6 +229,22 @@ class Echo(Target):
             str(args.join_seconds),
             *(["--liveness", str(args.echo_client_liveness)] if args.echo_client_liveness else []),
         ]
+
+
+class EchoWs(Echo):
+    """L1-WS: echo-lobby's WebSocket door, Node bots on the JSON protocol (bench.lobby_ws)."""
+
+    name = "echo-ws"
+
+    def start_server(self, args: argparse.Namespace, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        from bench import lobby_ws
+
+        return lobby_ws.start_server(args, log, self.argv(args))
+
+    def bot_argv(self, args: argparse.Namespace, offset: int, lobbies: int) -> list[str]:
+        from bench import lobby_ws
+
+        return lobby_ws.bot_argv(args, COLYSEUS_DIR / "echo_ws_bots.js", offset, lobbies)
 
 
 class Colyseus(Target):
@@ -787,6 +809,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--colyseus-port", type=int, default=12567)
     parser.add_argument(
+        "--echo-ws-port",
+        type=int,
+        default=12600,
+        help="echo-lobby's WebSocket door (TCP) for the echo-ws target (L1-WS, bench.lobby_ws)",
+    )
+    parser.add_argument(
         "--echo-client-liveness",
         type=float,
         default=None,
@@ -874,19 +902,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         load_before,
     )
     print(f"wrote {written}" if written else "no repeat measured echo: no result file written")
+    if "echo-ws" in args.targets.split(","):
+        from bench import lobby_ws
+
+        written = lobby_ws.write_result_file(
+            repeats,
+            args,
+            shlex.join(["python", "-m", "bench.lobby_bench", *argv_used]),
+            Path(args.results_dir) if args.results_dir else result_files.RESULTS_DIR,
+            load_before,
+        )
+        print(f"wrote {written}" if written else "no repeat measured echo-ws: no L1-WS file")
 
 
 def run_targets(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     """One run of every target, one after the other."""
     results: list[dict[str, Any]] = []
     for name in args.targets.split(","):
-        if name == "colyseus":
+        if name in ("colyseus", "echo-ws"):  # (echo-ws's bots run on Colyseus's Node packages)
             why = _ensure_colyseus()
             if why is not None:
                 results.append({"target": name, "error": why})
-                print(f"colyseus: not measured: {why}", flush=True)
+                print(f"{name}: not measured: {why}", flush=True)
                 continue
-            target: Target = Colyseus()
+            target: Target = Colyseus() if name == "colyseus" else EchoWs()
         else:
             target = Echo()
         print(f"==> {name}", flush=True)

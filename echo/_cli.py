@@ -158,3 +158,86 @@ def one_line(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return str(error)
+
+
+# ---------------------------------------------------------------- session encryption options
+
+
+def _key_file(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """--key FILE: the server's X25519 key (echo.session.crypto), loaded and checked now, so a
+    missing or group-readable file is a bad command line, not a server that fails later."""
+    if value is None:
+        return None
+    from echo.session.crypto import KeyFileError, load_key_file
+
+    try:
+        return load_key_file(value)
+    except KeyFileError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
+def server_key_options(who: str) -> Callable[[F], F]:
+    """--key FILE (passed on as `server_key`, a loaded ServerKey or None) and --encryption
+    (required|optional|off, or None: optional with a key, off without), for `who`'s sessions."""
+
+    def decorate(function: F) -> F:
+        function = click.option(
+            "--encryption",
+            type=click.Choice(["required", "optional", "off"]),
+            default=None,
+            help=f"required: only {who} that encrypt; optional: encrypting ones and Echo 2.0's "
+            "plain ones side by side; off: all in the clear. Default: optional with --key, off "
+            "without.",
+        )(function)
+        return click.option(
+            "--key",
+            "server_key",
+            type=click.Path(dir_okay=False),
+            default=None,
+            callback=_key_file,
+            help="The server's X25519 key file (make one with: echo-keygen FILE; mode 0600). "
+            "Its public key and fingerprint are printed at start, for --server-key.",
+        )(function)
+
+    return decorate
+
+
+def _pinned_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--server-key: a public key or full fingerprint, or a file holding one (checked here)."""
+    if value is None:
+        return None
+    from echo.session.crypto import BadPin, Pin
+
+    text = value
+    if os.path.isfile(value):
+        try:
+            with open(value, encoding="utf-8") as handle:
+                text = handle.read(4096).strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise click.BadParameter(one_line(error), ctx, param) from None
+    try:
+        Pin.parse(text)
+    except BadPin as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+    return text
+
+
+def server_key_pin_option(help: str) -> Callable[[F], F]:
+    """--server-key KEY: the server's public key (or fingerprint, or a file holding one) that
+    a client pins; the value is passed on as text that `Pin.parse` accepts, or None."""
+    return click.option(
+        "--server-key", default=None, metavar="KEY", callback=_pinned_key, help=help
+    )
+
+
+def log_server_key(log: Any, config: Any) -> None:
+    """At start: the mode in force and the key clients pin (or that there is none)."""
+    if config.key is not None:
+        log.info(
+            "server_key",
+            encryption=config.encryption_mode.value,
+            public_key=config.key.public_text,
+            fingerprint="SHA256:" + config.key.fingerprint,
+        )
+    else:
+        log.warning("encryption_off", reason="no --key: every session is in the clear")

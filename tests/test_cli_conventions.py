@@ -23,7 +23,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from tests.lobby.servers import free_ports
+from tests.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

@@ -53,9 +53,14 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "wire"],
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
-        "games", "hello", "home", "identity", "limits", "listings", "matchmaker", "protocol",
-        "queue_wire", "queues", "replica", "resume", "state", "timers",
+        "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
+        "matchmaker", "protocol", "queue_wire", "queues", "replica", "results", "resume",
+        "state", "timers",
     ],
+    # the JSON form of the lobby's messages, derived from the binary table
+    "echo.lobby.web": ["__init__", "jsonwire"],
+    # the lobby page (a docstring) and its HTTP answers
+    "echo.lobby.webpage": ["__init__", "pages"],
     # the package (a docstring); the Agones SDK client's state machine
     "echo.ops": ["__init__", "agones"],
 }  # fmt: skip
@@ -75,10 +80,17 @@ DRIVERS: dict[str, list[str]] = {
     "echo.tickets": ["__init__", "keyfile"],
     "echo.channels": ["__init__", "api"],
     "echo.topics": ["__init__", "cli", "client", "driver", "events", "serve"],
-    # the package (loads the client, and trio, on first use), the client, the trio server
+    # the package (loads the client, and trio, on first use), the client, the trio server,
+    # the way from a GameStarting into the game server's session
     "echo.lobby": [
-        "__init__", "cli", "cli_queue", "client", "client_queue", "server", "statefile",
+        "__init__", "cli", "cli_queue", "client", "client_queue", "play", "server",
+        "statefile",
     ],
+    # the WebSocket door on the lobby server and its echo-lobby options
+    "echo.lobby.web": ["cli", "door"],
+    # echo-lobby --web: the page's files read from the package, the listener that serves them
+    # in front of the door, the door with the page, the --web option
+    "echo.lobby.webpage": ["cli", "files", "paged", "serve"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
     "echo.ops": ["agones_driver", "cli", "http", "httpclient", "metrics"],
@@ -106,7 +118,8 @@ LAYERS: dict[str, set[str]] = {
     },
     "echo.telemetry": set(),
     "echo.log": set(),
-    "echo._cli": set(),
+    # the CLI helpers sit on top: the session's key options (--key, --server-key) load its keys
+    "echo._cli": {"echo.session"},
 }  # fmt: skip
 # A command line (a package's cli.py) may also use the CLI helpers and write the event log.
 CLI_EXTRA = {"echo.log", "echo._cli", "echo.telemetry", "echo.ops"}
@@ -208,9 +221,7 @@ def test_every_package_has_its_layer() -> None:
     assert packages == set(LAYERS)
 
 
-@pytest.mark.parametrize(
-    "path", sorted((ECHO / "transport").glob("*.py")), ids=lambda p: p.name
-)
+@pytest.mark.parametrize("path", sorted((ECHO / "transport").glob("*.py")), ids=lambda p: p.name)
 def test_transport_imports_nothing_above_it(path: Path) -> None:
     echo = [n for n in imports(path) if n.startswith("echo.")]
     assert [n for n in echo if package_of(n) != "echo.transport"] == []

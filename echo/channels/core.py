@@ -39,7 +39,9 @@ Interpretations of the note (docs/channels.md repeats them):
   removes the ambiguity of bytes in flight when the bound is sent. Dropped bytes do not count
   (they are refunded, and retransmitted). "Strictly tightening" = a smaller total.
   A client estimates its usage pessimistically (bytes in flight count as accepted), so it never
-  sends past the server's bound, and a message that would pass either bound is a protocol error.
+  sends past the server's bound once it knows it; a message past its own sending bound is a
+  protocol error, one past the receiving bound is dropped as an optimistic overflow (it may
+  have crossed the LIMIT_RECEIVING on the wire; guarantees never pass the bound).
 * Shrinking (`resize` down) first withdraws unissued space, then keeps released bytes out of
   the issuable pool, and pleads for the rest; an ABSOLVE beyond the shrink still wanted gives
   the surplus back as fresh issuable space.
@@ -529,13 +531,16 @@ class ChannelPeer:
         if ch.sending_bound is not None and ch.accepted + ch.absolved + size > ch.sending_bound:
             self._fail(f"message past the peer's own sending bound on channel {channel}")
             return
-        if ch.receiving_bound is not None and ch.accepted + size > ch.receiving_bound:
-            self._fail(f"message past our receiving bound on channel {channel}")
-            return
-        if size > ch.capacity - ch.used:
+        past_bound = ch.receiving_bound is not None and ch.accepted + size > ch.receiving_bound
+        if past_bound or size > ch.capacity - ch.used:
             # A guaranteed message always fits (C - U >= C - U - I); the server cannot tell a
             # guaranteed one from an optimistic one, the client checks (see _on_announce).
             # Never a partial message: drop it and everything until the apology.
+            # Past our LIMIT_RECEIVING, too: guarantees never pass the bound (accepted +
+            # outstanding <= bound), so such a message was sent optimistically, before the
+            # client heard of the bound (it crossed the LIMIT_RECEIVING on the wire). An honest
+            # client: dropped and announced as any optimistic overflow, never a failure; it
+            # retransmits only under guarantees, which stay within the bound.
             self.counters["messages_dropped"] += 1
             ch.dropping = True
             cover = max(0, -ch.outstanding)

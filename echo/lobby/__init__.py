@@ -41,4 +41,8 @@ def __getattr__(name: str) -> Any:
         from echo.lobby import client
 
         return getattr(client, name)
+    if name == "join_game":
+        from echo.lobby import play
+
+        return play.join_game
     raise AttributeError(name)

@@ -25,11 +25,16 @@ from echo._cli import (
     events_option,
     fail,
     log_options,
+    log_server_key,
     one_line,
     port_option,
+    server_key_options,
+    server_key_pin_option,
     sole_error,
 )
 from echo.lobby import cli_queue
+from echo.lobby.web.cli import web_door_config, web_door_options
+from echo.lobby.webpage.cli import door_type, web_page_option
 from echo.ops.cli import Ops, metrics_option, open_ops
 from echo.ops.metrics import LobbyCollector, session_collectors
 
@@ -56,10 +61,14 @@ whose sub is the member id; members pass it with echo-lobby-client --token). WIT
 so at start). See docs/security.md, "Verified identities"; examples/auth_backend.py issues
 tokens.
 \b
-Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host or an
---events file that cannot be opened; 2 a bad command line (including an unreadable key file,
-an --auth-key file that is not a usable key set, --auth-key without --auth-issuer, and an
---events file in a missing directory).
+Browsers and game engines: --ws-port opens a WebSocket door (JSON, docs/json-protocol.md)
+beside the UDP port, into the same lobbies; --ws-tls-cert/--ws-tls-key make it wss://.
+\b
+Exit status: 0 stopped by a signal; 1 a port in use (--ws-port included), an address not on
+this host or an --events file that cannot be opened; 2 a bad command line (including an
+unreadable key file, an --auth-key file that is not a usable key set, --auth-key without
+--auth-issuer, an --events file in a missing directory, a --ws-* option without --ws-port and
+a certificate that does not load).
 """
 
 
@@ -235,9 +244,12 @@ def _keys(path: str | None, flag: str) -> tuple[Any, ...]:
     help="The aud every member token must carry: the lobby service's name, the same on every "
     "lobby server of the ring.",
 )
+@server_key_options("members")
 @events_option(
     help="Append one JSON line per lobby and session event to this file (echo-analyze)."
 )
+@web_door_options
+@web_page_option
 @metrics_option()
 @log_options(default_level="info")
 def server_main(
@@ -258,6 +270,8 @@ def server_main(
     auth_key_path: str | None,
     auth_issuer: str | None,
     auth_audience: str,
+    server_key: Any,
+    encryption: str | None,
     events_path: str | None,
     metrics: tuple[str, int] | None,
     log_format: str,
@@ -286,6 +300,8 @@ def server_main(
             clients_base_port=clients_base_port,
             max_clients=max_clients,
             max_per_ip=max_per_ip,
+            key=server_key,
+            encryption=encryption,
         )
     except ValueError as error:
         raise click.UsageError(str(error)) from None
@@ -311,6 +327,8 @@ def server_main(
         ticket_ttl=ticket_ttl,
         identity=_identity(auth_key_path, auth_issuer, auth_audience),
     )
+    door = web_door_config(address)
+    door_class = door_type(door)  # --web: the door serves the lobby page too
     try:
         events = EventLog(events_path, server_id=name) if events_path else None
     except OSError as error:
@@ -321,7 +339,7 @@ def server_main(
             session_config, config, events=events, transport_config=lobby_server_timers()
         )
         tune_collector()
-        trio.run(_serve, server, log, ops)
+        trio.run(_serve, server, log, ops, door, door_class)
     except BaseException as error:
         found = sole_error(error, OSError)
         if found is None:
@@ -390,20 +408,29 @@ def tune_collector() -> None:
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
-async def _serve(server: Any, log: Any, ops: Ops | None = None) -> None:
+async def _serve(
+    server: Any, log: Any, ops: Ops | None = None, door: Any = None, door_class: Any = None
+) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             if ops is not None:
                 await ops.start(nursery)
                 ops.register(LobbyCollector(server), *session_collectors(server.sessions))
             await nursery.start(server.run)
+            if door is not None:  # the WebSocket door (echo.lobby.web), beside the UDP port
+                from echo.lobby.web.door import WebDoor
+
+                door = await nursery.start((door_class or WebDoor)(server, door).run)
             log.info("listening", server_id=server.server_id, pid=os.getpid())
+            log_server_key(log, server.session_config)
             if ops is not None:
                 ops.health.ready()
             async for signum in signals:
                 log.info("shutting_down", signal=signal.Signals(signum).name)
                 if ops is not None:
                     ops.health.draining()
+                if door is not None:
+                    await door.stop()
                 await server.stop(reason=signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
@@ -417,7 +444,10 @@ Commands, one a line on standard input (arguments split like a shell's):
   create NAME [MAX] [private] [KEY=VALUE...]   join LOBBY_ID        code JOIN_CODE
   quick [KEY=VALUE | KEY=LOW..HIGH | free=N]...  search [FILTERS...] [page=N]   leave
   meta KEY=VALUE...   lock   unlock   kick M   ban M   transfer M   (owner only)
-  attr KEY=VALUE...   ready   unready   chat TEXT...   start   state   sleep SECONDS
+  attr KEY=VALUE...   ready   unready   chat TEXT...   state   sleep SECONDS
+  start [TAG=VALUE...]   (owner; a game server announcing those tags, e.g. region=eu)
+  ticket   (a fresh ticket for the running game)   report SERVER_ID REASON...   (its
+  game server refused our ticket)
   queue MODE REGION [skill=N] [size=N] [party] [start] [strict]   cancel   (matchmaker)
   wait EVENT [SECONDS]   (until an event of that name arrives, e.g. wait game)   quit
 Values that are integers are sent as numbers; KEY= deletes a key.
@@ -425,7 +455,8 @@ Values that are integers are sent as numbers; KEY= deletes a key.
 Output, one line each: "ok COMMAND", "refused CODE message", "joined ID SERVER",
 "lobby ID NAME MEMBERS/MAX home=SERVER KEY=VALUE...", and the events as they arrive:
 snapshot, member_joined, member_left, owner, metadata, locked, attributes, ready, presence,
-banned, game SERVER_ID ADDRESS TICKET_HEX, chat MEMBER TEXT, rehomed, reconnected, left,
+banned, game SERVER_ID ADDRESS TICKET_HEX control_port=N duologue_ports=MODE match_id=N,
+game_ended MATCH_ID result={...}, chat MEMBER TEXT, rehomed, reconnected, left,
 "queued TICKET SERVER", matched TICKET LOBBY_ID WAITED_MS, queue_left TICKET REASON;
 with --state-file also "token_saved LOBBY_ID" (each new resume token, kept in the file) and,
 after a restart, "resumed LOBBY_ID SERVER" or "resume_refused CODE message" (then it starts
@@ -498,6 +529,12 @@ STATE_FILE_HELP = (
     type=click.Path(dir_okay=False),
     help=STATE_FILE_HELP,
 )
+@server_key_pin_option(
+    "Encrypt the sessions to the lobby servers, pinning this key: the ring's public key as "
+    "echo-lobby prints it (every server of the ring loads the same --key file), its SHA-256 "
+    "fingerprint, or a file holding one. A server that does not prove it is not used (never a "
+    "fallback to the clear). Default: no encryption."
+)
 @log_options(default_level="warning")
 def client_main(
     servers: str,
@@ -508,6 +545,7 @@ def client_main(
     connect_timeout: float,
     liveness: float,
     state_file: str | None,
+    server_key: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -527,7 +565,7 @@ def client_main(
     try:
         code = trio.run(
             _client, list(listed), member, timeout, out, connect_timeout, liveness, state_file,
-            resume, token,
+            resume, token, server_key,
         )  # fmt: skip
     except KeyboardInterrupt:
         code = 0
@@ -705,15 +743,26 @@ def _print_event(out: _Printer, event: Any) -> None:
         case p.MemberBanned():
             out("banned", event.member_id, member=event.member_id)
         case p.GameStarting():
+            # The game server's public key, when it announced one: what the member pins.
+            from echo.session.crypto import public_key_text
+
+            key = (public_key_text(event.server_key),) if event.server_key else ()
             out(
                 "game",
                 event.server_id,
                 event.address,
                 event.ticket.hex(),
+                *key,
                 server_id=event.server_id,
                 address=event.address,
                 ticket=event.ticket.hex(),
+                **({"server_key": key[0]} if key else {}),
+                control_port=event.control_port,
+                duologue_ports=event.duologue_ports,
+                match_id=event.match_id,
             )
+        case p.GameEnded():
+            out("game_ended", event.match_id, match_id=event.match_id, result=dict(event.result))
         case p.ChatLine():
             out("chat", event.member_id, event.text, member=event.member_id, text=event.text)
         case Rehomed():
@@ -748,6 +797,7 @@ def _event_name(event: Any) -> str:
         p.PresenceChanged: "presence",
         p.MemberBanned: "banned",
         p.GameStarting: "game",
+        p.GameEnded: "game_ended",
         p.ChatLine: "chat",
         Rehomed: "rehomed",
         Reconnected: "reconnected",
@@ -769,6 +819,7 @@ async def _client(
     state_file: str | None = None,
     resume: bytes | None = None,
     identity: str | None = None,
+    server_key: str | None = None,
 ) -> int:
     import echo.lobby.client as lc
     from echo.lobby.statefile import remove_state
@@ -778,6 +829,7 @@ async def _client(
         "timeout": timeout,
         "connect_timeout": connect_timeout,
         "liveness": liveness,
+        "server_key": server_key,
     }
     try:
         try:
@@ -988,7 +1040,13 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
         case "chat":
             await lobby.chat(" ".join(args))
         case "start":
-            await lobby.start()
+            await lobby.start({k: str(v) for k, v in _pairs(args).items()})
+        case "ticket":
+            await lobby.request_ticket()
+        case "report":
+            if len(args) < 2:
+                raise ValueError("report SERVER_ID REASON...")
+            await lobby.report_game_server(args[0], " ".join(args[1:]))
         case "queue":
             await cli_queue.queue_command(lobby, args, out)
             return
@@ -1009,9 +1067,7 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
                     owner=snap.owner,
                     members=[m.member_id for m in snap.members],
                     ready=[m.member_id for m in snap.members if m.ready],
-                    connected=[
-                        m.member_id for m in snap.members if m.presence.name == "CONNECTED"
-                    ],
+                    connected=[m.member_id for m in snap.members if m.presence.name == "CONNECTED"],
                     attributes={m.member_id: dict(m.attributes) for m in snap.members},
                     metadata=dict(snap.metadata),
                 )
@@ -1055,6 +1111,35 @@ a topic server name that does not resolve).
     type=click.FloatRange(min=0.05),
     help="Seconds between announcements.",
 )
+@click.option(
+    "--server-key",
+    "server_key",
+    default=None,
+    metavar="KEY|FILE",
+    help="The game server's public key (as echo-server prints it at start), or its key file "
+    "(echo-server --key FILE): the lobby hands it to the members with their tickets, and "
+    "their sessions to the game server are encrypted to it [default: none: in the clear].",
+)
+@click.option(
+    "--control-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="The game server's control port [default: the port of --address + 1].",
+)
+@click.option(
+    "--duologue-ports",
+    default="shared",
+    show_default=True,
+    type=click.Choice(["per-client", "shared"]),
+    help="The game server's duologue-port mode (echo-server's default, shared, by default).",
+)
+@click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A tag a start can filter on (region=eu, mode=ctf, version=3); repeatable.",
+)
 @log_options(default_level="info")
 def announce_main(
     topics: str,
@@ -1062,6 +1147,10 @@ def announce_main(
     server_id: str | None,
     slots: int,
     interval: float,
+    server_key: str | None,
+    control_port: int | None,
+    duologue_ports: str,
+    tags: tuple[str, ...],
     log_format: str,
     log_level: str,
 ) -> None:
@@ -1074,7 +1163,25 @@ def announce_main(
     listed = _server_list(topics, "--topics", resolve=True)
     if not listed:
         raise click.BadParameter("no servers listed", param_hint="--topics")
-    announcement = GameServerAnnouncement(server_id or address, address, slots)
+    public = b"" if server_key is None else _announced_key(server_key)
+    port_text = address.rsplit(":", 1)[-1]
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise click.BadParameter("expected HOST:PORT", param_hint="--address")
+    tag_map: dict[str, str] = {}
+    for word in tags:
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {word!r}", param_hint="--tag")
+        tag_map[key] = value
+    announcement = GameServerAnnouncement(
+        server_id or address,
+        address,
+        slots,
+        control_port or int(port_text) + 1,
+        duologue_ports,
+        tag_map,
+        public,
+    )
     try:
         encode_announcement(announcement)
     except LobbyProtocolError as error:
@@ -1088,6 +1195,22 @@ def announce_main(
         fail("echo-lobby-announce", one_line(found))
 
 
+def _announced_key(value: str) -> bytes:
+    """--server-key of echo-lobby-announce: a public key, or the game server's key file."""
+    from echo.lobby.keys import parse_public_key
+    from echo.session.crypto import BadKey, KeyFileError, load_key_file
+
+    if os.path.isfile(value):
+        try:
+            return load_key_file(value).public
+        except KeyFileError as error:
+            raise click.BadParameter(str(error), param_hint="--server-key") from None
+    try:
+        return parse_public_key(value)
+    except BadKey as error:
+        raise click.BadParameter(str(error), param_hint="--server-key") from None
+
+
 async def _announce(topics: list[str], announcement: Any, interval: float) -> None:
     from echo.lobby.server import announce_game_server
     from echo.topics import ClientConfig, open_topic_client
@@ -1099,7 +1222,14 @@ async def _announce(topics: list[str], announcement: Any, interval: float) -> No
                 nursery.start_soon(
                     lambda: announce_game_server(client, lambda: announcement, interval=interval)
                 )
-                log.info("announcing", **attrs.asdict(announcement), at=time.time())
+                fields = attrs.asdict(announcement)
+                if announcement.public_key:
+                    from echo.session.crypto import public_key_text
+
+                    fields["public_key"] = public_key_text(announcement.public_key)
+                else:
+                    del fields["public_key"]
+                log.info("announcing", **fields, at=time.time())
                 async for _ in signals:
                     nursery.cancel_scope.cancel()
                     break

@@ -48,6 +48,7 @@ from echo.lobby import client_queue
 from echo.lobby.hello import MAX_TOKEN_BYTES, Hello, encode_hello, parse_welcome_untrusted
 from echo.lobby.home import failover_home
 from echo.lobby.identity import parse_close_reason, token_subject
+from echo.lobby.keys import RingKeys, ring_pins
 from echo.lobby.limits import LobbyConfig
 from echo.lobby.protocol import (
     I64_MAX,
@@ -73,7 +74,9 @@ from echo.lobby.protocol import (
     QuickJoin,
     Refusal,
     Reply,
+    ReportGameServer,
     Request,
+    RequestTicket,
     ResumeToken,
     SearchLobbies,
     SearchResults,
@@ -280,12 +283,14 @@ class LobbyClient:
         reconnect: bool,
         connect_timeout: float = CONNECT_TIMEOUT,
         identity_token: str | bytes | None = None,
+        server_key: RingKeys = None,
     ) -> None:
         if not servers:
             raise ValueError("the lobby-server list is empty")
         for server in servers:
             split_server(server)
         self.servers = list(servers)
+        self._pins = ring_pins(self.servers, server_key)
         self.ring = HashRing(self.servers)
         self.member = member
         # Sent in every hello: the server binds a seat taken on our session to it, so that
@@ -421,15 +426,14 @@ class LobbyClient:
                 # server or the next of the ring); a session resume would keep a link to a dead
                 # home alive for its whole window and hide the failover.
                 async with session_connect(
-                    host, port, control, timeout=timeout, transport=self._transport, resume=False
-                ) as session:
+                    host, port, control, timeout=timeout, transport=self._transport, resume=False,
+                    server_key=self._pins.get(link.server),
+                ) as session:  # fmt: skip
                     link.session = session
                     seat = b""
                     if self.replica is not None:
                         seat = self.replica.seat
-                    hello = Hello(
-                        self.member, seat, self.secret, self.identity_token, link.resume
-                    )
+                    hello = Hello(self.member, seat, self.secret, self.identity_token, link.resume)
                     await session.send(encode_hello(hello))
                     with trio.fail_after(timeout):
                         welcome = await session.receive()
@@ -963,9 +967,24 @@ class LobbyClient:
         sending faster than the server's chat rate)."""
         await self._request(SendChat(0, self._require_lobby(), text))
 
-    async def start(self) -> None:
-        """Owner only: every member gets a `GameStarting` with its ticket."""
-        await self._request(StartGame(0, self._require_lobby()))
+    async def start(self, tags: Mapping[str, str] | None = None) -> None:
+        """Owner only: every member gets a `GameStarting` with its ticket. `tags` choose the
+        game server by the tags it announced (``{"region": "eu", "mode": "ctf"}``); among
+        those that match, the one with the most free slots."""
+        filters = tuple(StringEquals(k, v) for k, v in (tags or {}).items())
+        await self._request(StartGame(0, self._require_lobby(), filters))
+
+    async def request_ticket(self) -> None:
+        """A fresh ticket for the lobby's running game (a player whose process crashed and
+        resumed its seat, or whose ticket expired): it arrives as a new `GameStarting`."""
+        await self._request(RequestTicket(0, self._require_lobby()))
+
+    async def report_game_server(self, server_id: str, reason: str) -> None:
+        """Tell the lobby that the game server of the running game refused our ticket
+        (`reason`: its refusal): once half the players have, the lobby takes that server out
+        of rotation and ends the game (`GameEnded` with ``{"error": "game_server_refused"}``),
+        so the owner can start again on another."""
+        await self._request(ReportGameServer(0, self._require_lobby(), server_id, reason[:1000]))
 
     async def queue(
         self,
@@ -1008,6 +1027,7 @@ async def connect(
     connect_timeout: float = CONNECT_TIMEOUT,
     liveness: float = CLIENT_LIVENESS,
     resume_token: bytes | None = None,
+    server_key: RingKeys = None,
 ) -> AsyncIterator[LobbyClient]:
     """A member's lobby client over `servers` (``host:port`` of every lobby server, the same
     list on every member: it is the ring). Leaving the block closes the session without
@@ -1024,12 +1044,18 @@ async def connect(
     `identity_token`: the member's token from the game's backend, for a lobby that verifies
     identities (``echo-lobby --auth-key``; one without ignores it). Its ``sub`` is the member
     id: `member` may then be left out, and if given must be the same. A token the lobby
-    refuses raises `AuthRefused` (a `LobbyUnavailable`) with the reason."""
+    refuses raises `AuthRefused` (a `LobbyUnavailable`) with the reason.
+
+    `server_key`: encrypt the sessions to the lobby servers, pinning this key (the ring's one
+    key, as ``echo-lobby --key`` prints it) or these keys (``{"host:port": key}`` for every
+    server of the list); see `echo.lobby.keys`. A server that does not prove its key is not
+    used (never a fallback to the clear). BadPin or ValueError at once for a bad value."""
     member = member_of(member, identity_token)
+    ring_pins(servers, server_key)  # a bad key is the caller's error, before any session
     try:
         async with _client(
             servers, member, timeout, reconnect, transport, transport_config, connect_now,
-            connect_timeout, liveness, identity_token, resume_token,
+            connect_timeout, liveness, identity_token, resume_token, server_key,
         ) as client:  # fmt: skip
             yield client
     except BaseExceptionGroup as group:
@@ -1096,6 +1122,7 @@ async def _client(
     liveness: float,
     identity_token: str | bytes | None,
     resume_token: bytes | None = None,
+    server_key: RingKeys = None,
 ) -> AsyncIterator[LobbyClient]:
     from echo.session.client import client_transport_config
     from echo.transport import open_transport
@@ -1116,6 +1143,7 @@ async def _client(
             reconnect=reconnect,
             connect_timeout=connect_timeout,
             identity_token=identity_token,
+            server_key=server_key,
         )
         try:
             if resume_token is not None:

@@ -100,6 +100,9 @@ class LobbyConfig:
     # lost): not counted against the limits above, so a member retrying under load cannot
     # rate-limit itself, but bounded too, as each is answered with a whole snapshot.
     repeat_limit: RateLimit = RateLimit(rate=2.0, burst=10)
+    # A started game's longest life: until its result comes, a player who crashed gets a
+    # fresh ticket (`RequestTicket`); after it, the lobby ends the game itself ("timed_out").
+    game_life: float = 3 * 3600.0
 
     def __attrs_post_init__(self) -> None:
         for name in (
@@ -122,3 +125,5 @@ class LobbyConfig:
             raise ValueError("a map holds at most 255 keys on the wire")
         if self.reconnect_grace < 0 or self.recreate_window < 0:
             raise ValueError("grace periods cannot be negative")
+        if self.game_life <= 0:
+            raise ValueError("a game lives a positive time")

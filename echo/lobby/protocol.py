@@ -99,7 +99,9 @@ class ErrorCode(enum.IntEnum):
     SERVER_FULL = 22  # this server holds its maximum number of lobbies
     RECREATE_REFUSED = 23  # the lobby lives here and is not being recreated
     NOT_READY = 24  # start while a connected member is not ready
-    NO_GAME_SERVER = 25  # no announced game server has room for the lobby
+    NO_GAME_SERVER = 25  # no announced game server has room for the lobby (or fits the tags)
+    NO_GAME = 26  # a ticket or a game-server report for a lobby whose game is not running
+    TICKET_TOO_LARGE = 27  # the roster's attributes and the metadata do not fit in a ticket
     NOT_QUEUED = 40  # cancel without a ticket (the matchmaker's codes start at 40)
     PARTY_INVALID = 41  # a party entry without proof of membership, or that disagrees
 
@@ -135,6 +137,8 @@ class MessageType(enum.IntEnum):
     SEND_CHAT = 0x0E
     RECREATE_LOBBY = 0x0F
     START_GAME = 0x10
+    REQUEST_TICKET = 0x11
+    REPORT_GAME_SERVER = 0x12
     ENQUEUE_MATCH = 0x18  # the matchmaker's (echo.lobby.queue_wire)
     CANCEL_MATCH = 0x19
     # replies (server -> client), Channel.REQUESTS
@@ -157,6 +161,7 @@ class MessageType(enum.IntEnum):
     GAME_STARTING = 0x4A
     SEAT_TAGS = 0x4B
     RESUME_TOKEN = 0x4C
+    GAME_ENDED = 0x4D
     MATCHED = 0x58
     QUEUE_LEFT = 0x59
     # chat (server -> members), Channel.CHAT
@@ -354,10 +359,37 @@ class RecreateLobby:
 
 @attrs.frozen
 class StartGame:
-    """The owner starts the game: every connected member gets a `GameStarting`."""
+    """The owner starts the game: every connected member gets a `GameStarting`.
+
+    `filters` choose among the announced game servers by their tags (`StringEquals` only:
+    region, mode, version, ...); among those that match, the one with the most free slots.
+    A trailing field: a start without filters is the same bytes as before they existed."""
 
     request_id: int
     lobby_id: int
+    filters: tuple[Filter, ...] = ()
+
+
+@attrs.frozen
+class RequestTicket:
+    """A member of a lobby whose game is running asks for a fresh ticket (its process
+    crashed and came back, or its ticket expired): a new `GameStarting` for the same game,
+    while the game runs."""
+
+    request_id: int
+    lobby_id: int
+
+
+@attrs.frozen
+class ReportGameServer:
+    """A member tells the lobby that the game server of its running game refused its ticket
+    (`reason`: the refusal it got). Once half the game's players (at least one) report it,
+    the server is out of rotation for a while and the game ends (`GameEnded`)."""
+
+    request_id: int
+    lobby_id: int
+    server_id: str
+    reason: str
 
 
 Request: TypeAlias = (
@@ -377,6 +409,8 @@ Request: TypeAlias = (
     | SendChat
     | RecreateLobby
     | StartGame
+    | RequestTicket
+    | ReportGameServer
     | EnqueueMatch
     | CancelMatch
 )
@@ -484,6 +518,21 @@ class PresenceChanged:
 
 
 @attrs.frozen
+class GameEnded:
+    """The lobby's game ended: the lobby is unlocked and every member is not ready again.
+
+    `result` is what the game server reported (signed with its ticket key; see
+    `echo.lobby.results`), or, when the lobby ended the game itself, ``{"error": ...}``:
+    ``"timed_out"`` (no result within the game's life) or ``"game_server_refused"`` (the
+    players reported that the game server refused their tickets)."""
+
+    lobby_id: int
+    version: int
+    match_id: int
+    result: Mapping[str, Value]
+
+
+@attrs.frozen
 class MemberBanned:
     """The ban list grew (the member, if present, also gets a MemberLeft with reason BANNED)."""
 
@@ -503,7 +552,21 @@ Update: TypeAlias = (
     | ReadyChanged
     | PresenceChanged
     | MemberBanned
+    | GameEnded
 )
+
+
+@attrs.frozen
+class GameDetails:
+    """What a `GameStarting` adds to the address: the match id, the game server's control
+    port and its duologue-port mode ("per-client" or "shared"; "" for not announced)."""
+
+    match_id: int = 0
+    control_port: int = 0
+    duologue_ports: str = ""
+    #: the game server's X25519 public key as it announced it (32 bytes), which the member's
+    #: session to it pins (echo.lobby.keys); b"": it announced none (a session in the clear)
+    server_key: bytes = b""
 
 
 @attrs.frozen
@@ -518,6 +581,40 @@ class GameStarting:
     server_id: str
     address: str  # where the game server admits sessions, "host:port"
     ticket: bytes
+    # The rest of what a client needs (a trailing field: a GameStarting without it is the same
+    # bytes as before it existed).
+    details: GameDetails = attrs.field(factory=lambda: GameDetails())
+
+    @property
+    def server_key(self) -> bytes:
+        """The game server's announced public key (32 bytes), b"" if it announced none."""
+        return self.details.server_key
+
+    @property
+    def match_id(self) -> int:
+        """The game (as in the ticket, and in the `GameEnded` that ends it); 0: not said."""
+        return self.details.match_id
+
+    @property
+    def control_port(self) -> int:
+        """The game server's control port (0: not announced; by convention the data port + 1)."""
+        return self.details.control_port or self.port + 1
+
+    @property
+    def duologue_ports(self) -> str:
+        """The game server's duologue-port mode, for `echo.session.connect(duologue_ports=)`."""
+        return self.details.duologue_ports or "per-client"
+
+    @property
+    def host(self) -> str:
+        """The address's host (an IP literal; IPv6 without brackets)."""
+        return self.address.rsplit(":", 1)[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        """The address's port: the game server's data port (0 if the address names none)."""
+        tail = self.address.rsplit(":", 1)[-1]
+        return int(tail) if tail.isascii() and tail.isdigit() else 0
 
 
 @attrs.frozen
@@ -656,6 +753,21 @@ class _Bytes8(_Codec):
 
     def read(self, r: Buffer) -> bytes:
         return r.pull_bytes8()
+
+
+class _PublicKey(_Bytes8):
+    """An X25519 public key: 32 bytes behind their length byte (one length: one form)."""
+
+    def write(self, w: Buffer, b: bytes) -> None:
+        if not isinstance(b, bytes) or len(b) != 32:
+            raise LobbyProtocolError("a server key is 32 bytes")
+        w.push_bytes8(b)
+
+    def read(self, r: Buffer) -> bytes:
+        b = r.pull_bytes8()
+        if len(b) != 32:
+            raise LobbyProtocolError(f"a server key of {len(b)} bytes, not 32")
+        return b
 
 
 _BOOL: Final = _Bool()
@@ -872,6 +984,8 @@ _SEAT_TAG_LIST: Final = _List(_U16, _Record(SeatTag, member_id=_STR8, tag=_BYTES
                               "too many seat tags")
 _LISTING: Final = _Record(LobbyListing, lobby_id=_U64, name=_STR8, member_count=_U16,
                           max_members=_U16, metadata=_VALUES, home=_STR8)
+_GAME_DETAILS: Final = _Record(GameDetails, match_id=_U64, control_port=_U16,
+                               duologue_ports=_STR8, server_key=_Trailing(_PublicKey(), b""))
 # fmt: on
 
 
@@ -940,7 +1054,9 @@ _MESSAGES: Final = (
              request_id=_U32, lobby_id=_U64, text=_STR16),
     _request(MessageType.RECREATE_LOBBY, RecreateLobby, snapshot=_SNAPSHOT, seat=_BYTES16,
              seat_tags=_Trailing(_SEAT_TAG_LIST, ())),
-    _lobby_op(MessageType.START_GAME, StartGame),
+    _lobby_op(MessageType.START_GAME, StartGame, filters=_Trailing(_FILTERS, ())),
+    _lobby_op(MessageType.REQUEST_TICKET, RequestTicket),
+    _lobby_op(MessageType.REPORT_GAME_SERVER, ReportGameServer, server_id=_STR8, reason=_STR16),
     _request(MessageType.ENQUEUE_MATCH, EnqueueMatch, mode=_STR8, region=_STR8, skill=_I64,
              size=_U16, party=_U64, party_size=_U16, party_seat=_BYTES16, strict_region=_BOOL,
              start=_BOOL, waited_ms=_U32),
@@ -966,9 +1082,11 @@ _MESSAGES: Final = (
     _update(MessageType.READY_CHANGED, ReadyChanged, member_id=_STR8, ready=_BOOL),
     _update(MessageType.PRESENCE_CHANGED, PresenceChanged, member_id=_STR8, presence=_PRESENCE),
     _update(MessageType.MEMBER_BANNED, MemberBanned, member_id=_STR8),
+    _update(MessageType.GAME_ENDED, GameEnded, match_id=_U64, result=_VALUES),
     # Not a state change (no version), but ordered with the start's changes.
     _Message(MessageType.GAME_STARTING, Channel.UPDATES, GameStarting,
-             lobby_id=_U64, server_id=_STR8, address=_STR8, ticket=_BYTES16),
+             lobby_id=_U64, server_id=_STR8, address=_STR8, ticket=_BYTES16,
+             details=_Trailing(_GAME_DETAILS, GameDetails())),
     _Message(MessageType.SEAT_TAGS, Channel.UPDATES, SeatTags,
              lobby_id=_U64, tags=_SEAT_TAG_LIST),
     _Message(MessageType.RESUME_TOKEN, Channel.UPDATES, ResumeToken,

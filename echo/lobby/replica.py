@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from echo.lobby.protocol import (
     AttributesChanged,
+    GameEnded,
     LobbySnapshot,
     LockChanged,
     MemberBanned,
@@ -163,6 +164,13 @@ class LobbyReplica:
             case MemberBanned():
                 if update.member_id not in self.bans:
                     self.bans.append(update.member_id)
+            case GameEnded():
+                # The game is over: the lobby is open again and everyone readies up anew.
+                self.locked = False
+                for m in list(self.members.values()):
+                    self.members[m.member_id] = MemberState(
+                        m.member_id, m.join_seq, False, m.presence, m.attributes
+                    )
         return ApplyResult.APPLIED
 
 

@@ -102,6 +102,7 @@ from echo.lobby.protocol import (
 )
 from echo.lobby.queue_wire import CancelMatch, EnqueueMatch
 from echo.lobby.queues import QueueDesk, Seated
+from echo.lobby.results import GameResult, sign_result, verify_result
 from echo.lobby.resume import (
     ResumeRefusal,
     ResumeTokenError,
@@ -120,6 +121,7 @@ log = structlog.get_logger("echo.lobby")
 
 LISTINGS_TOPIC = "echo-lobby/listings"
 GAMES_TOPIC = "echo-lobby/games"
+RESULTS_TOPIC = "echo-lobby/results"
 #: Buckets of the request-latency histograms, in seconds: a request is handled in tens of
 #: microseconds to a few milliseconds (a join that updates a full lobby), unless the loop lags.
 LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -169,7 +171,10 @@ class LobbyServerConfig:
                    empty: no listings from others and no games
     seat_keys      the key every lobby server shares to sign seats (first signs); empty: a
                    random key of this process (seats then only work on this server)
-    ticket_keys    the game servers' key for game tickets (first signs); empty: no starts
+    ticket_keys    the game servers' key for game tickets (first signs); empty: no starts.
+                   Game results (`echo.lobby.results`) are checked with every one of them
+    game_bench     how long a game server whose tickets the players report refused stays out
+                   of rotation (seconds)
     identity       checks each member's identity token (a JWT from the game's backend:
                    `echo.lobby.identity`); None: development mode, a member is who it claims
     """
@@ -185,6 +190,8 @@ class LobbyServerConfig:
     hello_timeout: float = 10.0
     listings_topic: str = LISTINGS_TOPIC
     games_topic: str = GAMES_TOPIC
+    results_topic: str = RESULTS_TOPIC
+    game_bench: float = 60.0
     listing_ttl: float = 10.0  # how long other servers keep our listings without a refresh
     listing_interval: float = 0.25  # changed listings are published this often
     game_ttl: float = 5.0
@@ -251,7 +258,8 @@ class LobbyServer:
             clock=clock,
             retired={k.key_id: k.secret for k in seat_keys[1:]},
         )
-        self.games = GameServerDirectory(ttl=config.game_ttl)
+        self.games = GameServerDirectory(ttl=config.game_ttl, bench_time=config.game_bench)
+        self._result_keys = {k.key_id: k.secret for k in config.ticket_keys}
         tickets = (
             TicketIssuer(config.ticket_keys[0], ttl=config.ticket_ttl, clock=clock)
             if config.ticket_keys
@@ -393,28 +401,7 @@ class LobbyServer:
         try:
             await session.send(encode_welcome(self.server_id))
             async with open_channels(session, lobby_channel_specs(server=True)) as channels:
-                conn.channels = channels
-                pending, conn.pending = conn.pending, []
-                for ch, data in pending:
-                    self._send_to(member_id, ch, data)
-                self._flush()
-                if old is not None:
-                    # The member came back on a new session while the old one still looked
-                    # alive (its network changed): the new one wins and gets the state.
-                    old.closing = "replaced by a new session"
-                    self.counters["sessions_replaced"] += 1
-                    await old.session.close("replaced by a new session")
-                    lobby_id = self.registry.lobby_of(member_id)
-                    snapshot = None if lobby_id is None else self.registry.snapshot(lobby_id)
-                    tags = None if lobby_id is None else self.registry.seat_tags(lobby_id)
-                    if snapshot is not None:
-                        self._deliver((Send((member_id,), snapshot),))
-                    if tags is not None and tags.tags:
-                        self._deliver((Send((member_id,), tags),))
-                else:
-                    self._deliver(self.registry.reconnected(member_id, trio.current_time()))
-                    self._wake_expiry.set()
-                self._seat_taken(conn)
+                await self.member_arrived(conn, channels, old)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_quietly, self._read_chat, conn)
                     await _quietly(self._read_requests, conn)
@@ -422,12 +409,45 @@ class LobbyServer:
         except _GONE:
             pass
         finally:
-            # No await here: this runs to the end even when the task is being cancelled.
-            if self.conns.get(member_id) is conn:
-                del self.conns[member_id]
-                self.queues.withdraw(member_id, trio.current_time())
-                self._deliver(self.registry.disconnected(member_id, trio.current_time()))
-                self._wake_expiry.set()
+            self.member_gone(conn)
+
+    async def member_arrived(self, conn: _Conn, channels: Any, old: _Conn | None) -> None:
+        """`conn`'s member was let in (it is in `conns`, `old` the connection it replaced) and
+        its `channels` are open: what waited is sent, and its seat and state. Every kind of
+        member connection comes through here: the UDP sessions, the WebSocket door's."""
+        member_id = conn.member_id
+        conn.channels = channels
+        pending, conn.pending = conn.pending, []
+        for ch, data in pending:
+            self._send_to(member_id, ch, data)
+        self._flush()
+        if old is not None:
+            # The member came back on a new session while the old one still looked
+            # alive (its network changed): the new one wins and gets the state.
+            old.closing = "replaced by a new session"
+            self.counters["sessions_replaced"] += 1
+            await old.session.close("replaced by a new session")
+            lobby_id = self.registry.lobby_of(member_id)
+            snapshot = None if lobby_id is None else self.registry.snapshot(lobby_id)
+            tags = None if lobby_id is None else self.registry.seat_tags(lobby_id)
+            if snapshot is not None:
+                self._deliver((Send((member_id,), snapshot),))
+            if tags is not None and tags.tags:
+                self._deliver((Send((member_id,), tags),))
+        else:
+            self._deliver(self.registry.reconnected(member_id, trio.current_time()))
+            self._wake_expiry.set()
+        self._seat_taken(conn)
+
+    def member_gone(self, conn: _Conn) -> None:
+        """`conn` ended: unless a newer connection of the member replaced it, the seat goes
+        RECONNECTING for the grace period. No await: this runs to the end even when the task
+        is being cancelled."""
+        if self.conns.get(conn.member_id) is conn:
+            del self.conns[conn.member_id]
+            self.queues.withdraw(conn.member_id, trio.current_time())
+            self._deliver(self.registry.disconnected(conn.member_id, trio.current_time()))
+            self._wake_expiry.set()
 
     def _seat_taken(self, conn: _Conn) -> None:
         """A session of a seated member was let in: the seat is now its client's, and the
@@ -802,7 +822,7 @@ class LobbyServer:
         client_config = ClientConfig(k=k, max_datagram=8192)
         async with open_topic_client(list(config.topics), client_config) as client:
             self.topic_client = client
-            client.subscribe(config.listings_topic, config.games_topic)
+            client.subscribe(config.listings_topic, config.games_topic, config.results_topic)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._publish_listings)
                 task_status.started()
@@ -816,8 +836,30 @@ class LobbyServer:
                 self.board.apply(parse_listing_record_untrusted(data), now)
             elif topic == self.config.games_topic:
                 self.games.announce(parse_announcement_untrusted(data), now)
+            elif topic == self.config.results_topic:
+                self._on_result(data)
         except LobbyProtocolError:
             self.counters["bad_topic_records"] += 1
+
+    def _on_result(self, data: bytes) -> None:
+        """A game server's result: believed only under one of our ticket keys."""
+        verdict = verify_result(data, self._result_keys)
+        if isinstance(verdict, str):
+            self.counters["game_results_refused"] += 1
+            self._emit("game_result_refused", reason=verdict)
+            log.info("game_result_refused", reason=verdict)
+            return
+        outcome, sends = self.registry.game_result(
+            verdict.lobby_id, verdict.match_id, verdict.server_id, verdict.result
+        )
+        if outcome == "ended":
+            self._emit(
+                "game_ended",
+                lobby_id=verdict.lobby_id,
+                match_id=verdict.match_id,
+                game_server=verdict.server_id,
+            )
+            self._deliver(sends)
 
     def _publish(self, record: Any) -> None:
         try:
@@ -860,10 +902,47 @@ async def announce_game_server(
 ) -> None:
     """A game server's side of the games topic: announce itself and its free slots every
     `interval` seconds (soft state: lobby servers forget it `game_ttl` after the last one).
-    `announcement()` is asked each time, so the free slots can follow the server's load."""
+
+    `topic_client`: an open `echo.topics` client (`open_topic_client(["host:port"])`);
+    `announcement`: a function returning the `GameServerAnnouncement` to publish, asked each
+    time, so the free slots can follow the server's load; `topic`: the lobby servers' games
+    topic (`LobbyServerConfig.games_topic`). Runs until cancelled. For example::
+
+        def announcement() -> GameServerAnnouncement:
+            return GameServerAnnouncement(
+                server_id="10.0.0.5:9100",       # what this server's tickets must name
+                address="10.0.0.5:9100",         # its data port, where players connect
+                free_slots=64 - len(server.duologues),
+                control_port=9101,
+                duologue_ports="shared",         # its ServerConfig.duologue_ports
+                tags={"region": "eu", "mode": "ctf", "version": "3"},
+            )
+
+        nursery.start_soon(announce_game_server, topics, announcement)
+    """
     while True:
         topic_client.publish(topic, encode_announcement(announcement()))
         await trio.sleep(interval)
+
+
+async def report_game_result(
+    topic_client: Any,
+    key: TicketKey,
+    result: GameResult,
+    *,
+    topic: str = RESULTS_TOPIC,
+    repeats: int = 5,
+    interval: float = 0.2,
+) -> None:
+    """A game server's side of the results topic: publish `result`, signed with `key` (the
+    first key of its ticket key file), `repeats` times `interval` apart: topic records are
+    datagrams, and the lobby applies a result once and ignores its repeats. Raises
+    `echo.lobby.results.ResultError` for a result that does not fit."""
+    record = sign_result(key, result)
+    for i in range(repeats):
+        if i:
+            await trio.sleep(interval)
+        topic_client.publish(topic, record)
 
 
 _GONE = (ChannelsClosed, SessionError, trio.ClosedResourceError, trio.BrokenResourceError)

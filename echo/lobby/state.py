@@ -43,6 +43,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import hmac
+import math
 import secrets
 import unicodedata
 from collections import Counter
@@ -52,6 +53,8 @@ from typing import Final, NoReturn, Protocol
 import attrs
 import structlog
 
+from echo.lobby import gameloop
+from echo.lobby.gameloop import RunningGame, random_match_id
 from echo.lobby.games import GameServerDirectory
 from echo.lobby.limits import LobbyConfig, RateLimit, TokenBucket
 from echo.lobby.listings import ListingBoard, ListingGone
@@ -90,7 +93,9 @@ from echo.lobby.protocol import (
     RecreateLobby,
     Refusal,
     Reply,
+    ReportGameServer,
     Request,
+    RequestTicket,
     SearchLobbies,
     SearchResults,
     SeatTag,
@@ -107,6 +112,7 @@ from echo.lobby.protocol import (
     Value,
 )
 from echo.lobby.queue_wire import Matched, QueueLeft
+from echo.tickets.core import RosterEntry
 
 log = structlog.get_logger("echo.lobby")
 
@@ -132,7 +138,16 @@ def random_join_code() -> str:
 class Tickets(Protocol):
     """Issues game tickets (`echo.tickets.TicketIssuer` is the real one)."""
 
-    def issue(self, lobby_id: int, member_id: str, server_id: str) -> bytes: ...
+    def issue(
+        self,
+        lobby_id: int,
+        member_id: str,
+        server_id: str,
+        *,
+        match_id: int = 0,
+        roster: Iterable[RosterEntry] = (),
+        metadata: Mapping[str, Value] | None = None,
+    ) -> bytes: ...
 
 
 class Seats(Protocol):
@@ -220,6 +235,8 @@ class _Lobby:
     # The owner whose session dropped (not who left): ownership follows its seat, so it gets
     # the lobby back when it returns, unless the lobby was given away on purpose meanwhile.
     dropped_owner: str | None = None
+    # Its game, from the start to its end (echo.lobby.gameloop).
+    game: RunningGame | None = None
 
     def connected(self) -> list[_Member]:
         return [m for m in self.members.values() if m.presence is Presence.CONNECTED]
@@ -269,8 +286,11 @@ class LobbyRegistry:
         tickets: Tickets | None = None,
         server_id: str = "",
         board: ListingBoard | None = None,
+        new_match_id: Callable[[], int] = random_match_id,
     ) -> None:
         self.config = config or LobbyConfig()
+        self._new_match_id = new_match_id
+        self._game_deadlines: dict[int, float] = {}  # lobby id -> the end of its game's life
         # With seats, every LobbyJoined carries one, and a copy is recreated only by a member
         # showing a valid seat for that lobby: without them a copy is the sender's word.
         self._seats = seats
@@ -372,8 +392,16 @@ class LobbyRegistry:
         return None if lobby is None else self._seat_tags(lobby)
 
     def next_deadline(self) -> float | None:
-        """When `expire` next has work: the earliest end of a reconnection grace period."""
-        return min(self._reconnecting.values(), default=None)
+        """When `expire` next has work: the earliest end of a reconnection grace period or
+        of a game's life."""
+        return (
+            min(
+                min(self._reconnecting.values(), default=math.inf),
+                min(self._game_deadlines.values(), default=math.inf),
+            )
+            if self._reconnecting or self._game_deadlines
+            else None
+        )
 
     # --- entry points --------------------------------------------------------------------------
 
@@ -485,10 +513,26 @@ class LobbyRegistry:
                 reason = LeaveReason.DROPPED if member.arrived else LeaveReason.DISPLACED
                 self.counters["members_expired"] += 1
                 self._remove(lobby, member_id, reason, now)
+        gameloop.expire(self, now)
         for key, bucket in list(self._buckets.items()):
             if bucket.is_full(now):
                 del self._buckets[key]
         return self._take_out()
+
+    def game_result(
+        self, lobby_id: int, match_id: int, server_id: str, result: Mapping[str, Value]
+    ) -> tuple[str, tuple[Send, ...]]:
+        """A game server's result for its game (its signature checked by the caller,
+        `echo.lobby.results`): ("ended", the GameEnded to send) if it ended the lobby's
+        running game; else why it was ignored ("no_lobby", "not_running", "wrong_server")."""
+        self._out = []
+        outcome = gameloop.game_result(self, lobby_id, match_id, server_id, result)
+        self.counters[f"game_results_{outcome}"] += 1
+        return outcome, self._take_out()
+
+    def game_of(self, lobby_id: int) -> RunningGame | None:
+        lobby = self._lobbies.get(lobby_id)
+        return None if lobby is None else lobby.game
 
     # --- dispatch ------------------------------------------------------------------------------
 
@@ -575,6 +619,12 @@ class LobbyRegistry:
                 return self._recreate(member_id, req, now)
             case StartGame():
                 return self._start(member_id, req, now)
+            case RequestTicket():
+                gameloop.request_ticket(self, member_id, req, now)
+                return Done(req.request_id)
+            case ReportGameServer():
+                gameloop.report_server(self, member_id, req, now)
+                return Done(req.request_id)
         _refuse(ErrorCode.BAD_REQUEST, f"not a request: {type(req).__name__}")
 
     # --- operations ----------------------------------------------------------------------------
@@ -801,33 +851,8 @@ class LobbyRegistry:
         return Done(req.request_id)
 
     def _start(self, member_id: str, req: StartGame, now: float) -> Reply:
-        """The owner starts: a game server with room for every seat, a ticket for each
-        connected member, and the lobby locked so that nobody joins a game already started.
-        Members still reconnecting get no ticket (their seat on the game server is reserved)."""
-        self._rate(member_id, "update", self.config.update_limit, now)
-        lobby = self._owned(member_id, req.lobby_id)
-        connected = lobby.connected()
-        if self.config.start_requires_ready:
-            waiting = [m.member_id for m in connected if not m.ready and m.member_id != member_id]
-            if waiting:
-                _refuse(ErrorCode.NOT_READY, f"not ready: {', '.join(sorted(waiting)[:5])}")
-        if self._games is None or self._tickets is None:
-            _refuse(ErrorCode.NO_GAME_SERVER, "this lobby server starts no games")
-        # The pick reserves slots: it is the last check, nothing refuses after it.
-        server = self._games.pick(len(lobby.members), now)
-        if server is None:
-            _refuse(ErrorCode.NO_GAME_SERVER, "no game server has room for this lobby")
-        if not lobby.locked:
-            self._unindex(lobby)
-            lobby.locked = True
-            self._index_lobby(lobby)
-            self._broadcast(lobby, lambda v: LockChanged(lobby.lobby_id, v, True))
-        for m in connected:
-            ticket = self._tickets.issue(lobby.lobby_id, m.member_id, server.server_id)
-            start = GameStarting(lobby.lobby_id, server.server_id, server.address, ticket)
-            self._out.append(Send((m.member_id,), start))
-        self.counters["games_started"] += 1
-        self.counters["tickets_issued"] += len(connected)
+        """The owner starts the lobby's game (`echo.lobby.gameloop.start`)."""
+        gameloop.start(self, member_id, req, now)
         return Done(req.request_id)
 
     # --- recreate (a lobby rebuilt from its members' copies) ----------------------------------
@@ -1262,6 +1287,9 @@ class LobbyRegistry:
         lobby.version += 1
         self._out.append(Send(lobby.audience(), make(lobby.version)))
 
+    def _send(self, to: tuple[str, ...], message: Update | GameStarting) -> None:
+        self._out.append(Send(to, message))
+
     def _take_out(self) -> tuple[Send, ...]:
         out, self._out = tuple(self._out), []
         return out
@@ -1275,6 +1303,7 @@ class LobbyRegistry:
         self._index_lobby(lobby)
 
     def _delete_lobby(self, lobby: _Lobby) -> None:
+        self._game_deadlines.pop(lobby.lobby_id, None)
         self._unindex(lobby)
         del self._lobbies[lobby.lobby_id]
         if lobby.join_code:

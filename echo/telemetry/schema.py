@@ -107,6 +107,9 @@ EVENT_FIELDS: Final[Mapping[str, Mapping[str, FieldType]]] = {
     "lobby_deleted": {"lobby_id": _I, "reason": _S},
     "lobby_refused": {"member_id": _S, "request": _S, "code": _S},
     "lobby_resumed": {"lobby_id": _I, "member_id": _S},
+    # a game server's signed result ended a game; a result whose signature did not verify
+    "game_ended": {"lobby_id": _I, "match_id": _I, "game_server": _S},
+    "game_result_refused": {"reason": _S},
     # the matchmaker seated a match in a new lobby (started: 1 if it was started at once)
     "lobby_matched": {"lobby_id": _I, "members": _I, "tickets": _I, "started": _I},
     "client_summary": {

@@ -182,7 +182,7 @@ class PublicationChannel:
 
     async def _linger(self, timeout: float | None) -> bool:
         state = self.state
-        limit = state.timers.linger + _CLOSE_GRACE if timeout is None else timeout
+        limit = state.linger_bound() + _CLOSE_GRACE if timeout is None else timeout
         delivered = False
         with trio.move_on_after(limit):
             while not state.is_done and not self._released:

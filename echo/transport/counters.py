@@ -24,6 +24,9 @@ FIELDS = (
     "status_messages_sent",
     "status_messages_received",
     "setup_elicitations_sent",
+    # setup-eliciting SMs received (flag 0x80): MDC registrations, a receiver that lost its
+    # image, and the periodic session-0 SM of an Aeron receive endpoint with a control address
+    "setup_elicitations_received",
     "naks_sent",
     "naks_received",
     "retransmits_sent",
@@ -37,6 +40,7 @@ FIELDS = (
     "session_filter_drops",
     "images_created",
     "images_closed",
+    "images_revoked",  # ended by the publisher's revoke (Aeron 1.48: REVOKED on end-of-stream)
     "destinations_added",
     "destinations_removed",
     "destinations_refused",
@@ -71,6 +75,7 @@ class Counters:
     status_messages_sent: int
     status_messages_received: int
     setup_elicitations_sent: int
+    setup_elicitations_received: int
     naks_sent: int
     naks_received: int
     retransmits_sent: int
@@ -84,6 +89,7 @@ class Counters:
     session_filter_drops: int
     images_created: int
     images_closed: int
+    images_revoked: int
     destinations_added: int
     destinations_removed: int
     destinations_refused: int

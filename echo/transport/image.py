@@ -21,8 +21,9 @@ from echo.transport.config import DEFAULT_RECEIVER_WINDOW, ReceiverTimers
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
 from echo.transport.frames import (
-    BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_STRUCT,
+    EOS_FLAG,
+    REVOKED_FLAG,
     SM_EOS_FLAG,
     UNFRAGMENTED_FLAGS,
     FrameType,
@@ -140,6 +141,8 @@ class PublicationImage:
         self._subscriber_term = self._join_term
         self.state = ImageState.ACTIVE
         self.eos_position: int | None = None
+        #: the publisher revoked the stream (a heartbeat with EOS and REVOKED): see _revoke
+        self.revoked = False
         self._last_packet = now
         # Gaps and when to NAK them; the repair time NAK retries wait for (loss.py).
         self.repair = RepairTimer(self.timers)
@@ -206,10 +209,22 @@ class PublicationImage:
             if position > self.hwm:
                 self.hwm = position
                 self.loss.dirty = True
-            if flags == BEGIN_END_AND_EOS_FLAGS:
-                self.eos_position = position
+            if flags & EOS_FLAG:  # the EOS bit alone, as Aeron's receiver tests it
+                if flags & REVOKED_FLAG:
+                    self._revoke(position)
+                elif self.eos_position is None:
+                    self.eos_position = position
         status.on_heartbeat(position, self.subscriber_position, now)
         return True
+
+    def _revoke(self, position: int) -> None:
+        """The publisher revoked the stream (Aeron 1.48): what it had not sent is gone, so the
+        image ends where its data is whole; what came in order up to there is still read."""
+        if self.eos_position is None or self.eos_position > self.rebuild_position:
+            if not self.revoked:
+                self.revoked = True
+                self.counters.images_revoked += 1
+            self.eos_position = min(position, self.rebuild_position)
 
     def _on_inserted(self, position: int, end: int, now: float, whole_data: bool) -> bool:
         """Data for [position, end) went into the term: move the high-water mark and the

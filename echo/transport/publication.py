@@ -38,7 +38,7 @@ from echo.transport.frames import (
 )
 from echo.transport.liveness import ReceiverLiveness
 from echo.transport.logbuffer import compute_fragmented_length, compute_position, i32
-from echo.transport.retransmit import RetransmitHandler
+from echo.transport.retransmit import RetransmitHandler, resend_length
 from echo.transport.scanner import Emit, TermScanner
 
 _T = TypeVar("_T")
@@ -84,6 +84,9 @@ HOUSEKEEPING_INTERVAL: Final = 1.0
 RECENT_NAK_WINDOW: Final = 1.0
 #: a blocked sender's probes back off by this factor, up to the heartbeat interval
 PROBE_BACKOFF: Final = 2
+#: a current Aeron's answer to end-of-stream may take its conductor's 1 s timer and its 200 ms
+#: SM timer: lingering lasts that long after the end while the proof is missing
+END_OF_STREAM_ANSWER: Final = 1.3
 
 
 class PublicationState(enum.Enum):
@@ -258,6 +261,10 @@ class NetworkPublication:
         """Stop at once, without linger (transport shutdown)."""
         self.state = PublicationState.CLOSED
 
+    def linger_bound(self) -> float:
+        """The longest a close lingers once all is sent (see END_OF_STREAM_ANSWER)."""
+        return max(self.timers.linger, self.timers.linger / 2 + END_OF_STREAM_ANSWER)
+
     @property
     def is_lingering(self) -> bool:
         """Closed by the application with everything sent: waiting for the receivers."""
@@ -299,8 +306,12 @@ class NetworkPublication:
         sm_position = compute_position(
             sm.consumption_term_id, sm.consumption_term_offset, self.bits, self.initial_term_id
         )
-        # A receiver cannot have consumed what was never sent; clamping keeps a forged SM from
-        # opening the limit far beyond the data in flight.
+        # Over half a term from the sender position: rejected (Aeron 1.51); within it, clamped
+        # (a receiver cannot have consumed what was never sent)
+        half = self.term_length >> 1
+        if not self.sender_position - half <= sm_position <= self.sender_position + half:
+            self.counters.invalid("sm_out_of_window")
+            return
         sm_position = max(0, min(sm_position, self.sender_position))
         self.sender_limit = self.flow_control.on_status_message(
             sm, sm_position, self.sender_limit, now
@@ -328,39 +339,31 @@ class NetworkPublication:
         # The receiver refused the image: treat it as gone (Aeron marks it end-of-stream).
         self.liveness.forget(frame.receiver_id)
 
-    def on_nak(self, nak: Nak, now: float) -> None:
+    def on_nak(self, nak: Nak, now: float) -> bool:
+        """Take a NAK: True if a resend now waits for `poll` (SendEndpoint.repair_due)."""
+        # Aeron's RetransmitHandler: a negative length is invalid, a zero one asks for nothing
         if (
             nak.term_offset < 0
             or nak.term_offset > self.term_length - DATA_HEADER_LENGTH
-            or nak.length <= 0
+            or nak.length < 0
         ):
             self.counters.invalid("bad_nak")
-            return
+            return False
+        if not nak.length:
+            return False
         self._last_nak = now
         position = compute_position(nak.term_id, nak.term_offset, self.bits, self.initial_term_id)
-        # Aeron's floor is `senderPosition - termLength/2 - maxMessageLength`, but a term-end PAD
-        # is skipped whole, so the sender position can pass the limit (SM position + window <=
-        # term/2) by up to the PAD, i.e. a max-size message's *fragmented* length less 64: with
-        # a window of term/2 the gap at the SM position then fell below the floor and its NAKs
-        # were ignored forever. Widening the floor by the headers keeps that gap resendable; it
-        # is still far inside the two terms the sender has not cleaned.
-        bottom = (
-            self.sender_position
-            - self.term_length // TERM_WINDOW_DIVISOR
-            - compute_fragmented_length(self.max_message_length, self.max_payload)
+        length = resend_length(
+            position,
+            min(nak.length, self.term_length - nak.term_offset),
+            self.sender_position,
+            self.term_length // TERM_WINDOW_DIVISOR
+            + compute_fragmented_length(self.max_message_length, self.max_payload),
+            max(self._receiver_window, self.mtu) * self.flow_control.retransmit_window_multiple,
         )
-        if position >= self.sender_position or position < max(0, bottom):
-            return
-        window_cap = (
-            max(self._receiver_window, self.mtu) * self.flow_control.retransmit_window_multiple
-        )
-        length = min(
-            nak.length,
-            self.term_length - nak.term_offset,
-            self.sender_position - position,
-            window_cap,
-        )
-        self.retransmits.on_nak(position, length, now)
+        if not length:
+            return False
+        return self.retransmits.on_nak(position, length, now)
 
     def on_rttm(self, rttm: Rttm, now: float) -> None:
         if rttm.flags & RTTM_REPLY_FLAG:  # a request for a reply (not itself a reply)
@@ -452,6 +455,9 @@ class NetworkPublication:
         if lingering and not self._announcing_end and self._announce_end_due(now):
             self._announcing_end = True
             self._last_send = -math.inf  # announce end-of-stream at once
+            if self.liveness and not self.delivered:
+                announced = min(now, self._announce_end_by) + END_OF_STREAM_ANSWER
+                self._linger_until = max(self._linger_until, announced)
         if (self.has_initial_connection or lingering) and (
             now >= self._last_send + self.timers.heartbeat_interval or now >= self._probe_at
         ):
@@ -488,18 +494,10 @@ class NetworkPublication:
                 self._probe_at = now + self._probe_delay
 
     def _announce_end_due(self, now: float) -> bool:
-        """May the lingering publication's heartbeats say end-of-stream now?
-
-        Once every receiver has shown it has everything, or had the time to: an Aeron 1.15
-        receiver that sees end-of-stream with its image complete drops the image and sends no
-        SM again, and its SMs report a new position only after consuming a quarter of its
-        window or on its SM timer (200 ms), so an immediate end-of-stream left close() without
-        proof of what had arrived. Plain heartbeats keep the image alive and its timer SMs
-        report the subscriber position. Aeron 1.4x repeats a stale position on its timer
-        (only the quarter-window rule moves it) but answers end-of-stream with an EOS SM once
-        its image is complete, which on_status_message takes as proof: so two SMs without the
-        end are enough waiting. Half the linger time bounds it for a receiver that sends none.
-        """
+        """May the lingering publication's heartbeats say end-of-stream now? Once every
+        receiver has shown it has everything, or sent SMS_WITHOUT_TAIL stale SMs (Aeron 1.4x),
+        or at half the linger time: an Aeron 1.15 receiver drops a complete image at the end
+        without a last SM (docs/transport.md, "close() returns True only on proof")."""
         if now >= self._announce_end_by:
             return True
         tail = self.position

@@ -16,8 +16,8 @@ from echo.transport.config import DEFAULT_RECEIVER_WINDOW, DEFAULTS, ReceiverTim
 from echo.transport.counters import Counters
 from echo.transport.destinations import Address
 from echo.transport.frames import (
-    BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_LENGTH,
+    EOS_FLAG,
     FRAME_ALIGNMENT,
     MAX_UDP_PAYLOAD_LENGTH,
     SETUP_GROUP_FLAG,
@@ -111,6 +111,8 @@ class ReceiveEndpoint:
         response: bool = False,
     ) -> None:
         self.counters = counters
+        #: never: a receive socket sends no data to repair (SendEndpoint.repair_due)
+        self.repair_due = False
         #: a response subscription's endpoint (control-mode=response): its streams wait for
         #: the publisher's RSP_SETUP before they elicit a SETUP (response.py)
         self.response = response
@@ -248,7 +250,7 @@ class ReceiveEndpoint:
                 return
             finished = self._finished.get(key)
             if finished is not None:
-                if heartbeat and flags == BEGIN_END_AND_EOS_FLAGS:
+                if heartbeat and flags & EOS_FLAG:
                     finished.credit(len(data))
                     self._goodbyes.append(finished)
                 return

@@ -237,6 +237,7 @@ class ResponseSendEndpoint(SendEndpoint):
         """Poll the publications that heard something, were offered to or closed, or whose
         deadline came: a control port with 1,000 response publications must not cost
         O(publications) per status message."""
+        self.repair_due = False
         due = self._touched
         self._touched = set()
         heap = self._heap
@@ -286,12 +287,23 @@ class ResponseSendEndpoint(SendEndpoint):
             return
         if isinstance(frame, StatusMessage):
             counters.status_messages_received += 1
+            if frame.is_setup_eliciting:
+                counters.setup_elicitations_received += 1
+                if frame.session_id == 0 and frame.stream_id == 0:
+                    # What a current Aeron response subscription sends to the control port
+                    # about once a second from the moment its channel opens, until it has an
+                    # image: its receive endpoint has an explicit control address, and every
+                    # such endpoint sends this (the receiver's periodic pending setup for
+                    # session 0 / stream 0, Aeron's `aeron_driver_receiver_on_add_endpoint`).
+                    # It names no stream, so it can steer no response publication; Aeron's
+                    # sender, with no destination tracker on a response channel, drops it
+                    # without counting it an error, and so does echo.
+                    return
         elif isinstance(frame, Nak):
             counters.naks_received += 1
         key = (frame.session_id, frame.stream_id)
         publication = self.publications.get(key)
         if not isinstance(publication, ResponsePublication):
-            # Session 0 / stream 0 registrations included: a response channel has no MDC.
             counters.unknown_session_drops += 1
             return
         self._touched.add(key)
@@ -307,7 +319,8 @@ class ResponseSendEndpoint(SendEndpoint):
             counters.unvalidated_drops += 1
             return
         if isinstance(frame, Nak):
-            publication.on_nak(frame, now)
+            if publication.on_nak(frame, now):
+                self.repair_due = True
         elif isinstance(frame, Rttm):
             publication.on_rttm(frame, now)
         else:

@@ -14,6 +14,23 @@ import attrs
 Range = tuple[int, int]  # (position, length)
 
 
+def resend_length(position: int, length: int, sender_position: int, reach: int, cap: int) -> int:
+    """How much of a NAK for `length` bytes at `position` may be resent: 0 for none.
+
+    Only what was sent, and no further back than `reach` behind the sender position. Aeron's
+    floor is `senderPosition - termLength/2 - maxMessageLength`, but a term-end PAD is skipped
+    whole, so the sender position can pass the limit (SM position + window <= term/2) by up to
+    the PAD, i.e. a max-size message's *fragmented* length less 64: with a window of term/2 the
+    gap at the SM position then fell below the floor and its NAKs were ignored forever. The
+    caller widens the floor by the headers (`reach`), which keeps that gap resendable and is
+    still far inside the two terms the sender has not cleaned. `cap`: a multiple of the
+    receiver window (Aeron 1.48: 16 x for unicast, 4 x for a group).
+    """
+    if position >= sender_position or position < max(0, sender_position - reach):
+        return 0
+    return min(length, sender_position - position, cap)
+
+
 @attrs.define
 class _Retransmit:
     position: int

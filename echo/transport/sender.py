@@ -124,6 +124,9 @@ class SendEndpoint:
         self.manual = ManualDestinations() if mode is SendMode.MANUAL else None
         self._emit_send: Send | None = None
         self._emit: Emit = self._no_emit
+        #: a NAK was taken on since the last `poll`: the driver polls before it reads on, so
+        #: that a repair never waits behind a socket full of datagrams (or the next timer)
+        self.repair_due = False
 
     @staticmethod
     def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> int:
@@ -189,6 +192,8 @@ class SendEndpoint:
             return
         if isinstance(frame, StatusMessage):
             counters.status_messages_received += 1
+            if frame.is_setup_eliciting:
+                counters.setup_elicitations_received += 1
             if self.dynamic is not None and not self._on_destination_sm(frame, source, data, now):
                 return
             if frame.session_id == 0 and frame.stream_id == 0:
@@ -209,7 +214,8 @@ class SendEndpoint:
             if publication is None:
                 counters.unknown_session_drops += 1
                 return
-            publication.on_nak(frame, now)
+            if publication.on_nak(frame, now):
+                self.repair_due = True
         elif isinstance(frame, Rttm):
             if not self._validated(source):
                 return
@@ -316,6 +322,7 @@ class SendEndpoint:
         return False
 
     def poll(self, now: float, send: Send) -> None:
+        self.repair_due = False
         if self._replies:
             counters = self.counters
             for datagram, address, counter in self._replies:

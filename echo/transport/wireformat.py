@@ -59,6 +59,9 @@ class FrameType(enum.IntEnum):
 BEGIN_FLAG: Final = 0x80
 END_FLAG: Final = 0x40
 EOS_FLAG: Final = 0x20
+#: with EOS on a heartbeat: the publisher revoked the stream (Aeron 1.48 `Publication#revoke`):
+#: what was not yet sent is gone, and receivers end the image at once
+REVOKED_FLAG: Final = 0x10
 UNFRAGMENTED_FLAGS: Final = 0xC0
 BEGIN_END_AND_EOS_FLAGS: Final = 0xE0
 # SM flags (StatusMessageFlyweight).

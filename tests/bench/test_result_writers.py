@@ -121,3 +121,35 @@ def test_without_colyseus_the_lobby_file_has_no_baseline_rather_than_another_run
     assert all(m.baseline is None for m in results.load(path).metrics)
     failed = [[{"target": "echo", "error": "x"}]]
     assert lobby_bench.write_result_file(failed, _args(tmp_path), "c", tmp_path / "n", {}) is None
+
+
+def test_the_l1_ws_file_compares_echo_ws_with_colyseus_and_carries_the_targets(
+    tmp_path: Path,
+) -> None:
+    from bench import lobby_ws
+
+    repeats = [
+        [_lobby_record("echo-ws", 500.0), _lobby_record("colyseus", 400.0)],
+        [_lobby_record("echo-ws", 300.0), _lobby_record("colyseus", 400.0)],
+        [{"target": "echo-ws", "error": "timed out"}, _lobby_record("colyseus", 1.0)],
+    ]
+    path = lobby_ws.write_result_file(repeats, _args(tmp_path), "cmd", tmp_path, {})
+    assert path == tmp_path / "lobby_ws.json"
+    record = results.load(path)
+    assert (record.id, record.label, record.repeats) == ("lobby_ws", "L1-WS", 2)
+    by_name = {m.name: m for m in record.metrics}
+    joins = by_name["joins/s"]
+    assert joins.values == (500.0, 300.0) and joins.ratios == (1.25, 0.75)
+    assert joins.target is not None and (joins.target["op"], joins.target["threshold"]) == (
+        ">=", 1.0,
+    )  # fmt: skip
+    assert joins.target_met() is True  # the median ratio, 1.0
+    assert "search p99" not in by_name  # (none measured in the records here)
+    assert lobby_ws.TARGETS["search p99"] == ("<=", 2.0, "ratio")
+    assert by_name["server RSS peak"].target is not None
+    assert by_name["chat delivery p99"].target["op"] == "<="  # type: ignore[index]
+    assert all(m.subject == "echo_lobby_ws" for m in record.metrics)
+    # without Colyseus in a repeat: no baseline, and no targets (they are ratios to it)
+    alone = [[_lobby_record("echo-ws", 500.0), {"target": "colyseus", "error": "no node"}]]
+    record = results.load(lobby_ws.write_result_file(alone, _args(tmp_path), "c", tmp_path, {}))
+    assert all(m.baseline is None and m.target is None for m in record.metrics)

@@ -51,14 +51,41 @@ def test_violation_is_a_reason(frames, reason):
     assert peer.data_to_send() == b""  # a failed peer says nothing more
 
 
-def test_message_past_our_receiving_bound():
+def test_message_past_our_receiving_bound_is_dropped_not_accepted():
+    """Past the bound, a message cannot have been guaranteed (guarantees stay within it): it
+    was optimistic, perhaps sent before the LIMIT_RECEIVING reached the client. Dropped and
+    announced like any optimistic overflow; the bound holds and nobody is failed for a race."""
     client, server = peers(10, auto_issue=True)
     settle(client, server)
     server.limit_receiving(0, 10)
     step(server, client)
-    raw = wire.encode(Data(0, b"x" * 11))  # a client that ignores the bound
+    raw = wire.encode(Data(0, b"x" * 11))  # optimistic, past the bound
     server.receive(raw)
-    assert "past our receiving bound" in server.failure
+    assert server.failure is None
+    assert server.incoming[0].accepted == 0 and server.take(0) is None
+    assert server.counters["messages_dropped"] == 1
+    assert AnnounceDropping(0) in wire.decode_frames(server.data_to_send())
+
+
+def test_an_optimistic_message_crossing_a_limit_receiving_fails_nobody():
+    """The race the model test found: the client's optimistic message is on the wire when the
+    server bounds what it receives to what it has guaranteed (nothing, after a shrink)."""
+    client, server = peers(24, auto_issue=True)
+    settle(client, server)
+    server.resize(0, 0)  # pleads for everything back
+    step(server, client)
+    step(client, server)  # the absolution
+    assert client.guarantees(0) == 0 and server.incoming[0].outstanding == 0
+    client.send(0, b"x" * 10, optimistic=True)
+    in_flight = client.data_to_send()
+    server.limit_receiving(0, 0)
+    server.receive(in_flight)
+    assert server.failure is None and server.incoming[0].accepted == 0
+    step(server, client)  # LIMIT_RECEIVING, then ANNOUNCE_DROPPING: the client refunds
+    assert client.failure is None and client.closed_for_sending(0)
+    step(client, server)  # its APOLOGISE; the message waits for guarantees that never come
+    assert server.failure is None and not server.incoming[0].dropping
+    assert server.incoming[0].accepted == 0
 
 
 def test_guaranteed_message_dropped_is_detected_by_the_client():

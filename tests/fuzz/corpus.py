@@ -93,9 +93,29 @@ def _lobby_hello() -> Iterable[bytes]:
     yield hello.encode_welcome("lobby-a")
 
 
+def _lobby_json() -> Iterable[bytes]:
+    # The JSON form of every sample message, a hello, and a few texts just off the grammar.
+    from echo.lobby.web import jsonwire
+    from tests.lobby.test_protocol import SAMPLES
+
+    for message in SAMPLES:
+        yield jsonwire.dumps(jsonwire.dump_message(message)).encode()
+    full = hello.Hello("ålice", b"\x01seat", bytes(range(16)), b"a.b.c", b"resume")
+    yield jsonwire.dumps(jsonwire.dump_hello(full)).encode()
+    yield b'{"type": "join_lobby", "request_id": 1, "lobby_id": "18446744073709551615"}'
+    yield b'{"type": "set_metadata", "request_id": 2, "lobby_id": "3", "changes": {"a": null}}'
+    yield b'[[[[{"type": "hello", "v": 1e400}]]]]'
+
+
 def _lobby_games() -> Iterable[bytes]:
     yield games.encode_announcement(games.GameServerAnnouncement("game-1", "127.0.0.1:40123", 8))
     yield games.encode_announcement(games.GameServerAnnouncement("g", "[::1]:1", 0xFFFF))
+    yield games.encode_announcement(
+        games.GameServerAnnouncement(
+            "eu-1", "10.0.0.1:7000", 8, 7001, "shared", {"region": "eu", "mode": "ctf"}
+        )
+    )
+    yield bytes.fromhex("0106") + b"game-1" + bytes.fromhex("0f") + b"127.0.0.1:40123" + b"\x00\x08"
 
 
 def _lobby_listings() -> Iterable[bytes]:
@@ -139,6 +159,20 @@ def _tickets() -> Iterable[bytes]:
     key = tickets.TicketKey(1, bytes([1]) * 32)
     yield tickets.issue(key, 77, "ålice", "game-1", 1_800_000_030.0)
     yield tickets.issue(key, 2**64 - 1, "m" * 255, "s", 0.0)
+    yield tickets.issue(key, 77, "ålice", "game-1", 1_800_000_030.0, version=1)
+    yield tickets.issue(
+        key,
+        77,
+        "ålice",
+        "game-1",
+        1_800_000_030.0,
+        match_id=2**64 - 1,
+        roster=(
+            tickets.RosterEntry("ålice", {"team": "red", "skill": -5}),
+            tickets.RosterEntry("bob", {}),
+        ),
+        metadata={"mode": "ctf", "round": 2**63 - 1},
+    )
     seats = tickets.TicketSeats(key, ttl=60, clock=lambda: 1_800_000_000.0)
     yield seats.issue(7, "alice")
     yield seats.tag(7, "alice", b"s" * 16)
@@ -156,6 +190,7 @@ SEEDS = {
     "aeron_frames": _aeron_frames,
     "lobby_protocol": _lobby_protocol,
     "lobby_hello": _lobby_hello,
+    "lobby_json": _lobby_json,
     "lobby_games": _lobby_games,
     "lobby_listings": _lobby_listings,
     "channels_wire": _channels_wire,

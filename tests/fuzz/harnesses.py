@@ -23,6 +23,7 @@ from echo import protocol
 from echo.channels import wire
 from echo.lobby import games, hello, listings
 from echo.lobby import protocol as lobby
+from echo.lobby.web import jsonwire
 from echo.session import keywire, resume
 from echo.tickets import core as tickets
 from echo.tickets import keyfile
@@ -215,6 +216,42 @@ def lobby_protocol(data: bytes) -> None:
     assert lobby.parse_message_untrusted(lobby.encode(message)) == message
 
 
+def lobby_json(data: bytes) -> None:
+    """The WebSocket door's JSON (`echo.lobby.web.jsonwire`): a frame's text is a request, a
+    server message, a hello, or a JsonProtocolError, nothing else (deep nesting, huge numbers,
+    NaN, duplicate keys, lone surrogates included). What loads dumps and loads back to the
+    same message, and a request's binary form is the same message or a LobbyProtocolError
+    (a JSON string within its field's limit can still make a message over the binary size)."""
+    try:
+        text = data.decode("utf-8")  # (the door gets text frames, UTF-8 checked by wsproto)
+    except UnicodeDecodeError:
+        return
+    try:
+        obj = jsonwire.loads(text)
+    except jsonwire.JsonProtocolError:
+        return
+    loaded = 0
+    for load in (jsonwire.load_request, jsonwire.load_server_message):
+        try:
+            message = load(obj)
+        except jsonwire.JsonProtocolError:
+            continue
+        loaded += 1
+        again = load(jsonwire.loads(jsonwire.dumps(jsonwire.dump_message(message))))
+        assert again == message, (message, again)
+        try:
+            binary = lobby.encode(message)
+        except lobby.LobbyProtocolError:
+            continue
+        assert lobby.parse_message_untrusted(binary) == message
+    assert loaded <= 1  # the two sides' types are apart
+    try:
+        greeting = jsonwire.load_hello(obj)
+    except jsonwire.JsonProtocolError:
+        return
+    assert jsonwire.load_hello(jsonwire.dump_hello(greeting)) == greeting
+
+
 def lobby_hello(data: bytes) -> None:
     try:
         got = hello.parse_hello_untrusted(data)
@@ -331,7 +368,15 @@ def tickets_codec(data: bytes) -> None:
         # The claims re-issue to the same body, under any key.
         key = tickets.TicketKey(claims.key_id, b"k" * 32)
         reissued = tickets.issue(
-            key, claims.lobby_id, claims.member_id, claims.server_id, claims.expires_at
+            key,
+            claims.lobby_id,
+            claims.member_id,
+            claims.server_id,
+            claims.expires_at,
+            match_id=claims.match_id,
+            roster=claims.roster,
+            metadata=claims.metadata,
+            version=claims.version,
         )
         assert reissued[: -tickets.MAC_BYTES] == body, (reissued, body)
         assert tickets.decode_ticket_untrusted(reissued)[0] == claims
@@ -369,6 +414,7 @@ HARNESSES: dict[str, Harness] = {
     "aeron_frames": aeron_frames,
     "lobby_protocol": lobby_protocol,
     "lobby_hello": lobby_hello,
+    "lobby_json": lobby_json,
     "lobby_games": lobby_games,
     "lobby_listings": lobby_listings,
     "channels_wire": channels_wire,

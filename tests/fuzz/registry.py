@@ -14,6 +14,7 @@ COVERS: dict[str, tuple[str, ...]] = {
     "aeron_frames": ("echo.transport.frames", "echo.transport.wireformat"),
     "lobby_protocol": ("echo.lobby.protocol", "echo.codec"),
     "lobby_hello": ("echo.lobby.hello", "echo.codec"),
+    "lobby_json": ("echo.lobby.web.jsonwire",),
     "lobby_games": ("echo.lobby.games", "echo.codec"),
     "lobby_listings": ("echo.lobby.listings", "echo.lobby.protocol", "echo.codec"),
     "channels_wire": ("echo.channels.wire", "echo.codec"),

@@ -94,9 +94,12 @@ async def cluster(
     ticket_keys: tuple[TicketKey, ...] = (),
     events: list[Any] | None = None,
     liveness: float | None = None,
+    key: es.ServerKey | None = None,
+    encryption: str | None = None,
     **options: Any,
 ) -> AsyncIterator[Cluster]:
-    """`n` lobby servers sharing a ring and a seat key (and `topics` topic servers)."""
+    """`n` lobby servers sharing a ring and a seat key (and `topics` topic servers); with
+    `key`, the ring's one session key (and `encryption`, the mode)."""
     async with trio.open_nursery() as nursery:
         topic_servers = []
         for _ in range(topics):
@@ -104,7 +107,9 @@ async def cluster(
             await nursery.start(server.run)
             topic_servers.append(server)
         topic_names = tuple(f"{t.bound[0]}:{t.bound[1]}" for t in topic_servers if t.bound)
-        configs = [session_config() for _ in range(n)]
+        configs = [
+            attrs.evolve(session_config(), key=key, encryption=encryption) for _ in range(n)
+        ]
         names = tuple(name_of(c) for c in configs)
         servers = []
         scopes: list[trio.CancelScope] = []

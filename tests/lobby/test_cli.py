@@ -27,9 +27,7 @@ ANNOUNCE = [sys.executable, "-m", "echo.lobby.cli", "announce"]
 ECHO_SERVER = [sys.executable, "-m", "echo.server.cli"]
 
 
-def run(
-    argv: list[str], timeout: float = 60, stdin: str = ""
-) -> subprocess.CompletedProcess[str]:
+def run(argv: list[str], timeout: float = 60, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False, input=stdin
     )
@@ -85,8 +83,16 @@ def test_every_option_is_explained_and_exit_statuses_are_listed(argv: list[str])
 
 def test_lobby_options_the_issue_names() -> None:
     text = run([*LOBBY, "--help"]).stdout
-    for option in ("--port", "--control-port", "--topics", "--events", "--ticket-key",
-                   "--log-format", "--lobby-servers", "--seat-key"):
+    for option in (
+        "--port",
+        "--control-port",
+        "--topics",
+        "--events",
+        "--ticket-key",
+        "--log-format",
+        "--lobby-servers",
+        "--seat-key",
+    ):
         assert option in text
 
 
@@ -154,7 +160,9 @@ def test_a_lobby_through_the_line_client(lobby: tuple[int, Path]) -> None:
     assert kinds[0] == "connected" and "joined" in kinds and "snapshot" in kinds
     state = next(r for r in records if r["event"] == "state")
     assert state["owner"] == "alice" and state["metadata"] == {
-        "mode": "duel", "skill": 7, "map": "dust"
+        "mode": "duel",
+        "skill": 7,
+        "map": "dust",
     }
     lobby_id = state["lobby_id"]
     # Alice's session ended without a leave: her seat is kept, but with nobody connected
@@ -177,8 +185,13 @@ def test_a_lobby_through_the_line_client(lobby: tuple[int, Path]) -> None:
     written = [json.loads(line) for line in events.read_text().splitlines()]
     assert all(validate_event(record) is None for record in written)
     names = [r["event"] for r in written]
-    for name in ("lobby_server_started", "lobby_created", "lobby_joined", "lobby_chat",
-                 "lobby_refused"):
+    for name in (
+        "lobby_server_started",
+        "lobby_created",
+        "lobby_joined",
+        "lobby_chat",
+        "lobby_refused",
+    ):
         assert name in names
 
 
@@ -219,8 +232,19 @@ def test_echo_server_without_ticket_key_asks_no_ticket_and_with_it_refuses_none(
     key.write_text(new_key_text())
     base = free_base(20)
     process = subprocess.Popen(
-        [*ECHO_SERVER, "--port", str(base), "--control-port", str(base + 1),
-         "--clients-base-port", str(base + 2), "--ticket-key", str(key), "--log-format", "json"],
+        [
+            *ECHO_SERVER,
+            "--port",
+            str(base),
+            "--control-port",
+            str(base + 1),
+            "--clients-base-port",
+            str(base + 2),
+            "--ticket-key",
+            str(key),
+            "--log-format",
+            "json",
+        ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -244,17 +268,40 @@ def test_echo_server_without_ticket_key_asks_no_ticket_and_with_it_refuses_none(
 
 
 def demo_ports() -> int:
-    """What the demo binds: lobby p..p+33, topics p+100, game p+200..p+233."""
-    return free_ports([*range(34), 100, *range(200, 234)])
+    """What the demo binds: lobby p..p+33, topics p+100, game p+200..p+233, and the
+    walk-through's game server p+300..p+303."""
+    return free_ports([*range(34), 100, *range(200, 234), *range(300, 304)])
 
 
 def test_the_lobby_demo_runs_to_the_end_by_itself() -> None:
     port = demo_ports()
-    result = run([sys.executable, "-m", "tools.demo.lobby", "--port", str(port)], timeout=180)
+    result = run([sys.executable, "-m", "tools.demo.lobby", "--port", str(port)], timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     out = result.stdout
     for name in ("alice", "bob", "carol", "dave"):
         assert f"game server answered: ECHO {name} is in the game" in out
     assert "everyone is ready: starting the game" in out
     assert "a forged ticket was refused: ticket refused: bad_signature" in out
-    assert "exit statuses: alice=0, bob=0, carol=0, dave=0" in out
+    # The walk-through: frank killed mid-game, resumed from his state file, the result back.
+    assert "--- kill -9 frank in the middle of the game ---" in out
+    assert "resumed" in out and "RESULT winner=frank" in out
+    assert out.count("back_in_lobby locked=False ready=[]") == 2
+    assert "exit statuses: alice=0, bob=0, carol=0, dave=0, walkthrough=0" in out
+    # Encrypted throughout, with the game server's key learnt from the lobby only.
+    assert out.count("encrypted to the key the lobby carried") == 4
+
+
+def test_the_game_commands_of_the_line_client(lobby: tuple[int, Path]) -> None:
+    """start with tags, ticket and report reach the lobby and come back refused with the
+    lobby's reasons (this echo-lobby starts no games: it has no --ticket-key)."""
+    port, _ = lobby
+    result = run(
+        [*CLIENT, "--servers", f"127.0.0.1:{port}", "--member", "gamer"],
+        stdin="create room 1\nstart region=eu mode=ctf\nticket\nreport g-1 refused\nreport\n",
+    )
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("refused NO_GAME_SERVER ") for line in lines), lines
+    assert "refused NO_GAME this lobby's game is not running command=ticket" in lines
+    assert "refused NO_GAME this lobby's game is not running command=report" in lines
+    assert "refused BAD_COMMAND report SERVER_ID REASON... command=report" in lines
+    assert result.returncode == 3

@@ -32,14 +32,14 @@ G2 = GameServerAnnouncement("game-2", "203.0.113.6:40123", 16)
 
 def test_announcement_round_trip_and_hostile_bytes() -> None:
     data = encode_announcement(G1)
-    assert data[0] == 1 and parse_announcement_untrusted(data) == G1
+    assert data[0] == 2 and parse_announcement_untrusted(data) == G1
     for cut in range(len(data)):
         with pytest.raises(LobbyProtocolError):
             parse_announcement_untrusted(data[:cut])
     with pytest.raises(LobbyProtocolError):
         parse_announcement_untrusted(data + b"\x00")
     with pytest.raises(LobbyProtocolError):
-        parse_announcement_untrusted(b"\x02" + data[1:])
+        parse_announcement_untrusted(b"\x03" + data[1:])
     for bad in (
         GameServerAnnouncement("", "a:1", 1),
         GameServerAnnouncement("g", "a:1", 70000),
@@ -114,7 +114,12 @@ def test_start_gives_every_connected_member_a_ticket_for_the_chosen_server() -> 
         [start] = lab.games[member]
         assert (start.lobby_id, start.server_id, start.address) == (lobby_id, "game-2", G2.address)
         claims = verify(start.ticket, KEY, "game-2", WALL + 1)
-        assert claims == TicketClaims(lobby_id, member, "game-2", WALL + 30, 9)
+        assert isinstance(claims, TicketClaims)
+        assert (claims.lobby_id, claims.member_id, claims.server_id) == (lobby_id, member, "game-2")
+        assert (claims.expires_at, claims.key_id) == (WALL + 30, 9)
+        # The roster is every seat (c's too, reconnecting), in join order.
+        assert [e.member_id for e in claims.roster] == ["a", "b", "c"]
+        assert claims.match_id == start.match_id != 0
         assert not isinstance(verify(start.ticket, KEY, "game-1", WALL + 1), TicketClaims)
     # Started lobbies are locked: nobody joins a game in progress.
     s = lab.reg.snapshot(lobby_id)

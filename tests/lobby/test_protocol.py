@@ -21,6 +21,8 @@ from echo.lobby.protocol import (
     Done,
     ErrorCode,
     FreeSlots,
+    GameDetails,
+    GameEnded,
     GameStarting,
     JoinByCode,
     JoinLobby,
@@ -47,6 +49,8 @@ from echo.lobby.protocol import (
     ReadyChanged,
     RecreateLobby,
     Refusal,
+    ReportGameServer,
+    RequestTicket,
     ResumeToken,
     SearchLobbies,
     SearchResults,
@@ -123,6 +127,9 @@ SAMPLES: list[Message] = [
     GameStarting(77, "game-1", "203.0.113.5:40123", b"\x01ticket"),
     SeatTags(77, (SeatTag("bob", bytes([1]) + b"\xaa" * 16),)),
     ResumeToken(77, b"Rtok"),
+    RequestTicket(21, 77),
+    ReportGameServer(22, 77, "game-1", "ticket refused: bad_signature"),
+    GameEnded(77, 11, 2**64 - 1, {"winner": "bob", "turns": 9}),
     EnqueueMatch(21, "duel", "eu", -1500, 2, 77, 2, b"seat", True, True, 1500),
     CancelMatch(22),
     Queued(21, 9),
@@ -250,6 +257,15 @@ SAMPLES_HEX = [
     "4a000000000000004d0667616d652d31113230332e302e3131332e353a34303132330007017469636b6574",
     "4b000000000000004d000103626f621101aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "4c000000000000004d000452746f6b",
+    "1100000015000000000000004d",
+    (
+        "1200000016000000000000004d0667616d652d31001d7469636b657420726566757365643a206261645f7369"
+        "676e6174757265"
+    ),
+    (
+        "4d000000000000004d000000000000000bffffffffffffffff020677696e6e65720000" + "03626f62"
+        "057475726e730100000000000000" + "09"
+    ),
     "1800000015046475656c026575fffffffffffffa240002000000000000004d00020004736561740101000005dc",
     "1900000016",
     "28000000150000000000000009",
@@ -327,6 +343,22 @@ EDGES_HEX = [
 # Messages with a trailing field (added after the message shipped, left out when empty): the
 # bytes before it are the message without it, which old parsers read and new ones still do.
 TRAILING: list[tuple[Message, str]] = [
+    (
+        StartGame(20, 77, (StringEquals("region", "eu"),)),
+        # StartGame(20, 77)'s bytes, then the filters: u8 count 1, kind 0, str8, str16.
+        "1000000014000000000000004d" + "01" + "00" + "06726567696f6e" + "0002" + "6575",
+    ),
+    (
+        GameStarting(
+            77, "game-1", "203.0.113.5:40123", b"\x01ticket", GameDetails(5, 9001, "shared")
+        ),
+        # GameStarting's bytes as before, then the details: u64 match id, u16 control port,
+        # str8 duologue-port mode.
+        "4a000000000000004d0667616d652d31113230332e302e3131332e353a34303132330007017469636b6574"
+        + "0000000000000005"
+        + "2329"
+        + "06736861726564",
+    ),
     (
         RecreateLobby(16, EMPTY_SNAPSHOT, b"", (SeatTag("a", bytes([1]) + b"\x02" * 16),)),
         # type, request id, the empty snapshot (27 bytes), an empty seat, then the tags: u16
@@ -475,10 +507,15 @@ def test_every_truncation_and_extension_is_refused(msg: Message) -> None:
         parse_message_untrusted(data + b"\x00")
 
 
+#: Each trailing field's empty value, and its bytes if it were sent anyway.
+_EMPTY = {"seat_tags": ((), "0000"), "filters": ((), "00"), "details": (GameDetails(), "00" * 11)}
+
+
 @pytest.mark.parametrize(("msg", "golden"), TRAILING)
 def test_a_trailing_field_is_optional_and_never_empty(msg: Message, golden: str) -> None:
     data = bytes.fromhex(golden)
-    without = attrs.evolve(msg, seat_tags=())
+    last = attrs.fields(type(msg))[-1]
+    without = attrs.evolve(msg, **{last.name: _EMPTY[last.name][0]})
     base = encode(without)
     # Without the field, the bytes are those of the message before the field existed.
     assert data.startswith(base) and len(data) > len(base)
@@ -492,7 +529,7 @@ def test_a_trailing_field_is_optional_and_never_empty(msg: Message, golden: str)
         parse_message_untrusted(data + b"\x00")
     # Present, it holds something: an empty one sent anyway is not a second form.
     with pytest.raises(LobbyProtocolError, match="empty trailing field"):
-        parse_message_untrusted(base + b"\x00\x00")
+        parse_message_untrusted(base + bytes.fromhex(_EMPTY[last.name][1]))
 
 
 def test_a_trailing_field_is_the_last_of_a_message_only() -> None:

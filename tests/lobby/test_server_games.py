@@ -35,7 +35,9 @@ async def game_server(
     )
     await nursery.start(server.run)
     client = await nursery.start(_topic_client, topics)
-    announcement = GameServerAnnouncement(server_id, server_id, 8)
+    announcement = GameServerAnnouncement(
+        server_id, server_id, 8, config.control_port, "shared", {}
+    )
     nursery.start_soon(lambda: announce_game_server(client, lambda: announcement, interval=0.2))
     return config, server
 
@@ -92,8 +94,10 @@ async def test_start_gives_every_member_a_ticket_the_game_server_accepts(tmp_pat
                 assert await echo_once(game, start.ticket) == b"ECHO through the lobby"
             # The lobby locked itself: a latecomer cannot join a game already started.
             assert owner.replica is not None and owner.replica.locked
-    assert ("lobby_started", {"lobby_id": lobby_id, "members": 3,
-                              "game_server": f"127.0.0.1:{game.port}"}) in events
+    assert (
+        "lobby_started",
+        {"lobby_id": lobby_id, "members": 3, "game_server": f"127.0.0.1:{game.port}"},
+    ) in events
 
 
 async def test_the_ticket_s_claims_reach_the_game_without_a_second_ask(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from echo.tickets import (
     MAC_BYTES,
+    MAX_TICKET_BYTES,
+    RosterEntry,
     TicketClaims,
     TicketError,
     TicketKey,
@@ -33,16 +35,80 @@ TICKET = issue(KEY, 2**63 + 1, "ålice", "game-1", NOW + 30)
 def test_a_ticket_verifies_and_carries_its_claims() -> None:
     claims = verify(TICKET, KEY, "game-1", NOW)
     assert claims == TicketClaims(2**63 + 1, "ålice", "game-1", NOW + 30, 1)
-    # Compact: header 18 bytes, two short ids, the MAC.
-    assert len(TICKET) == 18 + 1 + len("ålice".encode()) + 1 + 6 + MAC_BYTES
+    # Compact: header 26 bytes, two short ids, empty roster and metadata, the MAC.
+    assert len(TICKET) == 26 + 1 + len("ålice".encode()) + 1 + 6 + 2 + MAC_BYTES
 
 
 def test_the_format_is_the_documented_one() -> None:
     body = TICKET[:-MAC_BYTES]
-    assert struct.unpack(">BBQQ", body[:18]) == (1, 1, 2**63 + 1, round((NOW + 30) * 1000))
-    assert body[18] == 6 and body[19:25] == "ålice".encode()
-    assert body[25] == 6 and body[26:32] == b"game-1"
+    assert struct.unpack(">BBQQQ", body[:26]) == (2, 1, 2**63 + 1, round((NOW + 30) * 1000), 0)
+    assert body[26] == 6 and body[27:33] == "ålice".encode()
+    assert body[33] == 6 and body[34:40] == b"game-1"
+    assert body[40:] == b"\x00\x00"  # no roster, no metadata
     assert TICKET[-MAC_BYTES:] == hmac.new(KEY.secret, body, hashlib.sha256).digest()
+
+
+ROSTER = (
+    RosterEntry("ålice", {"team": "red", "skill": 1200}),
+    RosterEntry("bob", {"team": "blue"}),
+)
+
+
+def test_a_ticket_carries_the_match_the_roster_and_the_metadata() -> None:
+    ticket = issue(
+        KEY,
+        9,
+        "bob",
+        "game-1",
+        NOW + 30,
+        match_id=2**64 - 1,
+        roster=ROSTER,
+        metadata={"mode": "ctf", "round": -3},
+    )
+    claims = verify(ticket, KEY, "game-1", NOW)
+    assert isinstance(claims, TicketClaims)
+    assert claims.match_id == 2**64 - 1 and claims.version == 2
+    assert claims.roster == ROSTER
+    assert claims.metadata == {"mode": "ctf", "round": -3}
+    assert claims.attributes == {"team": "blue"}
+    assert claims.attributes_of("ålice") == {"team": "red", "skill": 1200}
+    assert claims.attributes_of("carol") is None
+    # Every byte of the roster and metadata is signed: flipping one is refused.
+    for i in range(40, len(ticket) - MAC_BYTES):
+        forged = bytearray(ticket)
+        forged[i] ^= 0x01
+        refused = verify(bytes(forged), KEY, "game-1", NOW)
+        assert isinstance(refused, TicketRefusal) and refused.reason is TicketReason.BAD_SIGNATURE
+
+
+def test_version_1_tickets_still_verify_with_empty_roster() -> None:
+    old = issue(KEY, 5, "alice", "game-1", NOW + 30, version=1)
+    assert old[0] == 1 and len(old) == 18 + 6 + 7 + MAC_BYTES
+    claims = verify(old, KEY, "game-1", NOW)
+    assert claims == TicketClaims(5, "alice", "game-1", NOW + 30, 1, version=1)
+    assert claims.match_id == 0 and claims.roster == () and claims.metadata == {}
+    with pytest.raises(TicketError, match="version 1"):
+        issue(KEY, 5, "alice", "game-1", NOW + 30, match_id=3, version=1)
+    refused = verify(b"\x03" + old[1:], KEY, "game-1", NOW)
+    assert isinstance(refused, TicketRefusal) and refused.reason is TicketReason.UNKNOWN_VERSION
+
+
+def test_a_roster_too_large_for_a_hello_is_refused_at_issue() -> None:
+    big = tuple(RosterEntry(f"player-{i:03}", {"team": "x" * 20}) for i in range(20))
+    with pytest.raises(TicketError, match=f"over {MAX_TICKET_BYTES}"):
+        issue(KEY, 5, "player-000", "game-1", NOW + 30, roster=big)
+    fits = big[:10]
+    ticket = issue(KEY, 5, "player-000", "game-1", NOW + 30, roster=fits)
+    assert len(ticket) <= MAX_TICKET_BYTES
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"k": True}, {"k": 2**63}, {"k": 1.5}, {"": "x" * 70000}, {"k" * 256: 1}],
+)
+def test_issue_refuses_values_that_do_not_fit(bad: dict) -> None:
+    with pytest.raises(TicketError):
+        issue(KEY, 5, "alice", "game-1", NOW + 30, metadata=bad)
 
 
 def test_tampering_with_any_byte_is_refused() -> None:
@@ -97,7 +163,7 @@ def test_rotation_accepts_old_and_new_keys() -> None:
 
 def test_a_signed_but_malformed_ticket_is_refused() -> None:
     # Only a key holder can make one; the verifier still does not crash on it.
-    body = struct.pack(">BBQQ", 1, 1, 5, 10**15) + b"\x05ab"
+    body = struct.pack(">BBQQ", 1, 1, 5, 10**15) + b"\x05ab"  # a version 1 ticket
     signed = body + hmac.new(KEY.secret, body, hashlib.sha256).digest()
     result = verify(signed, KEY, "game-1", NOW)
     assert isinstance(result, TicketRefusal) and result.reason is TicketReason.MALFORMED
@@ -155,7 +221,7 @@ def test_decode_checks_structure_only() -> None:
     claims, body = decode_ticket_untrusted(TICKET)
     assert claims.member_id == "ålice" and body == TICKET[:-MAC_BYTES]
     with pytest.raises(TicketError):
-        decode_ticket_untrusted(b"\x02" + TICKET[1:])
+        decode_ticket_untrusted(b"\x03" + TICKET[1:])
 
 
 @settings(max_examples=500)

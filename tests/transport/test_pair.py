@@ -335,8 +335,9 @@ def test_nak_gets_an_immediate_retransmit_and_overlapping_naks_linger() -> None:
     publication.poll(pair.now, lambda d: pair.sender_send(d, RECEIVER_ADDRESS))
     assert len(pair.sent("data")) == count + 2
     assert pair.sender_counters.retransmits_sent == 2
-    # NAKs for what was never sent, or with nonsense fields, are ignored.
-    for bogus in (nak(2176, 544), nak(-32, 64), nak(0, 0), nak(65536, 32)):
+    # NAKs for what was never sent, or with nonsense fields, are ignored (a zero length is
+    # valid and asks for nothing: not counted as invalid, as in Aeron's RetransmitHandler).
+    for bogus in (nak(2176, 544), nak(-32, 64), nak(0, 0), nak(65536, 32), nak(0, -1)):
         pair.now += 0.02
         pair.inject_to_sender(bogus)
         publication.poll(pair.now, lambda d: pair.sender_send(d, RECEIVER_ADDRESS))
@@ -842,16 +843,22 @@ def test_forged_sm_cannot_open_the_limit_beyond_what_was_sent() -> None:
     pair.pump()
     publication = pair.publication
     assert publication.sender_position == publication.sender_limit == 4096
-    forged = StatusMessage(
-        session_id=SESSION,
-        stream_id=1001,
-        consumption_term_id=0,
-        consumption_term_offset=900 * KIB,  # "consumed" what was never sent
-        receiver_window=4096,
-        receiver_id=RECEIVER_ID,
-    ).encode()
-    pair.inject_to_sender(forged)
-    assert publication.sender_limit == 4096 + 4096  # clamped to the sender position
+
+    def forged(offset: int) -> bytes:
+        return StatusMessage(
+            session_id=SESSION,
+            stream_id=1001,
+            consumption_term_id=0,
+            consumption_term_offset=offset,  # "consumed" what was never sent
+            receiver_window=4096,
+            receiver_id=RECEIVER_ID,
+        ).encode()
+
+    pair.inject_to_sender(forged(900 * KIB))  # over half a term ahead: rejected (Aeron 1.51)
+    assert publication.sender_limit == 4096
+    assert pair.sender_counters.invalid_by_reason["sm_out_of_window"] == 1
+    pair.inject_to_sender(forged(300 * KIB))  # within half a term: clamped to the sender position
+    assert publication.sender_limit == 4096 + 4096
 
 
 def test_unreliable_subscription_pads_over_a_lost_fragment() -> None:

@@ -255,13 +255,14 @@ def test_the_setup_names_the_term_of_the_sender_position_and_carries_ttl_and_gro
 
 
 def test_a_nak_for_the_last_header_of_a_term_or_for_one_byte_is_valid() -> None:
-    # Aeron's bounds: term_offset <= term_length - header, length > 0.
+    # Aeron's bounds: term_offset <= term_length - header, length >= 0 (0: valid, no resend).
     pub = publication()
     pub.on_nak(nak(TERM - 32, 1), 0.0)
     pub.on_nak(nak(0, 1), 0.0)
+    assert pub.on_nak(nak(0, 0), 0.0) is False
     assert pub.counters.invalid_frames == 0
     pub.on_nak(nak(TERM - 31, 1), 0.0)
-    pub.on_nak(nak(0, 0), 0.0)
+    pub.on_nak(nak(0, -1), 0.0)
     assert pub.counters.invalid_by_reason["bad_nak"] == 2
 
 

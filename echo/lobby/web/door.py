@@ -1,0 +1,464 @@
+"""The lobby's WebSocket door: members on WebSocket in the same process and registry as the
+UDP members (docs/json-protocol.md).
+
+A thin trio driver around `LobbyServer`: each WebSocket is one member connection, let in by
+the server's own hello checks (identity token, seat, secret, resume token) and then handled by
+the same request path, so a lobby holds members of both kinds and every rule holds for both.
+The JSON form of the messages is `echo.lobby.web.jsonwire`'s (pure); the framing is
+trio-websocket's, on wsproto.
+
+How a connection is bounded (each case counted in the server's counters, ``ws_*``):
+
+- **Incoming.** trio-websocket reads one message ahead (its queue holds one), so a client
+  that sends faster than the door handles waits in its own TCP window. A message over
+  `WebDoorConfig.max_message_bytes` closes with 1009, a binary frame with 1003. Each message
+  spends a token of the connection's `message_rate`; one without a token is answered with a
+  ``rate_limited`` refusal; those have a budget too (`over_rate`), and past it the
+  connection is closed with 1008. Chat waits for
+  the member's chat rate (the registry's `chat_limit`, as over UDP) in a queue of at most
+  `max_chat_waiting` lines: the requests that can be waiting unanswered.
+- **Outgoing.** What the server sends to the member is queued here as JSON text, per logical
+  channel with the server's backlogs (`LobbyServerConfig.updates_backlog`, `chat_backlog`),
+  and one writer task sends it in order: a member that does not read has its chat dropped and,
+  past the updates backlog, its connection closed (4001), as a UDP member's session is.
+- **Idle.** No hello within the server's hello timeout closes with 4003; a member that does not
+  answer a ping within `ping_timeout` is dropped (its seat goes RECONNECTING); beyond
+  `max_connections` a new connection is closed with 1013.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import ssl
+from typing import Any, cast
+
+import attrs
+import structlog
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
+
+from echo.lobby.hello import HelloError, encode_hello
+from echo.lobby.limits import RateLimit, TokenBucket
+from echo.lobby.protocol import (
+    Channel,
+    ErrorCode,
+    LobbyProtocolError,
+    Refusal,
+    Request,
+    SendChat,
+    channel_of,
+    encode,
+    parse_server_message_untrusted,
+)
+from echo.lobby.server import LobbyServer, _Conn
+from echo.lobby.web.jsonwire import (
+    CloseCode,
+    JsonProtocolError,
+    dump_message,
+    dump_welcome,
+    dumps,
+    load_hello,
+    loads,
+    parse_request_text_untrusted,
+    request_id_of,
+)
+
+log = structlog.get_logger("echo.lobby.web")
+
+_GONE = (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError)
+
+#: The server's close reasons, as close codes (any other reason at the hello: HELLO_REFUSED).
+_CLOSE_CODES = {
+    "too slow": CloseCode.TOO_SLOW,
+    "replaced by a new session": CloseCode.REPLACED,
+    "server shutting down": CloseCode.GOING_AWAY,
+}
+
+
+#: A connection's messages of every kind: well above what the registry's own limits let
+#: through (a few a second of each kind), well below a flood.
+MESSAGE_RATE = RateLimit(rate=20.0, burst=40.0)
+
+
+@attrs.frozen
+class WebDoorConfig:
+    """The door's address and its per-connection limits (docs/json-protocol.md)."""
+
+    port: int = 0
+    address: str = "127.0.0.1"
+    ssl_context: ssl.SSLContext | None = None
+    max_message_bytes: int = 256 * 1024
+    message_rate: RateLimit = MESSAGE_RATE
+    over_rate: RateLimit = MESSAGE_RATE  # messages refused for the rate, before a close
+    max_chat_waiting: int = 16
+    max_connections: int = 10_000
+    ping_interval: float = 15.0
+    ping_timeout: float = 20.0
+    close_timeout: float = 2.0  # for the closing handshake; then the TCP connection is cut
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """A server TLS context from PEM files (ValueError with the reason if they do not load)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as error:
+        raise ValueError(f"cannot load the certificate and key: {error}") from None
+    return context
+
+
+class _Lane:
+    """One logical channel of a WebSocket member, as the server's send path sees it."""
+
+    __slots__ = ("channel_id", "outbox", "queued")
+
+    def __init__(self, outbox: _Outbox, channel_id: Channel) -> None:
+        self.outbox = outbox
+        self.channel_id = channel_id
+        self.queued = 0  # bytes of text queued on this lane and not yet sent
+
+    def send_nowait(self, data: bytes, *, max_queued: int, defer: bool = False) -> bool:
+        """The server's binary message, queued as JSON text; False when `max_queued` bytes or
+        more already wait on this lane (the server then drops chat or closes: `_send_to`)."""
+        if self.queued >= max_queued:
+            return False
+        text = self.outbox.door.text_of(data)
+        size = len(text)
+        self.queued += size
+        self.outbox.queue.append((self, text, size))
+        if not defer:
+            self.outbox.flush_nowait()
+        return True
+
+    def done(self, *, defer: bool = False) -> None:
+        """(A request read here needs no credit returned: the WebSocket has its own window.)"""
+
+
+class _Outbox:
+    """A WebSocket member's `channels` for the server: three lanes, one ordered queue, sent by
+    the connection's writer task."""
+
+    def __init__(self, door: WebDoor) -> None:
+        self.door = door
+        self.lanes = {ch: _Lane(self, ch) for ch in Channel}
+        self.queue: collections.deque[tuple[_Lane, str, int]] = collections.deque()
+        self.wake = trio.Event()
+
+    def __getitem__(self, ch: Channel) -> _Lane:
+        return self.lanes[ch]
+
+    def flush_nowait(self) -> None:
+        if self.queue:
+            self.wake.set()
+
+    async def write(self, ws: WebSocketConnection) -> None:
+        with contextlib.suppress(*_GONE):
+            await self._write(ws)
+
+    async def _write(self, ws: WebSocketConnection) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake = trio.Event()
+            while self.queue:
+                lane, text, size = self.queue[0]
+                await ws.send_message(text)
+                self.queue.popleft()
+                lane.queued -= size
+
+
+class _Member:
+    """A WebSocket as the server's session: the hello it read, and a close with a code."""
+
+    def __init__(self, door: WebDoor, ws: WebSocketConnection, hello: bytes) -> None:
+        self.door = door
+        self.ws = ws
+        self.hello = hello
+        self.admitted = False
+        self.cancel = trio.CancelScope()
+
+    async def receive(self) -> bytes:
+        return self.hello
+
+    async def send(self, data: bytes) -> None:  # the binary welcome: the door sends its own
+        pass
+
+    async def close(self, reason: str) -> None:
+        code = _CLOSE_CODES.get(reason, CloseCode.HELLO_REFUSED)
+        if reason.startswith("resume refused"):
+            code = CloseCode.RESUME_REFUSED
+        elif reason == "no hello":
+            code = CloseCode.NO_HELLO
+        await self.door.close(self.ws, code, reason)
+        self.cancel.cancel()
+
+
+class WebDoor:
+    """``await nursery.start(door.run)`` beside ``server.run``: the WebSocket members of
+    `server`. `port` is the bound port once started."""
+
+    def __init__(self, server: LobbyServer, config: WebDoorConfig | None = None) -> None:
+        self.server = server
+        self.config = config or WebDoorConfig()
+        self.counters = server.counters  # exported with the server's (echo.ops.metrics)
+        self.open = 0
+        self.port = self.config.port
+        self._last: tuple[bytes, str] | None = None
+        self._members: set[_Member] = set()
+
+    def text_of(self, data: bytes) -> str:
+        """The JSON text of a binary server message. The server encodes a message once for
+        all its recipients and hands each the same bytes: one conversion serves them all."""
+        last = self._last
+        if last is not None and last[0] is data:
+            return last[1]
+        text = dumps(dump_message(parse_server_message_untrusted(data)))
+        self._last = (data, text)
+        return text
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        config = self.config
+        serve = functools.partial(
+            serve_websocket,
+            self._handle,
+            config.address,
+            config.port,
+            config.ssl_context,
+            max_message_size=config.max_message_bytes,
+            connect_timeout=self.server.config.hello_timeout,
+            disconnect_timeout=config.close_timeout,
+        )
+        async with trio.open_nursery() as nursery:
+            ws_server = await nursery.start(serve)
+            self.port = ws_server.port
+            log.info(
+                "lobby_ws_listening",
+                address=config.address,
+                port=self.port,
+                tls=config.ssl_context is not None,
+                max_connections=config.max_connections,
+            )
+            task_status.started(self)
+
+    async def stop(self, reason: str = "server shutting down") -> None:
+        """Close every member's connection (1001 with `reason`)."""
+        async with trio.open_nursery() as nursery:
+            for member in list(self._members):
+                nursery.start_soon(member.close, reason)
+
+    async def close(self, ws: WebSocketConnection, code: int, reason: str) -> None:
+        """Close with `code` and `reason` (at most 123 bytes: the close frame's room), cutting
+        the connection if the peer does not take the close frame in time."""
+        reason = reason.encode()[:123].decode(errors="ignore")
+        with trio.move_on_after(self.config.close_timeout):
+            await ws.aclose(code, reason)
+        await ws._close_stream()  # (idempotent; the closing handshake may have timed out)
+
+    # ------------------------------------------------------------------ one connection
+
+    async def _handle(self, request: WebSocketRequest) -> None:
+        ws = await request.accept()
+        if self.open >= self.config.max_connections:
+            self.counters["ws_connections_refused"] += 1
+            await self.close(ws, 1013, "the server holds its maximum of connections")
+            return
+        self.open += 1
+        self.counters["ws_connections"] += 1
+        try:
+            await self._member(ws)
+        finally:
+            self.open -= 1
+
+    async def _hello(self, ws: WebSocketConnection) -> bytes | None:
+        """The first message, as the binary hello the server checks; None once closed."""
+        text: str | bytes | None = None
+        with trio.move_on_after(self.server.config.hello_timeout):
+            try:
+                text = await ws.get_message()
+            except ConnectionClosed:
+                return None
+        if text is None:
+            self.counters["hellos_timed_out"] += 1
+            await self.close(ws, CloseCode.NO_HELLO, "no hello")
+            return None
+        try:
+            if isinstance(text, bytes):
+                raise JsonProtocolError("the protocol is JSON text, not binary frames")
+            return encode_hello(load_hello(loads(text)))
+        except (JsonProtocolError, HelloError) as error:
+            self.counters["hellos_refused"] += 1
+            await self.close(ws, CloseCode.HELLO_REFUSED, f"bad hello: {error}")
+            return None
+
+    async def _member(self, ws: WebSocketConnection) -> None:
+        data = await self._hello(ws)
+        if data is None:
+            return
+        member = _Member(self, ws, data)
+        self._members.add(member)
+        try:
+            await self._admit(member)
+        finally:
+            self._members.discard(member)
+
+    async def _admit(self, member: _Member) -> None:
+        server, ws = self.server, member.ws
+        hello = await server._authenticate(cast(Any, member))
+        if hello is None:
+            return
+        conn = _Conn(hello.member_id, cast(Any, member), hello.secret)
+        old = server.conns.get(hello.member_id)
+        server.conns[hello.member_id] = conn
+        outbox = _Outbox(self)
+        try:
+            with member.cancel:
+                await ws.send_message(dumps(dump_welcome(server.server_id)))
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(outbox.write, ws)
+                    await server.member_arrived(conn, outbox, old)
+                    nursery.start_soon(self._heartbeat, ws, member)
+                    chat: collections.deque[bytes] = collections.deque()
+                    wake = _Flag()
+                    nursery.start_soon(self._pace_chat, conn, chat, wake)
+                    await self._read(ws, conn, chat, wake)
+                    nursery.cancel_scope.cancel()
+        except _GONE:
+            pass
+        finally:
+            server.member_gone(conn)
+        if conn.closing is None:
+            await self.close(ws, CloseCode.NORMAL, "")
+
+    async def _read(
+        self, ws: WebSocketConnection, conn: _Conn, chat: collections.deque[bytes], wake: _Flag
+    ) -> None:
+        config = self.config
+        bucket = TokenBucket(config.message_rate, trio.current_time())
+        # Refusals have a budget of their own: a client a little over the rate is refused now
+        # and then; one at twice the rate or more (a request per millisecond) is closed.
+        strikes = TokenBucket(config.over_rate, trio.current_time())
+        while True:
+            try:
+                text = await ws.get_message()
+            except ConnectionClosed as closed:
+                if closed.reason is not None and closed.reason.code == CloseCode.MESSAGE_TOO_BIG:
+                    self.counters["ws_too_big"] += 1
+                return
+            if isinstance(text, bytes):
+                self.counters["ws_binary_frames"] += 1
+                await self._close_member(
+                    ws, conn, CloseCode.UNSUPPORTED_DATA, "binary frame: the protocol is JSON text"
+                )
+                return
+            now = trio.current_time()
+            if not bucket.take(now):
+                self.counters["ws_rate_limited"] += 1
+                if not strikes.take(now):
+                    self.counters["ws_rate_closed"] += 1
+                    await self._close_member(
+                        ws, conn, CloseCode.POLICY_VIOLATION, "over the message rate"
+                    )
+                    return
+                self._refuse(
+                    conn, _rid(text), ErrorCode.RATE_LIMITED, "over the connection's message rate"
+                )
+                continue
+            self._on_text(conn, text, chat, wake)
+
+    def _on_text(self, conn: _Conn, text: str, chat: collections.deque[bytes], wake: _Flag) -> None:
+        try:
+            request = parse_request_text_untrusted(text)
+            data = encode(request)
+        except JsonProtocolError as error:
+            self.counters["ws_bad_messages"] += 1
+            self.server._refused(conn.member_id, "undecodable", ErrorCode.BAD_REQUEST)
+            self._refuse(
+                conn, error.request_id, ErrorCode.BAD_REQUEST, f"bad message: {error}", count=True
+            )
+            return
+        except LobbyProtocolError as error:  # valid JSON, but too large for the binary fields
+            self._refuse(
+                conn, _rid(text), ErrorCode.BAD_REQUEST, f"bad message: {error}", count=True
+            )
+            return
+        if isinstance(request, SendChat):
+            if len(chat) >= self.config.max_chat_waiting:
+                self.counters["ws_chat_queue_full"] += 1
+                self._refuse(
+                    conn,
+                    request.request_id,
+                    ErrorCode.RATE_LIMITED,
+                    "too many chat lines waiting for the chat rate",
+                )
+                return
+            chat.append(data)
+            wake.set()
+            return
+        self.server._on_request(conn, data, self._lane(conn, request))
+
+    def _lane(self, conn: _Conn, request: Request) -> _Lane:
+        return cast(_Outbox, conn.channels)[channel_of(request)]
+
+    def _refuse(
+        self, conn: _Conn, rid: int, code: ErrorCode, message: str, *, count: bool = False
+    ) -> None:
+        if count:
+            self.counters["bad_messages"] += 1
+        self.server._reply(conn.member_id, Refusal(rid, code, message))
+
+    async def _pace_chat(self, conn: _Conn, chat: collections.deque[bytes], wake: _Flag) -> None:
+        """Chat is handled at the member's chat rate, as the UDP server reads it."""
+        limit = self.server.config.lobby.chat_limit
+        bucket = TokenBucket(limit, trio.current_time())
+        lane = cast(_Outbox, conn.channels)[Channel.CHAT]
+        while True:
+            while not chat:
+                await wake.wait()
+            while not bucket.take(trio.current_time()):  # noqa: ASYNC110 (a rate, not an event)
+                await trio.sleep(max(0.001, (1.0 - bucket.tokens) / limit.rate))
+            self.server._on_request(conn, chat.popleft(), lane)
+
+    async def _heartbeat(self, ws: WebSocketConnection, member: _Member) -> None:
+        """A ping every `ping_interval`; no pong within `ping_timeout`: the member is gone."""
+        while True:
+            await trio.sleep(self.config.ping_interval)
+            with trio.move_on_after(self.config.ping_timeout) as waited:
+                try:
+                    await ws.ping()
+                except _GONE:
+                    return
+            if waited.cancelled_caught:
+                self.counters["ws_ping_timeouts"] += 1
+                member.cancel.cancel()
+                return
+
+    async def _close_member(
+        self, ws: WebSocketConnection, conn: _Conn, code: int, reason: str
+    ) -> None:
+        conn.closing = reason
+        await self.close(ws, code, reason)
+
+
+class _Flag:
+    """An event that can be waited for again once it fired."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        self._event = trio.Event()
+
+
+def _rid(text: str) -> int:
+    """The request id of a message refused unread (over the rate), if it is easily had."""
+    if len(text) > 4096:
+        return 0
+    try:
+        return request_id_of(loads(text))
+    except JsonProtocolError:
+        return 0
