@@ -54,7 +54,8 @@ PURE: dict[str, list[str]] = {
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
         "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
-        "protocol", "replica", "results", "resume", "state", "timers",
+        "matchmaker", "protocol", "queue_wire", "queues", "replica", "results", "resume",
+        "state", "timers",
     ],
     # the JSON form of the lobby's messages, derived from the binary table
     "echo.lobby.web": ["__init__", "jsonwire"],
@@ -81,7 +82,10 @@ DRIVERS: dict[str, list[str]] = {
     "echo.topics": ["__init__", "cli", "client", "driver", "events", "serve"],
     # the package (loads the client, and trio, on first use), the client, the trio server,
     # the way from a GameStarting into the game server's session
-    "echo.lobby": ["__init__", "cli", "client", "play", "server", "statefile"],
+    "echo.lobby": [
+        "__init__", "cli", "cli_queue", "client", "client_queue", "play", "server",
+        "statefile",
+    ],
     # the WebSocket door on the lobby server and its echo-lobby options
     "echo.lobby.web": ["cli", "door"],
     # echo-lobby --web: the page's files read from the package, the listener that serves them

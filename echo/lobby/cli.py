@@ -32,6 +32,7 @@ from echo._cli import (
     server_key_pin_option,
     sole_error,
 )
+from echo.lobby import cli_queue
 from echo.lobby.web.cli import web_door_config, web_door_options
 from echo.lobby.webpage.cli import door_type, web_page_option
 from echo.ops.cli import Ops, metrics_option, open_ops
@@ -447,6 +448,7 @@ Commands, one a line on standard input (arguments split like a shell's):
   start [TAG=VALUE...]   (owner; a game server announcing those tags, e.g. region=eu)
   ticket   (a fresh ticket for the running game)   report SERVER_ID REASON...   (its
   game server refused our ticket)
+  queue MODE REGION [skill=N] [size=N] [party] [start] [strict]   cancel   (matchmaker)
   wait EVENT [SECONDS]   (until an event of that name arrives, e.g. wait game)   quit
 Values that are integers are sent as numbers; KEY= deletes a key.
 \b
@@ -454,7 +456,8 @@ Output, one line each: "ok COMMAND", "refused CODE message", "joined ID SERVER",
 "lobby ID NAME MEMBERS/MAX home=SERVER KEY=VALUE...", and the events as they arrive:
 snapshot, member_joined, member_left, owner, metadata, locked, attributes, ready, presence,
 banned, game SERVER_ID ADDRESS TICKET_HEX control_port=N duologue_ports=MODE match_id=N,
-game_ended MATCH_ID result={...}, chat MEMBER TEXT, rehomed, reconnected, left;
+game_ended MATCH_ID result={...}, chat MEMBER TEXT, rehomed, reconnected, left,
+"queued TICKET SERVER", matched TICKET LOBBY_ID WAITED_MS, queue_left TICKET REASON;
 with --state-file also "token_saved LOBBY_ID" (each new resume token, kept in the file) and,
 after a restart, "resumed LOBBY_ID SERVER" or "resume_refused CODE message" (then it starts
 without a seat). With --json, one JSON object a line with an "event" key.
@@ -703,6 +706,8 @@ def _print_event(out: _Printer, event: Any) -> None:
     from echo.lobby import protocol as p
     from echo.lobby.client import Left, Reconnected, Rehomed, Resumed
 
+    if cli_queue.print_queue_event(out, event):
+        return
     match event:
         case p.LobbySnapshot():
             out(
@@ -799,6 +804,7 @@ def _event_name(event: Any) -> str:
         Resumed: "resumed",
         p.ResumeToken: "token",
         Left: "left",
+        **cli_queue.EVENT_NAMES,
     }
     return names.get(type(event), type(event).__name__)
 
@@ -1041,6 +1047,11 @@ async def _command(lobby: Any, words: list[str], out: _Printer) -> None:
             if len(args) < 2:
                 raise ValueError("report SERVER_ID REASON...")
             await lobby.report_game_server(args[0], " ".join(args[1:]))
+        case "queue":
+            await cli_queue.queue_command(lobby, args, out)
+            return
+        case "cancel":
+            await lobby.cancel_queue()
         case "sleep":
             await trio.sleep(_seconds(args[0]))
         case "state":

@@ -44,6 +44,7 @@ import trio
 
 from echo.channels import ChannelsClosed, open_channels
 from echo.channels.api import Channels
+from echo.lobby import client_queue
 from echo.lobby.hello import MAX_TOKEN_BYTES, Hello, encode_hello, parse_welcome_untrusted
 from echo.lobby.home import failover_home
 from echo.lobby.identity import parse_close_reason, token_subject
@@ -94,6 +95,7 @@ from echo.lobby.protocol import (
     encode,
     parse_server_message_untrusted,
 )
+from echo.lobby.queue_wire import Matched, Queued, QueueLeft
 from echo.lobby.replica import ApplyResult, LobbyReplica
 from echo.lobby.resume import (
     ResumeReason,
@@ -214,7 +216,10 @@ class Resumed:
     server: str
 
 
-Event = Update | ChatLine | GameStarting | ResumeToken | Rehomed | Reconnected | Resumed | Left
+Event = (
+    Update | ChatLine | GameStarting | ResumeToken | Rehomed | Reconnected | Resumed | Left
+    | Matched | QueueLeft
+)
 
 
 def split_server(server: str) -> tuple[str, int, int]:
@@ -315,6 +320,8 @@ class LobbyClient:
         self.dead: set[str] = set()
         self._lock = trio.Lock()  # one server switch at a time
         self._recovering = False
+        #: The matchmaker entry this member waits with (`queue`), None when not queued.
+        self.waiting: client_queue.Waiting | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -481,7 +488,7 @@ class LobbyClient:
             link.close_reason = link.close_reason or "the server ended the session"
 
     def _on_message(self, message: Any) -> None:
-        if isinstance(message, Refusal | Done | LobbyJoined | SearchResults):
+        if isinstance(message, Refusal | Done | LobbyJoined | SearchResults | Queued):
             if isinstance(message, LobbyJoined):
                 self._seats[message.lobby_id] = message.seat
                 if self.replica is not None and self.replica.lobby_id == message.lobby_id:
@@ -498,6 +505,12 @@ class LobbyClient:
                 )
             else:
                 self.replica.apply(message)
+            self._event(message)
+            return
+        if isinstance(message, Matched | QueueLeft):
+            # Matched: the match's LobbyJoined and snapshot follow (the snapshot makes it
+            # our lobby); QueueLeft: out of the queue without a match.
+            self.waiting = None
             self._event(message)
             return
         if isinstance(message, ChatLine | GameStarting):
@@ -548,6 +561,8 @@ class LobbyClient:
             return
         if not self.auto_reconnect:
             return
+        if self.waiting is not None:
+            self._nursery.start_soon(client_queue.send_again, self)
         async with self._lock:
             if self._link is not None:
                 return
@@ -970,6 +985,28 @@ class LobbyClient:
         of rotation and ends the game (`GameEnded` with ``{"error": "game_server_refused"}``),
         so the owner can start again on another."""
         await self._request(ReportGameServer(0, self._require_lobby(), server_id, reason[:1000]))
+
+    async def queue(
+        self,
+        mode: str,
+        region: str,
+        *,
+        skill: int = 0,
+        size: int = 2,
+        party: bool = False,
+        strict_region: bool = False,
+        start: bool = False,
+    ) -> int:
+        """Ask the matchmaker for a match of `size` players (`echo.lobby.client_queue`): the
+        ticket id; a `Matched` event follows, and this member then sits in the match's lobby
+        (started at once if every ticket asked to `start`). With `party`, this member's lobby
+        queues as one ticket: each of its members calls this."""
+        return await client_queue.queue(self, mode, region, skill=skill, size=size,
+                                        party=party, strict_region=strict_region, start=start)
+
+    async def cancel_queue(self) -> None:
+        """Leave the matchmaker's queue (`LobbyError` NOT_QUEUED if not queued)."""
+        await client_queue.cancel(self)
 
     async def request(self, request: Request) -> Reply:
         """Any request as it is (tests, tools); refusals raise `LobbyError`."""

@@ -45,6 +45,7 @@ from typing import Any, Final, TypeAlias
 import attrs
 
 from echo.codec import Buffer, CodecError
+from echo.lobby.queue_wire import CancelMatch, EnqueueMatch, Matched, Queued, QueueLeft
 
 # Bigger than any message the default limits allow (a full snapshot of 64 members with 1 KiB of
 # attributes each is ~70 KiB); a parser refuses anything larger before reading it.
@@ -101,6 +102,8 @@ class ErrorCode(enum.IntEnum):
     NO_GAME_SERVER = 25  # no announced game server has room for the lobby (or fits the tags)
     NO_GAME = 26  # a ticket or a game-server report for a lobby whose game is not running
     TICKET_TOO_LARGE = 27  # the roster's attributes and the metadata do not fit in a ticket
+    NOT_QUEUED = 40  # cancel without a ticket (the matchmaker's codes start at 40)
+    PARTY_INVALID = 41  # a party entry without proof of membership, or that disagrees
 
 
 class Presence(enum.IntEnum):
@@ -136,11 +139,14 @@ class MessageType(enum.IntEnum):
     START_GAME = 0x10
     REQUEST_TICKET = 0x11
     REPORT_GAME_SERVER = 0x12
+    ENQUEUE_MATCH = 0x18  # the matchmaker's (echo.lobby.queue_wire)
+    CANCEL_MATCH = 0x19
     # replies (server -> client), Channel.REQUESTS
     REFUSAL = 0x20
     DONE = 0x21
     LOBBY_JOINED = 0x22
     SEARCH_RESULTS = 0x23
+    QUEUED = 0x28
     # state updates (server -> members), Channel.UPDATES
     LOBBY_SNAPSHOT = 0x40
     MEMBER_JOINED = 0x41
@@ -156,6 +162,8 @@ class MessageType(enum.IntEnum):
     SEAT_TAGS = 0x4B
     RESUME_TOKEN = 0x4C
     GAME_ENDED = 0x4D
+    MATCHED = 0x58
+    QUEUE_LEFT = 0x59
     # chat (server -> members), Channel.CHAT
     CHAT_LINE = 0x60
 
@@ -403,6 +411,8 @@ Request: TypeAlias = (
     | StartGame
     | RequestTicket
     | ReportGameServer
+    | EnqueueMatch
+    | CancelMatch
 )
 
 # --- replies ----------------------------------------------------------------------------------
@@ -442,7 +452,7 @@ class SearchResults:
     next_cursor: int | None  # None: this was the last page
 
 
-Reply: TypeAlias = Refusal | Done | LobbyJoined | SearchResults
+Reply: TypeAlias = Refusal | Done | LobbyJoined | SearchResults | Queued
 
 # --- state updates: each carries the lobby version it produces --------------------------------
 
@@ -639,7 +649,10 @@ class ChatLine:
     text: str
 
 
-Message: TypeAlias = Request | Reply | Update | GameStarting | SeatTags | ResumeToken | ChatLine
+Message: TypeAlias = (
+    Request | Reply | Update | GameStarting | SeatTags | ResumeToken | Matched | QueueLeft
+    | ChatLine
+)
 
 
 # --- the codec: one table entry per message type ----------------------------------------------
@@ -1044,6 +1057,10 @@ _MESSAGES: Final = (
     _lobby_op(MessageType.START_GAME, StartGame, filters=_Trailing(_FILTERS, ())),
     _lobby_op(MessageType.REQUEST_TICKET, RequestTicket),
     _lobby_op(MessageType.REPORT_GAME_SERVER, ReportGameServer, server_id=_STR8, reason=_STR16),
+    _request(MessageType.ENQUEUE_MATCH, EnqueueMatch, mode=_STR8, region=_STR8, skill=_I64,
+             size=_U16, party=_U64, party_size=_U16, party_seat=_BYTES16, strict_region=_BOOL,
+             start=_BOOL, waited_ms=_U32),
+    _request(MessageType.CANCEL_MATCH, CancelMatch),
     # replies (server -> client)
     _request(MessageType.REFUSAL, Refusal,
              code=_Enum(ErrorCode, _U16, "error code"), message=_STR16),
@@ -1052,6 +1069,7 @@ _MESSAGES: Final = (
     _request(MessageType.SEARCH_RESULTS, SearchResults,
              listings=_List(_U8, _LISTING, "at most 255 listings per page"),
              next_cursor=_OPT_U64),
+    _request(MessageType.QUEUED, Queued, ticket=_U64),
     # state updates (server -> members)
     _Message(MessageType.LOBBY_SNAPSHOT, Channel.UPDATES, LobbySnapshot, **dict(_SNAPSHOT.fields)),
     _update(MessageType.MEMBER_JOINED, MemberJoined, member=_MEMBER),
@@ -1073,6 +1091,9 @@ _MESSAGES: Final = (
              lobby_id=_U64, tags=_SEAT_TAG_LIST),
     _Message(MessageType.RESUME_TOKEN, Channel.UPDATES, ResumeToken,
              lobby_id=_U64, token=_BYTES16),
+    _Message(MessageType.MATCHED, Channel.UPDATES, Matched,
+             ticket=_U64, lobby_id=_U64, waited_ms=_U32),
+    _Message(MessageType.QUEUE_LEFT, Channel.UPDATES, QueueLeft, ticket=_U64, reason=_STR16),
     # chat (server -> members)
     _Message(MessageType.CHAT_LINE, Channel.CHAT, ChatLine,
              lobby_id=_U64, member_id=_STR8, text=_STR16),
@@ -1150,7 +1171,7 @@ def parse_request_untrusted(data: bytes | bytearray | memoryview) -> Request:
 
 def parse_server_message_untrusted(
     data: bytes | bytearray | memoryview,
-) -> Reply | Update | GameStarting | SeatTags | ResumeToken | ChatLine:
+) -> Reply | Update | GameStarting | SeatTags | ResumeToken | Matched | QueueLeft | ChatLine:
     """Decode what the lobby server sent to a member. Raises only LobbyProtocolError."""
     msg = parse_message_untrusted(data)
     if isinstance(msg, _REQUEST_TYPES):

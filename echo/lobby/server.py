@@ -75,6 +75,7 @@ from echo.lobby.listings import (
     encode_listing_record,
     parse_listing_record_untrusted,
 )
+from echo.lobby.matchmaker import MatchRules
 from echo.lobby.protocol import (
     MAX_MESSAGE_BYTES,
     Channel,
@@ -99,6 +100,8 @@ from echo.lobby.protocol import (
     encode,
     parse_request_untrusted,
 )
+from echo.lobby.queue_wire import CancelMatch, EnqueueMatch
+from echo.lobby.queues import QueueDesk, Seated
 from echo.lobby.results import GameResult, sign_result, verify_result
 from echo.lobby.resume import (
     ResumeRefusal,
@@ -196,6 +199,10 @@ class LobbyServerConfig:
     chat_backlog: int = 16 * 1024  # bytes of chat waiting for one member: lines dropped for it
     topic_k: int = 3
     identity: IdentityVerifier | None = None
+    # The matchmaker (echo.lobby.queues): its rules, and how often its queues are matched
+    # while tickets wait (windows widen with time); an entry also wakes it at once.
+    match_rules: MatchRules = attrs.Factory(MatchRules)
+    match_interval: float = 0.25
 
 
 class _Conn:
@@ -271,6 +278,8 @@ class LobbyServer:
             server_id=server_id,
             board=self.board,
         )
+        self.queues = QueueDesk(self.registry, rules=config.match_rules, seats=self.seats)
+        self._wake_match = trio.Event()
         self.sessions = SessionServer(
             session_config,
             self._app,
@@ -342,6 +351,7 @@ class LobbyServer:
             await nursery.start(self.sessions.run)
             nursery.start_soon(self._expiry_loop)
             nursery.start_soon(self._renew_resume_tokens)
+            nursery.start_soon(self._match_loop)
             if self.config.topics:
                 await nursery.start(self._topics_loop)
             self._emit(
@@ -435,6 +445,7 @@ class LobbyServer:
         is being cancelled."""
         if self.conns.get(conn.member_id) is conn:
             del self.conns[conn.member_id]
+            self.queues.withdraw(conn.member_id, trio.current_time())
             self._deliver(self.registry.disconnected(conn.member_id, trio.current_time()))
             self._wake_expiry.set()
 
@@ -622,7 +633,11 @@ class LobbyServer:
         before = self.registry.lobby_of(member_id)
         conn = self.conns.get(member_id)
         secret = b"" if conn is None else conn.secret
-        handled = self.registry.handle(member_id, request, now, secret=secret)
+        if isinstance(request, EnqueueMatch | CancelMatch):
+            handled = self.queues.handle(member_id, request, now, secret=secret)
+            self._wake_match.set()
+        else:
+            handled = self.registry.handle(member_id, request, now, secret=secret)
         reply = handled.reply
         if isinstance(reply, Refusal):
             self._refused(member_id, type(request).__name__, reply.code)
@@ -766,6 +781,36 @@ class LobbyServer:
             now = trio.current_time()
             if deadline is not None and now >= deadline:
                 self._deliver(self.registry.expire(now))
+
+    async def _match_loop(self) -> None:
+        """Match the queues when an entry arrives, and every `match_interval` while any
+        wait (their windows widen with time); seat each match (`QueueDesk.tick`)."""
+        while True:
+            wait = self.config.match_interval if len(self.queues) else math.inf
+            with trio.move_on_after(wait):
+                await self._wake_match.wait()
+            self._wake_match = trio.Event()
+            seated, sends = self.queues.tick(trio.current_time())
+            for done in seated:
+                self._note_match(done)
+            self._deliver(sends)
+
+    def _note_match(self, done: Seated) -> None:
+        """Bind each seat to its session; the events of a lobby created and joined (as for
+        any lobby: the event log's lobbies stay whole), then `lobby_matched`."""
+        members = done.match.members
+        self._emit("lobby_created", lobby_id=done.lobby_id, member_id=members[0],
+                   max_members=len(members), visibility="private")
+        for count, member_id in enumerate(members, 1):
+            conn = self.conns.get(member_id)
+            secret = b"" if conn is None else conn.secret
+            self.bindings.bind(member_id, done.lobby_id, secret)
+            self._emit("lobby_joined", lobby_id=done.lobby_id, member_id=member_id, members=count)
+        self._emit("lobby_matched", lobby_id=done.lobby_id, members=len(members),
+                   tickets=len(done.match.tickets), started=int(done.started))
+        if done.started:
+            self._emit("lobby_started", lobby_id=done.lobby_id, members=len(members),
+                       game_server=done.game_server)
 
     # ------------------------------------------------------------------ topics
 

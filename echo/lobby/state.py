@@ -111,6 +111,7 @@ from echo.lobby.protocol import (
     Update,
     Value,
 )
+from echo.lobby.queue_wire import Matched, QueueLeft
 from echo.tickets.core import RosterEntry
 
 log = structlog.get_logger("echo.lobby")
@@ -166,7 +167,8 @@ class Send:
     """One message to some members; the channel follows from the message (`channel_of`)."""
 
     to: tuple[str, ...]
-    message: Update | GameStarting | SeatTags | ChatLine
+    # (a reply only from the matchmaker's desk: a LobbyJoined of request id 0)
+    message: Update | GameStarting | SeatTags | ChatLine | Reply | Matched | QueueLeft
 
 
 @attrs.frozen
@@ -433,6 +435,43 @@ class LobbyRegistry:
         if isinstance(reply, LobbyJoined) and self._seats is not None:
             reply = attrs.evolve(reply, seat=self._seats.issue(reply.lobby_id, member_id))
         return Handled(reply, sends)
+
+    def seat_match(
+        self,
+        members: Mapping[str, bytes],
+        now: float,
+        *,
+        name: str,
+        metadata: Mapping[str, Value],
+        ready: bool = False,
+    ) -> tuple[int, tuple[Send, ...]]:
+        """A lobby for a match the matchmaker formed (`echo.lobby.queues`): every member
+        (its hello secret, for its seat's tag) seated at once, the first the owner, each
+        leaving the lobby it was in here. Private (only its members know it) and exactly
+        full. Never refuses: the matchmaker checked the sizes (ValueError if it did not)."""
+        if not 1 <= len(members) <= 0xFFFF or len(self._lobbies) >= self.config.max_lobbies:
+            raise ValueError("no room for this match's lobby")
+        self._out = []
+        for member_id in members:
+            lobby = self._lobby_of_member(member_id)
+            if lobby is not None:
+                self._remove(lobby, member_id, LeaveReason.LEFT, now)
+        lobby_id = self._fresh_lobby_id()
+        seats = {}
+        for seq, (member_id, secret) in enumerate(members.items()):
+            self._secret = secret
+            tags = self._own_tags(lobby_id, member_id)
+            seats[member_id] = _Member(member_id, seq, ready=ready, tags=tags)
+            self._where[member_id] = lobby_id
+        self._secret = b""
+        lobby = _Lobby(lobby_id=lobby_id, name=name, max_members=len(members), private=True,
+                       join_code=self._fresh_code(), locked=False, owner=next(iter(members)),
+                       metadata=dict(metadata), bans=[], members=seats, version=1,
+                       next_join_seq=len(members))  # fmt: skip
+        self._add_lobby(lobby)
+        self.counters["lobbies_matched"] += 1
+        self._send_state(lobby.audience(), lobby)
+        return lobby_id, self._take_out()
 
     def disconnected(self, member_id: str, now: float) -> tuple[Send, ...]:
         """The member's session dropped: keep its seat as RECONNECTING for the grace period."""

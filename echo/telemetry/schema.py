@@ -110,6 +110,8 @@ EVENT_FIELDS: Final[Mapping[str, Mapping[str, FieldType]]] = {
     # a game server's signed result ended a game; a result whose signature did not verify
     "game_ended": {"lobby_id": _I, "match_id": _I, "game_server": _S},
     "game_result_refused": {"reason": _S},
+    # the matchmaker seated a match in a new lobby (started: 1 if it was started at once)
+    "lobby_matched": {"lobby_id": _I, "members": _I, "tickets": _I, "started": _I},
     "client_summary": {
         "server": _S,
         "sent": _I,

@@ -70,6 +70,7 @@ from echo.lobby.protocol import (
     parse_request_untrusted,
     parse_server_message_untrusted,
 )
+from echo.lobby.queue_wire import CancelMatch, EnqueueMatch, Matched, Queued, QueueLeft
 
 MEMBER = MemberState("ålice", 3, True, Presence.RECONNECTING, {"hero": "mage", "lvl": -7})
 SNAPSHOT = LobbySnapshot(
@@ -129,6 +130,11 @@ SAMPLES: list[Message] = [
     RequestTicket(21, 77),
     ReportGameServer(22, 77, "game-1", "ticket refused: bad_signature"),
     GameEnded(77, 11, 2**64 - 1, {"winner": "bob", "turns": 9}),
+    EnqueueMatch(21, "duel", "eu", -1500, 2, 77, 2, b"seat", True, True, 1500),
+    CancelMatch(22),
+    Queued(21, 9),
+    Matched(9, 77, 1234),
+    QueueLeft(9, "cancelled by bob"),
 ]
 
 
@@ -260,6 +266,11 @@ SAMPLES_HEX = [
         "4d000000000000004d000000000000000bffffffffffffffff020677696e6e65720000" + "03626f62"
         "057475726e730100000000000000" + "09"
     ),
+    "1800000015046475656c026575fffffffffffffa240002000000000000004d00020004736561740101000005dc",
+    "1900000016",
+    "28000000150000000000000009",
+    "580000000000000009000000000000004d000004d2",
+    "590000000000000009001063616e63656c6c656420627920626f62",
 ]
 EDGES_HEX = [
     (

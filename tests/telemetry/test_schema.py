@@ -116,7 +116,7 @@ def test_every_field_has_one_type_across_events() -> None:
     for event_fields in EVENT_FIELDS.values():
         for name, ftype in event_fields.items():
             assert field_type_of(name) is ftype
-    assert len(EVENT_FIELDS) == 22  # 10 of echo-server, 12 of echo-lobby
+    assert len(EVENT_FIELDS) == 23  # 10 of echo-server, 13 of echo-lobby
 
 
 def test_format_ts_is_the_schema_format() -> None:
