@@ -4,13 +4,15 @@
         --state-file alice.state --create --move rock
     python examples/ship_a_game/player.py --servers 127.0.0.1:7700 --member bob \\
         --state-file bob.state --join LOBBY_ID --move paper
+    # or, for players who do not know each other, both ask the matchmaker:
+    python examples/ship_a_game/player.py ... --member alice --queue rps eu --skill 1500
 
-The owner (--create) makes a lobby for two and starts the game once the other player is
-ready, on a game server tagged mode=rps; every player takes the ticket of its GameStarting to
-that server, plays one move, and waits for the lobby's GameEnded: back in the lobby, unlocked,
-nobody ready. The seat's resume token is kept in --state-file: killed mid-game and started
-again with the same file, the player takes its seat back ("resumed"), asks the lobby for a
-fresh ticket for the game still running, and plays on. One line per step on standard output.
+The owner (--create, or whom the matchmaker's lobby names owner with --queue) starts the game
+once the other player is ready, on a game server tagged mode=rps; every player takes the
+ticket of its GameStarting to that server, plays one move, and waits for the lobby's
+GameEnded: back in the lobby, unlocked, nobody ready. The seat's resume token is kept in
+--state-file: killed mid-game and started again with the same file, the player takes its seat
+back ("resumed"), asks the lobby for a fresh ticket for the game still running, and plays on. One line per step on standard output.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import trio
 
 import echo.lobby
 from echo.lobby.protocol import GameEnded, GameStarting, ResumeToken
+from echo.lobby.queue_wire import Matched, QueueLeft
 from echo.lobby.statefile import SavedSeat, read_state, remove_state, write_state
 
 
@@ -49,6 +52,14 @@ async def main(args: argparse.Namespace) -> None:
         elif args.create:
             lobby_id = await lobby.create("rock-paper-scissors", 2, metadata={"mode": "rps"})
             say("created", lobby_id)
+        elif args.queue:
+            # Strangers: the matchmaker seats two players of the mode and region in a new lobby.
+            mode, region = args.queue
+            await lobby.queue(mode, region, skill=args.skill, size=2)
+            while not isinstance(event := await lobby.next_event(), Matched):
+                if isinstance(event, QueueLeft):
+                    raise SystemExit(f"left the queue: {event.reason}")
+            say("matched", event.lobby_id)
         else:
             await lobby.join(args.join)
             say("joined", args.join)
@@ -79,7 +90,9 @@ async def play_until_the_game_ends(lobby: echo.lobby.LobbyClient, args: argparse
                 return
         replica = lobby.replica
         if (
-            args.create
+            replica is not None
+            and replica.owner == args.member  # who created the lobby, or whom the match made owner
+            and not replica.locked  # no game running (a resumed owner must not start another)
             and not started
             and replica is not None
             and len(replica.members) == 2
@@ -113,12 +126,14 @@ def cli() -> None:
     who = parser.add_mutually_exclusive_group()
     who.add_argument("--create", action="store_true", help="create the lobby (the owner)")
     who.add_argument("--join", type=int, metavar="LOBBY_ID")
+    who.add_argument("--queue", nargs=2, metavar=("MODE", "REGION"), help="ask the matchmaker")
+    parser.add_argument("--skill", type=int, default=1500, help="for the matchmaker")
     parser.add_argument("--team", default="red")
     parser.add_argument("--move", choices=["rock", "paper", "scissors"], default="rock")
     parser.add_argument("--hold", action="store_true", help="wait for a line before moving")
     args = parser.parse_args()
-    if not (args.create or args.join or args.state_file.exists()):
-        parser.error("--create or --join LOBBY_ID (or a --state-file to resume)")
+    if not (args.create or args.join or args.queue or args.state_file.exists()):
+        parser.error("--create, --join LOBBY_ID or --queue MODE REGION (or a --state-file)")
     trio.run(main, args)
 
 

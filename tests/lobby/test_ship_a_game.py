@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from echo.tickets import new_key_text
 from tests.lobby.test_cli import REPO, start_lobby
 from tests.ports import free_base
@@ -19,7 +21,10 @@ from tools.demo.ship import EXAMPLE, walkthrough
 PAGE = REPO / "docs" / "ship-a-game.md"
 
 
-def test_the_walkthrough_runs_with_a_crash_in_the_middle(tmp_path: Path) -> None:
+@pytest.mark.parametrize("matchmaker", [False, True], ids=["lobby", "matchmaker"])
+def test_the_walkthrough_runs_with_a_crash_in_the_middle(tmp_path: Path, matchmaker: bool) -> None:
+    """The players meet in a lobby one creates and the other joins, or as strangers through
+    the matchmaker (mode rps, region eu, skills 1500 and 1540): the rest is the same."""
     key = tmp_path / "game.key"
     key.write_text(new_key_text())
     topics_port = free_base(1)
@@ -33,14 +38,21 @@ def test_the_walkthrough_runs_with_a_crash_in_the_middle(tmp_path: Path) -> None
     )
     try:
         outcome = walkthrough(
-            f"127.0.0.1:{lobby_port}", f"127.0.0.1:{topics_port}", key, free_base(20), tmp_path
+            f"127.0.0.1:{lobby_port}",
+            f"127.0.0.1:{topics_port}",
+            key,
+            free_base(20),
+            tmp_path,
+            matchmaker=matchmaker,
         )
     finally:
         for process in (lobby_process, topics):
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
     alice, bob, again = outcome.alice, outcome.bob, outcome.bob_again
-    lobby_id = alice.wait_for("created").split()[-1]
+    lobby_id = alice.wait_for("matched" if matchmaker else "created").split()[-1]
+    if matchmaker:
+        assert bob.wait_for("matched").split()[-1] == lobby_id  # one lobby made for the two
     # Both got their GameStarting for one match and were welcomed with their team and roster.
     match_id = alice.wait_for("game ").split()[1]
     assert bob.wait_for("game ").split()[1] == match_id

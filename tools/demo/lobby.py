@@ -209,7 +209,9 @@ def _walkthrough(
     print("Ship a game: a rock-paper-scissors server in the lobby's loop, two players, a crash.")
     try:
         # erin and frank: the bots' names are seated in the first lobby.
-        outcome = walkthrough(lobby, topics, key, game_port, tmp, ("erin", "frank"), lobby_key)
+        outcome = walkthrough(
+            lobby, topics, key, game_port, tmp, ("erin", "frank"), lobby_key, matchmaker=True
+        )
     except AssertionError as error:
         print(f"the walk-through stopped: {error}")
         return 1

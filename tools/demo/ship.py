@@ -83,6 +83,7 @@ def walkthrough(
     state_dir: Path,
     names: tuple[str, str] = ("alice", "bob"),
     lobby_key: str | None = None,
+    matchmaker: bool = False,
 ) -> Outcome:
     """Run it, the owner and the player who crashes named `names`; raises AssertionError at
     the first step that does not happen."""
@@ -99,18 +100,23 @@ def walkthrough(
         game.wait_for("announcing")
         time.sleep(1.0)  # an announcement reaches the lobby (every 0.5 s)
         common = ["--servers", lobby, *(["--server-key", lobby_key] if lobby_key else [])]
+        first_state = str(state_dir / f"{first}.state")
+        meet = ["--queue", "rps", "eu"] if matchmaker else ["--create"]
         alice = _script(
             "player.py",
-            [*common, "--member", first, "--state-file", str(state_dir / f"{first}.state"),
-             "--create", "--team", "red", "--move", "rock"],
+            [*common, "--member", first, "--state-file", first_state, *meet, "--team", "red",
+             "--move", "rock", "--skill", "1500"],
             first, COLOURS[1],
         )  # fmt: skip
         runs.append(alice)
-        lobby_id = alice.wait_for("created").split()[-1]
         bob_state = state_dir / f"{second}.state"
+        if matchmaker:
+            meet = ["--queue", "rps", "eu", "--skill", "1540"]
+        else:
+            meet = ["--join", alice.wait_for("created").split()[-1]]
         bob = _script(
             "player.py",
-            [*common, "--member", second, "--state-file", str(bob_state), "--join", lobby_id,
+            [*common, "--member", second, "--state-file", str(bob_state), *meet,
              "--team", "blue", "--move", "paper", "--hold"],
             second, COLOURS[2], hold=True,
         )  # fmt: skip
