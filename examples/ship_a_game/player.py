@@ -12,7 +12,8 @@ once the other player is ready, on a game server tagged mode=rps; every player t
 ticket of its GameStarting to that server, plays one move, and waits for the lobby's
 GameEnded: back in the lobby, unlocked, nobody ready. The seat's resume token is kept in
 --state-file: killed mid-game and started again with the same file, the player takes its seat
-back ("resumed"), asks the lobby for a fresh ticket for the game still running, and plays on. One line per step on standard output.
+back ("resumed"), asks the lobby for a fresh ticket for the game still running, and plays on.
+One line per step on standard output.
 """
 
 from __future__ import annotations
