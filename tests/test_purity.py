@@ -79,7 +79,7 @@ DRIVERS: dict[str, list[str]] = {
     "echo.lobby": ["__init__", "cli", "client", "server", "statefile"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
-    "echo.ops": ["agones_driver", "cli", "http", "httpclient", "metrics"],
+    "echo.ops": ["agones_driver", "cli", "http", "httpclient", "memdebug", "metrics"],
 }  # fmt: skip
 
 # Which packages of echo each package may import (besides itself): downward only.
