@@ -349,6 +349,8 @@ def soak(load: Load, base: int | None = None, workdir: Path | None = None) -> di
         servers = plan(base if base is not None else free_base(), where)
         outcomes: Counter[str] = Counter()
         load_before = result_files.system_load()
+        # The code that runs is the code of the start (the servers are started from it).
+        commit = result_files.git_commit()
         try:
             for server in servers:
                 server.start()
@@ -364,6 +366,7 @@ def soak(load: Load, base: int | None = None, workdir: Path | None = None) -> di
             "problems": problems(servers, outcomes),
             "load": vars(load) | {"load_before": load_before},
             "load_after": result_files.system_load(),
+            "commit": commit,
             "samples": {server.name: server.samples for server in servers},
         }
         if any(server.exit_code != 0 for server in servers):
@@ -432,7 +435,7 @@ def result_file(summary: dict[str, Any], command: str) -> result_files.BenchResu
         title=f"Soak: every server under churn for {load['seconds']:g} s",
         command=command,
         date=result_files.utc_now(),
-        commit=result_files.git_commit(),
+        commit=summary["commit"],
         repeats=1,
         machine=result_files.machine_info(load["load_before"], summary["load_after"]),
         metrics=tuple(metrics),
