@@ -29,6 +29,7 @@ from echo._cli import (
     port_option,
     sole_error,
 )
+from echo.lobby.drain import hand_off
 from echo.ops.cli import Ops, metrics_option, open_ops
 from echo.ops.metrics import LobbyCollector, session_collectors
 
@@ -399,13 +400,36 @@ async def _serve(server: Any, log: Any, ops: Ops | None = None) -> None:
             log.info("listening", server_id=server.server_id, pid=os.getpid())
             if ops is not None:
                 ops.health.ready()
+            reason = await _drain_requested(signals, None if ops is None else ops.allow_drain())
+            log.info("shutting_down", signal=reason)
+            if ops is not None:
+                ops.health.draining()
+            await hand_off(server, reason)
+            nursery.cancel_scope.cancel()
+
+
+async def _drain_requested(signals: Any, posted: trio.Event | None) -> str:
+    """The first SIGTERM/SIGINT (its name) or POST /drain ("drain")."""
+    reason = ""
+    async with trio.open_nursery() as nursery:
+
+        async def first_signal() -> None:
+            nonlocal reason
             async for signum in signals:
-                log.info("shutting_down", signal=signal.Signals(signum).name)
-                if ops is not None:
-                    ops.health.draining()
-                await server.stop(reason=signal.Signals(signum).name)
+                reason = signal.Signals(signum).name
                 nursery.cancel_scope.cancel()
-                break
+
+        async def post() -> None:
+            nonlocal reason
+            assert posted is not None
+            await posted.wait()
+            reason = "drain"
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(first_signal)
+        if posted is not None:
+            nursery.start_soon(post)
+    return reason
 
 
 # --------------------------------------------------------------------------------------------
