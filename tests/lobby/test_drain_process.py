@@ -170,7 +170,8 @@ async def drain_one(servers: list[dict[str, Any]], how: str) -> None:
         if how == "sigterm":
             victim["process"].send_signal(signal.SIGTERM)
         else:
-            status, body = await trio.to_thread.run_sync(http_request, victim["metrics"], "POST", "/drain")
+            port = victim["metrics"]
+            status, body = await trio.to_thread.run_sync(http_request, port, "POST", "/drain")
             assert (status, body) == (202, "draining\n")
         with trio.fail_after(15):
             while any(m.rehomed_at is None for m in moving):  # noqa: ASYNC110
