@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,20 +342,37 @@ def server_summary(server: Server) -> dict[str, Any]:
     }
 
 
-def soak(load: Load, base: int | None = None, workdir: Path | None = None) -> dict[str, Any]:
-    """Run the soak; its summary (every server's figures, the outcomes, the settings)."""
-    with tempfile.TemporaryDirectory(prefix="echo-soak-") as scratch:
-        where = workdir or Path(scratch)
-        servers = plan(base if base is not None else free_base(), where)
-        outcomes: Counter[str] = Counter()
-        load_before = result_files.system_load()
-        # The code that runs is the code of the start (the servers are started from it).
-        commit = result_files.git_commit()
+def start_all(bases: Callable[[], int], workdir: Path, attempts: int = 5) -> list[Server]:
+    """Every server started and ready, on ports from `bases()`; a port that another program
+    took between the probe and the start (a shared machine) means another try elsewhere."""
+    for _ in range(attempts):
+        servers = plan(bases(), workdir)
         try:
             for server in servers:
                 server.start()
             for server in servers:
                 server.wait_ready()
+            return servers
+        except RuntimeError as error:
+            for server in servers:
+                server.stop()
+            if "in use" not in str(error):
+                raise
+    raise RuntimeError(f"no free ports for the soak's servers in {attempts} tries")
+
+
+def soak(
+    load: Load, bases: Callable[[], int] = free_base, workdir: Path | None = None
+) -> dict[str, Any]:
+    """Run the soak; its summary (every server's figures, the outcomes, the settings)."""
+    with tempfile.TemporaryDirectory(prefix="echo-soak-") as scratch:
+        where = workdir or Path(scratch)
+        outcomes: Counter[str] = Counter()
+        load_before = result_files.system_load()
+        # The code that runs is the code of the start (the servers are started from it).
+        commit = result_files.git_commit()
+        servers = start_all(bases, where)
+        try:
             trio.run(_run_load, servers, load, outcomes)
         finally:
             for server in servers:
@@ -472,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--details", default=None, help="Write every sample to this JSON file.")
     args = parser.parse_args(argv)
     load = Load(args.seconds, args.echo_workers, args.lobby_groups, args.spray_rate, args.sample)
-    summary = soak(load, args.base_port)
+    summary = soak(load, free_base if args.base_port is None else lambda: args.base_port)
     print_summary(summary)
     if args.details:
         Path(args.details).write_text(json.dumps(summary, indent=1))

@@ -77,8 +77,10 @@ class _Member:
         self.client: Any = None
         self.seen: set[str] = set()
         self.changed = trio.Event()
+        self.failovers = 0
 
     async def read(self, client: Any) -> None:
+        from echo.lobby.client import Reconnected, Rehomed
         from echo.lobby.protocol import ChatLine
 
         async for event in client.events():
@@ -86,6 +88,10 @@ class _Member:
                 self.seen.add(event.text)
                 self.changed.set()
                 self.changed = trio.Event()
+            elif isinstance(event, Rehomed | Reconnected):
+                # The session to the home dropped (a starved machine misses the 2.5 s
+                # liveness): a failover, counted, and told apart in what it loses.
+                self.failovers += 1
 
     async def wait_for(self, texts: set[str]) -> set[str]:
         """The texts of `texts` that did not arrive within `CHAT_WAIT`."""
@@ -125,7 +131,10 @@ async def _chat_round(members: list[_Member], tag: str, outcomes: Counter[str]) 
         wanted = {text for name, text in sent.items() if name != member.name}
         missing = await member.wait_for(wanted)
         outcomes["chat_deliveries"] += len(wanted) - len(missing)
-        outcomes["chat_lines_lost"] += len(missing)
+        if any(m.failovers for m in members):
+            outcomes["chat_lines_lost_in_failover"] += len(missing)
+        else:
+            outcomes["chat_lines_lost"] += len(missing)
 
 
 async def lobby_cycle(
@@ -158,6 +167,7 @@ async def lobby_cycle(
         for member in members[:-1]:
             await member.client.leave()
         outcomes["lobby_cycles"] += 1
+    outcomes["lobby_failovers"] += sum(m.failovers for m in members)
 
 
 async def lobby_churn(
@@ -170,6 +180,8 @@ async def lobby_churn(
             await lobby_cycle(outcomes, servers, transport, group, cycle)
         except Exception as error:  # counted, and the churn goes on: a soak runs for hours
             outcomes["lobby_cycle_failed"] += 1
+            if "dropped" in str(error) or "lost contact" in str(error):
+                outcomes["lobby_cycle_failed_session_dropped"] += 1
             outcomes[f"lobby_error_{_kind(error)}"] += 1
             log.warning("lobby_cycle_failed", group=group, cycle=cycle, error=repr(error))
         cycle += 1

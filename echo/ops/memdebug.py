@@ -22,7 +22,9 @@ from typing import Any
 import trio
 
 ENV = "ECHO_MEMDEBUG"
-#: frames kept per allocation (tracemalloc's traceback limit)
+#: frames kept per allocation (tracemalloc's traceback limit); 0: no tracemalloc (type counts
+#: only, which cost nothing between dumps)
+FRAMES_ENV = "ECHO_MEMDEBUG_FRAMES"
 FRAMES = 8
 #: the allocation sites and types listed per dump
 TOP = 40
@@ -40,24 +42,29 @@ def type_counts() -> Counter[str]:
 class MemoryProbe:
     """Dumps of the live heap, each compared with the one before (the first: with start-up)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, frames: int = FRAMES) -> None:
         self.directory = directory
         self.dumps = 0
-        if not tracemalloc.is_tracing():
-            tracemalloc.start(FRAMES)
-        self._snapshot = tracemalloc.take_snapshot()
+        self.frames = frames
+        if frames and not tracemalloc.is_tracing():
+            tracemalloc.start(frames)
+        self._snapshot = tracemalloc.take_snapshot() if frames else None
         self._types = type_counts()
 
     def dump(self) -> Path:
         gc.collect()
-        snapshot = tracemalloc.take_snapshot()
+        snapshot = tracemalloc.take_snapshot() if self._snapshot is not None else None
         types = type_counts()
-        grown = snapshot.compare_to(self._snapshot, "traceback")[:TOP]
+        grown = (
+            snapshot.compare_to(self._snapshot, "traceback")[:TOP]
+            if snapshot is not None and self._snapshot is not None
+            else []
+        )
         type_diff = Counter(types)
         type_diff.subtract(self._types)
         record: dict[str, Any] = {
             "pid": os.getpid(),
-            "traced_bytes": tracemalloc.get_traced_memory()[0],
+            "traced_bytes": tracemalloc.get_traced_memory()[0] if self.frames else None,
             "types_grown": [
                 (name, count) for name, count in type_diff.most_common(TOP) if count > 0
             ],
@@ -86,7 +93,7 @@ def probe_from_environment(environ: dict[str, str] | os._Environ[str]) -> Memory
         return None
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    return MemoryProbe(path)
+    return MemoryProbe(path, int(environ.get(FRAMES_ENV, FRAMES)))
 
 
 async def serve_probe(probe: MemoryProbe) -> None:
