@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import socket
 import struct
+import traceback
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -183,7 +185,17 @@ async def lobby_churn(
             if "dropped" in str(error) or "lost contact" in str(error):
                 outcomes["lobby_cycle_failed_session_dropped"] += 1
             outcomes[f"lobby_error_{_kind(error)}"] += 1
-            log.warning("lobby_cycle_failed", group=group, cycle=cycle, error=repr(error))
+            # where in the cycle (the line of lobby_cycle), for whoever reads the log
+            step = next(
+                (f"{frame.lineno}: {frame.line}" for frame in reversed(
+                    traceback.extract_tb(error.__traceback__)) if frame.name == "lobby_cycle"),
+                "?",
+            )  # fmt: skip
+            call = re.search(r"\.(\w+)\(", step)
+            outcomes[f"lobby_failed_in_{call.group(1) if call else 'other'}"] += 1
+            log.warning(
+                "lobby_cycle_failed", group=group, cycle=cycle, error=repr(error), step=step
+            )
         cycle += 1
 
 

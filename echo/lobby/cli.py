@@ -45,7 +45,9 @@ Starting games needs --ticket-key: the key file the game servers (echo-server --
 hold; without it a start is refused NO_GAME_SERVER. Key files hold lines 'KEY_ID HEX_SECRET':
   echo "1 $(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')" > game.key
 Open --port, --control-port and the duologue ports (--clients-base-port ..., 2 per member) in
-your firewall, all UDP. SIGINT or SIGTERM: members get "ERROR server shutting down", exit 0.
+your firewall, all UDP. SIGINT, SIGTERM or POST /drain on --metrics: the server drains (it
+stops admitting, tells its members to move now, and they re-create its lobbies on the next
+server of the ring at once), then exits 0.
 \b
 Every one of these ports is bound at start: a port in use stops the server there.
 \b
@@ -56,10 +58,10 @@ whose sub is the member id; members pass it with echo-lobby-client --token). WIT
 so at start). See docs/security.md, "Verified identities"; examples/auth_backend.py issues
 tokens.
 \b
-Exit status: 0 stopped by a signal; 1 a port in use, an address not on this host or an
---events file that cannot be opened; 2 a bad command line (including an unreadable key file,
-an --auth-key file that is not a usable key set, --auth-key without --auth-issuer, and an
---events file in a missing directory).
+Exit status: 0 stopped by a signal or POST /drain; 1 a port in use, an address not on this
+host or an --events file that cannot be opened; 2 a bad command line (including an
+unreadable key file, an --auth-key file that is not a usable key set, --auth-key without
+--auth-issuer, and an --events file in a missing directory).
 """
 
 
