@@ -264,16 +264,11 @@ async def _run_load(servers: list[Server], load: Load, outcomes: Counter[str]) -
         next_at = start
         while True:
             for server in servers:
+                # /proc first: the scrape's own connection is an fd of the server a while
+                at = round(trio.current_time() - start, 1)
+                rss, fds, cpu = round(server.rss_mib(), 3), server.fds(), round(server.cpu_s(), 2)
                 kept = await trio.to_thread.run_sync(server.scrape)
-                server.samples.append(
-                    (
-                        round(trio.current_time() - start, 1),
-                        round(server.rss_mib(), 3),
-                        server.fds(),
-                        round(server.cpu_s(), 2),
-                        kept,
-                    )
-                )
+                server.samples.append((at, rss, fds, cpu, kept))
             if trio.current_time() >= stop_at:
                 return
             next_at = min(next_at + load.sample, stop_at)
