@@ -76,7 +76,7 @@ DRIVERS: dict[str, list[str]] = {
     "echo.channels": ["__init__", "api"],
     "echo.topics": ["__init__", "cli", "client", "driver", "events", "serve"],
     # the package (loads the client, and trio, on first use), the client, the trio server
-    "echo.lobby": ["__init__", "cli", "client", "server", "statefile"],
+    "echo.lobby": ["__init__", "cli", "client", "drain", "server", "statefile"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
     "echo.ops": ["agones_driver", "cli", "http", "httpclient", "memdebug", "metrics"],
