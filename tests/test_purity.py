@@ -83,8 +83,8 @@ DRIVERS: dict[str, list[str]] = {
     # the package (loads the client, and trio, on first use), the client, the trio server,
     # the way from a GameStarting into the game server's session
     "echo.lobby": [
-        "__init__", "cli", "cli_queue", "client", "client_queue", "play", "server",
-        "statefile",
+        "__init__", "cli", "cli_queue", "client", "client_queue", "drain", "play",
+        "server", "statefile",
     ],
     # the WebSocket door on the lobby server and its echo-lobby options
     "echo.lobby.web": ["cli", "door"],
@@ -93,7 +93,7 @@ DRIVERS: dict[str, list[str]] = {
     "echo.lobby.webpage": ["cli", "files", "paged", "serve"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
-    "echo.ops": ["agones_driver", "cli", "http", "httpclient", "metrics"],
+    "echo.ops": ["agones_driver", "cli", "http", "httpclient", "memdebug", "metrics"],
 }  # fmt: skip
 
 # Which packages of echo each package may import (besides itself): downward only.

@@ -33,6 +33,7 @@ from echo._cli import (
     sole_error,
 )
 from echo.lobby import cli_queue
+from echo.lobby.drain import hand_off
 from echo.lobby.web.cli import web_door_config, web_door_options
 from echo.lobby.webpage.cli import door_type, web_page_option
 from echo.ops.cli import Ops, metrics_option, open_ops
@@ -50,7 +51,9 @@ Starting games needs --ticket-key: the key file the game servers (echo-server --
 hold; without it a start is refused NO_GAME_SERVER. Key files hold lines 'KEY_ID HEX_SECRET':
   echo "1 $(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')" > game.key
 Open --port, --control-port and the duologue ports (--clients-base-port ..., 2 per member) in
-your firewall, all UDP. SIGINT or SIGTERM: members get "ERROR server shutting down", exit 0.
+your firewall, all UDP. SIGINT, SIGTERM or POST /drain on --metrics: the server drains (it
+stops admitting, tells its members to move now, and they re-create its lobbies on the next
+server of the ring at once), then exits 0.
 \b
 Every one of these ports is bound at start: a port in use stops the server there.
 \b
@@ -64,9 +67,9 @@ tokens.
 Browsers and game engines: --ws-port opens a WebSocket door (JSON, docs/json-protocol.md)
 beside the UDP port, into the same lobbies; --ws-tls-cert/--ws-tls-key make it wss://.
 \b
-Exit status: 0 stopped by a signal; 1 a port in use (--ws-port included), an address not on
-this host or an --events file that cannot be opened; 2 a bad command line (including an
-unreadable key file, an --auth-key file that is not a usable key set, --auth-key without
+Exit status: 0 stopped by a signal or POST /drain (after the drain); 1 a port in use
+(--ws-port included), an address not on this host or an --events file that cannot be
+opened; 2 a bad command line (including an unreadable key file, an --auth-key file that is not a usable key set, --auth-key without
 --auth-issuer, an --events file in a missing directory, a --ws-* option without --ws-port and
 a certificate that does not load).
 """
@@ -425,15 +428,38 @@ async def _serve(
             log_server_key(log, server.session_config)
             if ops is not None:
                 ops.health.ready()
+            reason = await _drain_requested(signals, None if ops is None else ops.allow_drain())
+            log.info("shutting_down", signal=reason)
+            if ops is not None:
+                ops.health.draining()
+            if door is not None:
+                await door.stop()  # WebSocket members: close 1001, before the UDP members move
+            await hand_off(server, reason)
+            nursery.cancel_scope.cancel()
+
+
+async def _drain_requested(signals: Any, posted: trio.Event | None) -> str:
+    """The first SIGTERM/SIGINT (its name) or POST /drain ("drain")."""
+    reason = ""
+    async with trio.open_nursery() as nursery:
+
+        async def first_signal() -> None:
+            nonlocal reason
             async for signum in signals:
-                log.info("shutting_down", signal=signal.Signals(signum).name)
-                if ops is not None:
-                    ops.health.draining()
-                if door is not None:
-                    await door.stop()
-                await server.stop(reason=signal.Signals(signum).name)
+                reason = signal.Signals(signum).name
                 nursery.cancel_scope.cancel()
-                break
+
+        async def post() -> None:
+            nonlocal reason
+            assert posted is not None
+            await posted.wait()
+            reason = "drain"
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(first_signal)
+        if posted is not None:
+            nursery.start_soon(post)
+    return reason
 
 
 # --------------------------------------------------------------------------------------------

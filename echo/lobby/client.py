@@ -641,7 +641,10 @@ class LobbyClient:
             except AuthRefused:
                 raise
             except LobbyUnavailable:
-                continue  # _open marked it dead
+                # Silent, _open marked it dead; a server that refused (draining, full) will
+                # not take the lobby either: walk on past it too, or this loop never ends.
+                self.dead.add(target)
+                continue
             reply = await self._exchange(replica.recreate_request(self._next_id()))
             if isinstance(reply, LobbyJoined):
                 self._event(Rehomed(replica.lobby_id, target))
@@ -693,10 +696,35 @@ class LobbyClient:
                     await self._open(server, self.connect_timeout)
         elif self._link is None:
             await self._connect_any()
-        reply = await self._exchange(request)
+        link = self._link
+        try:
+            reply = await self._exchange(request)
+        except NoReply:
+            if server is not None or not await self._handed_off(link):
+                raise
+            # The server drained (echo.lobby.drain): a request without a reply before its
+            # goodbye was not carried out; ask the server the lobby moved to.
+            reply = await self._exchange(attrs.evolve(request, request_id=self._next_id()))
         if isinstance(reply, Refusal):
             raise LobbyError(reply.code, reply.message)
         return reply
+
+    async def _handed_off(self, link: _Link | None) -> bool:
+        """`link` ended with its server's goodbye (a drain), and this member is on another
+        server now; False for any other end (the request may have been carried out)."""
+        if link is None:
+            return False
+        with trio.move_on_after(self.timeout):
+            await link.closed.wait()
+        if "shutting down" not in link.close_reason:
+            return False
+        with contextlib.suppress(trio.TooSlowError):
+            await self.wait_until(
+                lambda c: c._link is not None and c._link is not link and not c._recovering,
+                timeout=self.timeout * 2,
+            )
+            return True
+        return False
 
     async def _wait_recovered(self) -> None:
         if self._recovering:

@@ -320,6 +320,8 @@ class LobbyServer:
         self._holding = False  # deliveries are queued, and flushed together at its end
         self._listings_dirty = False
         self._nursery: trio.Nursery | None = None
+        #: draining (echo.lobby.drain): requests are left to the ring's next server
+        self.handing_off = False
 
     # ------------------------------------------------------------------ ids that land here
 
@@ -590,6 +592,8 @@ class LobbyServer:
         """One request of `conn`'s member from its logical `channel`: the reply, the updates,
         and the channel's credit for the request (released here, once processed) go out
         together, in one session message to the member."""
+        if self.handing_off:
+            return  # no reply: the member asks the server it moves to (echo.lobby.drain)
         started = time.perf_counter()
         self._holding = True
         kind: type[Request] | None = None

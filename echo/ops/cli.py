@@ -86,6 +86,19 @@ class Ops:
         for collector in collectors:
             self.registry.register(collector)
 
+    def allow_drain(self) -> trio.Event:
+        """Offer ``POST /drain``: it sets /readyz to draining and the event returned (202)."""
+        requested = trio.Event()
+
+        def drain() -> tuple[int, str, bytes, list[tuple[str, str]]]:
+            self.health.draining()
+            requested.set()
+            structlog.get_logger("echo.ops").info("drain_requested", via="POST /drain")
+            return 202, "Accepted", b"draining\n", [("content-type", "text/plain; charset=utf-8")]
+
+        self.http.actions["/drain"] = drain
+        return requested
+
     async def start(self, nursery: trio.Nursery) -> None:
         listener = trio.SocketListener(trio.socket.from_stdlib_socket(self.sock))
         await nursery.start(self.http.serve, listener)

@@ -10,6 +10,8 @@ connection closed.
     /metrics  the registry in Prometheus text format (OpenMetrics when the scraper asks)
     /healthz  200 while the process serves (this loop answers at all)
     /readyz   200 while the server admits; 503 while it starts or drains
+    /drain    POST only, where the server offers it (`OpsHttpServer.actions`; echo-lobby):
+              start draining, as SIGTERM does; 202 at once, the drain goes on after
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class OpsHttpServer:
             "/healthz": self._healthz,
             "/readyz": self._readyz,
         }
+        #: POST routes the server adds (echo-lobby's /drain), each answering with no arguments
+        self.actions: dict[str, Callable[[], _Response]] = {}
 
     async def serve(
         self,
@@ -146,6 +150,12 @@ class OpsHttpServer:
         target = request.target.decode("ascii", "replace")
         path = target.split("?", 1)[0]
         headers = {k.decode("ascii", "replace"): v.decode("latin-1") for k, v in request.headers}
+        action = self.actions.get(path)
+        if action is not None:
+            if request.method != b"POST":
+                status, reason, body, extra = _plain(405, "only POST\n")
+                return status, reason, body, [*extra, ("allow", "POST")]
+            return action()
         route = self.routes.get(path)
         if route is None:
             return _plain(404, f"not found: {path}; try /metrics, /healthz or /readyz\n")
@@ -173,6 +183,7 @@ class OpsHttpServer:
 
 _REASONS = {
     200: "OK",
+    202: "Accepted",
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",

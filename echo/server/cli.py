@@ -27,6 +27,7 @@ from echo._cli import (
     sole_error,
 )
 from echo.ops.cli import Ops, metrics_option, open_ops
+from echo.ops.memdebug import probe_from_environment, serve_probe
 from echo.ops.metrics import TicketCollector, session_collectors
 from echo.server.server import EchoServer, echo_application
 from echo.session.config import ServerConfig
@@ -381,6 +382,9 @@ async def _serve(
             await nursery.start(server.run)
             nursery.start_soon(trim_heap)
             frozen = freeze_start_up_objects()
+            probe = probe_from_environment(os.environ)
+            if probe is not None:
+                nursery.start_soon(serve_probe, probe)
             log.info(
                 "listening",
                 address=config.address,

@@ -482,6 +482,19 @@ class PublicationImage:
         if sent > 0:
             self.counters.status_messages_sent += sent
 
+    def release_terms(self) -> None:
+        """Everything was consumed (END_OF_STREAM): give the terms' pages back at once.
+
+        A finished image lingers for the receiver's cooldown (to answer the publisher's
+        end-of-stream heartbeats, Aeron's LINGER), and that needs its positions only. Under
+        churn, thousands of finished images lingered with their three mapped terms each, and
+        the touched pages of those maps were most of the server's RSS growth.
+        """
+        try:
+            self.log.close()
+        except BufferError:  # pragma: no cover - a view of a term still held elsewhere
+            pass  # its maps go when it does
+
     def close(self, send: Send) -> None:
         """The subscription is going: tell the sender (an end-of-stream SM) and stop."""
         if self.state is ImageState.ACTIVE:

@@ -388,6 +388,8 @@ class ReceiveEndpoint:
             if reason is ImageState.END_OF_STREAM:
                 # Kept to answer the publisher's end-of-stream heartbeats while it lingers, in
                 # case our goodbye (an EOS status message) was lost: Aeron's image LINGER state.
+                # That needs no terms: their memory goes back now, not after the cooldown.
+                image.release_terms()
                 self._finished[key] = image
         self.events.append(ImageUnavailable(image, reason))
 

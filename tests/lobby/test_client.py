@@ -188,3 +188,28 @@ async def test_a_lone_home_silent_longer_than_the_retry_is_asked_again() -> None
             )
             assert fresh.registry.snapshot(lobby_id).owner == "owner"
             nursery.cancel_scope.cancel()
+
+
+async def test_the_rehome_walk_passes_a_server_that_refuses_as_one_that_is_silent() -> None:
+    # The home dies, and the next server of the ring answers but refuses HELLOs (it is
+    # draining): the members must walk on to the server after it, not ask it forever.
+    async with cluster(3) as c:
+        async with (
+            echo.lobby.connect(c.names, member="owner") as owner,
+            echo.lobby.connect(c.names, member="bob") as bob,
+        ):
+            lobby_id = await owner.create("walkers", 4)
+            await bob.join(lobby_id)
+            ring = c.lobby[0].ring
+            home = home_of(ring, lobby_id).home
+            refusing = failover_home(ring, lobby_id, {home})
+            last = failover_home(ring, lobby_id, {home, refusing})
+            assert refusing is not None and last is not None
+            c.by_name(refusing).sessions.draining = True
+            c.kill(c.by_name(home))
+            with trio.fail_after(20):
+                for m in (owner, bob):
+                    assert await m.next_event(Rehomed) == Rehomed(lobby_id, last)
+            assert refusing in owner.dead and refusing in bob.dead
+            await bob.chat("past the refusal")
+            await owner.wait_until(lambda m: m.server == last)

@@ -73,6 +73,22 @@ async def test_readiness_follows_the_life_of_the_server(ops: Ops) -> None:
     assert (await exchange(port, request("/healthz"))).startswith(b"HTTP/1.1 200 ")
 
 
+async def test_post_drain_only_where_the_server_offers_it(ops: Ops) -> None:
+    port = ops.address[1]
+    assert (await exchange(port, request("/drain", "POST"))).startswith(b"HTTP/1.1 404")
+    requested = ops.allow_drain()
+    ops.health.ready()
+    answer = await exchange(port, request("/drain", "GET"))
+    assert answer.startswith(b"HTTP/1.1 405") and b"allow: POST" in answer
+    assert not requested.is_set() and ops.health.is_ready
+    answer = await exchange(port, request("/drain", "POST"))
+    assert answer.startswith(b"HTTP/1.1 202 Accepted") and answer.endswith(b"draining\n")
+    assert requested.is_set()
+    assert (await exchange(port, request("/readyz"))).startswith(b"HTTP/1.1 503")
+    # POST elsewhere is still refused
+    assert (await exchange(port, request("/metrics", "POST"))).startswith(b"HTTP/1.1 405")
+
+
 async def test_head_unknown_paths_and_other_methods(ops: Ops) -> None:
     port = ops.address[1]
     head = await exchange(port, request("/metrics", method="HEAD"))

@@ -377,6 +377,22 @@ def test_a_finished_image_answers_only_end_of_stream_heartbeats_even_after_clean
     assert ep.counters.amplification_limited == 0
 
 
+def test_a_finished_image_gives_its_terms_back_at_once() -> None:
+    # Its three mapped terms would otherwise live through the cool-down: under churn that
+    # was thousands of maps, and most of a server's RSS growth.
+    ep, wire = endpoint(ALL), Wire()
+    ep.on_datagram(setup(1), SOURCE, 0.0)
+    ep.poll(0.0, wire)
+    maps = ep.images[(1, STREAM)].log.maps
+    assert len(maps) == 3 and not any(m.closed for m in maps)
+    ep.on_datagram(heartbeat(1, 0, BEGIN_END_AND_EOS_FLAGS), SOURCE, 0.01)
+    ep.poll(0.01, wire)
+    assert ep.images == {} and all(m.closed for m in maps)
+    ep.on_datagram(heartbeat(1, 0, BEGIN_END_AND_EOS_FLAGS), SOURCE, 0.02)
+    ep.poll(0.02, wire)  # still answered, without its terms
+    assert wire.sms()[-1].flags == SM_EOS_FLAG
+
+
 # ----------------------------------------------------------------------- elicitation
 
 

@@ -1,0 +1,54 @@
+"""Taking a lobby server out of service: the hand-off of its lobbies to the rest of the ring.
+
+On SIGTERM, or ``POST /drain`` on its ``--metrics`` port, `echo-lobby` drains (`hand_off`):
+
+1. it stops admitting: HELLOs are refused ("server shutting down") and ``/readyz`` says 503,
+   so no member is seated here any more, and its listings are withdrawn;
+2. it stops taking requests: one that arrives from now on is not carried out and gets no
+   reply, and what was already carried out (its reply, the chat lines and updates it made)
+   is flushed to the members first;
+3. it tells every member to move now: the session library's goodbye (ERROR_SHUTTING_DOWN),
+   sent behind everything already offered to that member and acknowledged by it. A member's
+   client that hears it does not try this server again and does not wait for a liveness
+   timeout: it re-creates its lobby at once on the next server of the ring from its replica
+   (the re-creation path that a dead home takes, on purpose here), where the other members
+   meet it, and asks again there the request that got no reply (nothing is lost: a request
+   without a reply before the goodbye was not carried out);
+4. it exits 0.
+
+The members of the lobbies it homed are on the next server of the ring within a second or
+two of the signal, with every seat (the replicas carry them), and every chat line a member
+sent reaches every other member (docs/operations.md, "Draining a lobby server").
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+if TYPE_CHECKING:
+    from echo.lobby.server import LobbyServer
+
+log = structlog.get_logger("echo.lobby")
+
+
+async def hand_off(server: LobbyServer, reason: str) -> dict[str, int | float]:
+    """Drain `server` (see the module's text) and stop it; what it handed off."""
+    started = time.monotonic()
+    lobbies = len(server.registry)
+    members = len(server.conns)
+    server.sessions.draining = True  # HELLOs refused from now on
+    server.handing_off = True  # requests from now on are left to the next server
+    log.info("lobby_draining", reason=reason, lobbies=lobbies, members=members)
+    server._flush()  # whatever was carried out goes before the goodbye
+    # The goodbye to every member (their cue to move now), then the stop.
+    await server.stop(reason=reason)
+    report: dict[str, int | float] = {
+        "lobbies": lobbies,
+        "members": members,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    log.info("lobby_drained", **report)
+    return report

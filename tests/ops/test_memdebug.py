@@ -1,0 +1,56 @@
+"""ECHO_MEMDEBUG: a real echo-server dumps its live heap on SIGUSR1, compared with start-up."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.ops.test_processes import ECHO_CLIENT, ECHO_SERVER, REPO, running
+from tests.ports import free_base
+
+
+def wait_for(path: Path, timeout: float = 60.0) -> dict[str, object]:
+    """The dump, once the server wrote all of it (it writes the file in one call)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if path.exists():
+            try:
+                return json.loads(path.read_text())  # type: ignore[no-any-return]
+            except json.JSONDecodeError:
+                pass  # still being written
+        assert time.monotonic() < deadline, f"no {path}"
+        time.sleep(0.05)
+
+
+def test_sigusr1_dumps_what_grew_since_start_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dumps = tmp_path / "dumps"
+    monkeypatch.setenv("ECHO_MEMDEBUG", str(dumps))
+    monkeypatch.setenv("ECHO_MEMDEBUG_FRAMES", "4")
+    base = free_base(12)
+    ports = ["--port", str(base), "--control-port", str(base + 1)]
+    argv = [*ECHO_SERVER, *ports, "--clients-base-port", str(base + 2), "--max-clients", "4"]
+    with running(argv, tmp_path / "server.log") as server:
+        client = subprocess.run(
+            [*ECHO_CLIENT, *ports, "--count", "3"], cwd=REPO, capture_output=True, timeout=60
+        )
+        assert client.returncode == 0, client.stderr
+        server.send_signal(signal.SIGUSR1)
+        first = wait_for(dumps / f"memdebug-{server.pid}-1.json")
+        server.send_signal(signal.SIGUSR1)
+        second = wait_for(dumps / f"memdebug-{server.pid}-2.json")
+    assert first["pid"] == server.pid
+    assert isinstance(first["traced_bytes"], int) and first["traced_bytes"] > 0
+    grown = dict(first["types_grown"])  # type: ignore[call-overload]
+    # The session's images (its HELLO's and its duologue's) linger in the cool-down.
+    assert grown.get("echo.transport.image.PublicationImage", 0) >= 1, grown
+    sites = first["sites_grown"]
+    assert isinstance(sites, list) and sites and all(s["traceback"] for s in sites)
+    # The second dump compares with the first: nothing happened in between.
+    assert "echo.transport.image.PublicationImage" not in dict(second["types_grown"])  # type: ignore[call-overload]
