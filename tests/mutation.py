@@ -3,9 +3,9 @@
     python -m tests.mutation [MODULE | GROUP ...]     # ./dev mutate [MODULE | GROUP ...]
 
 The modules come in groups, each with the fast unit tests its mutants may run: `transport`
-(the transport's and the session library's pure modules: `[tool.mutmut]` in pyproject.toml) and
-one group per table `[tool.echo-mutate.GROUP]` (`only_mutate`, `tests`): `tickets`, `channels`,
-`topics`, `lobby`. A group has a test selection of its own because mutmut runs the whole
+(the transport's pure modules: `[tool.mutmut]` in pyproject.toml) and one group per table
+`[tool.echo-mutate.GROUP]` (`only_mutate`, `tests`): `session` (with its crypto), `tickets`,
+`channels`, `topics`, `lobby`. A group has a test selection of its own because mutmut runs the whole
 selection once to learn which tests reach which function, and a change of selection throws
 away every earlier verdict: one shared selection would make a lobby mutant wait on the
 transport's tests and the other way round.
@@ -90,13 +90,16 @@ def _toml_list(items: list[str]) -> str:
     return "[\n" + "".join(f"    {json.dumps(item)},\n" for item in items) + "]"
 
 
-def group_pyproject(group: str) -> str:
-    """pyproject.toml with `[tool.mutmut]` naming this group's modules and tests only."""
+def group_pyproject(group: str, modules: list[str] | None = None) -> str:
+    """pyproject.toml with `[tool.mutmut]` naming this group's tests and its modules (or just
+    `modules` of it: mutmut mutates every module it names before running any mutant, which
+    takes minutes for the lobby's big modules; which modules it names changes no verdict)."""
     text = (ROOT / "pyproject.toml").read_text()
     start = text.index("\n[tool.mutmut]\n")
     end = text.find("\n[", start + 1)
     original = tomllib.loads(text)["tool"]["mutmut"]
-    modules, tests = groups()[group]
+    everything, tests = groups()[group]
+    modules = everything if modules is None else modules
     table = [
         "[tool.mutmut]",
         f"source_paths = {json.dumps(original['source_paths'])}",
@@ -146,6 +149,10 @@ def prepare(group: str) -> Path:
         if any(test.stat().st_mtime > made for test in (ROOT / "tests").rglob("*.py")):
             stats.unlink()
     return work
+
+
+def configure(work: Path, group: str, modules: list[str] | None = None) -> None:
+    (work / "pyproject.toml").write_text(group_pyproject(group, modules))
 
 
 def mutmut(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -208,6 +215,12 @@ def run_group(
             if not targets:
                 continue
         print(f"==> mutmut: {module} ({len(targets)} targets)", file=sys.stderr, flush=True)
+        if not (work / "mutants" / (module.replace(".", "/") + ".py.meta")).exists():
+            # not mutated yet: its plain copy (made while another module ran) goes, and with
+            # it the record of which tests reach which functions, which predates its mutants
+            (work / "mutants" / (module.replace(".", "/") + ".py")).unlink(missing_ok=True)
+            (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+        configure(work, group, [module])
         done = mutmut(work, "run", "--max-children", str(args.jobs), *targets)
         if list((work / "mutants").rglob("*.so")):
             # Built while mutmut copied the tree: the mutants may have run compiled code.
@@ -215,6 +228,7 @@ def run_group(
         if done.returncode:
             print(done.stdout[-4000:] + done.stderr[-4000:], file=sys.stderr)
             failed = True
+    configure(work, group)
     _save_hashes(work, sources)
     statuses = results(work)
     for name, status in before.items():
