@@ -107,6 +107,7 @@ def group_pyproject(group: str, modules: list[str] | None = None) -> str:
         f"pytest_add_cli_args = {json.dumps(original['pytest_add_cli_args'])}",
         "pytest_add_cli_args_test_selection = " + _toml_list(tests),
         "use_git_change_detection = false",
+        'also_copy = ["examples"]',
     ]
     return text[:start] + "\n" + "\n".join(table) + "\n" + (text[end:] if end > 0 else "")
 
@@ -116,7 +117,8 @@ def prepare(group: str) -> Path:
     work = SCRATCH / group
     work.mkdir(parents=True, exist_ok=True)
     (work / "pyproject.toml").write_text(group_pyproject(group))
-    links = {"echo": ROOT / "echo", "tests": ROOT / "tests"}
+    # examples/: the identity tests take their tokens from the example backend
+    links = {"echo": ROOT / "echo", "tests": ROOT / "tests", "examples": ROOT / "examples"}
     for name, target in links.items():
         link = work / name
         if link.is_symlink() and link.resolve() == target.resolve():
@@ -135,9 +137,15 @@ def prepare(group: str) -> Path:
     # .meta that mutating writes is such a copy: remove it, so that it is made again.
     # Its record of which tests reach which functions (mutmut-stats.json) predates that
     # module too, so every mutant of it would be "no tests": that record goes as well.
+    # A copy that has its .meta but no mutants is one that mutmut wrote over with the plain
+    # source while it mutated only other modules (an older ./dev mutate, or an interrupted
+    # run): both go.
     for module in groups()[group][0]:
         copy = work / "mutants" / (module.replace(".", "/") + ".py")
-        if copy.exists() and not copy.with_name(copy.name + ".meta").exists():
+        meta = copy.with_name(copy.name + ".meta")
+        if meta.exists() and copy.exists() and "__mutmut_" not in copy.read_text():
+            meta.unlink()
+        if copy.exists() and not meta.exists():
             copy.unlink()
             (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     # The same record is not updated when a test changes: a survivor that a new or changed
@@ -149,6 +157,10 @@ def prepare(group: str) -> Path:
         if any(test.stat().st_mtime > made for test in (ROOT / "tests").rglob("*.py")):
             stats.unlink()
     return work
+
+
+def _mutated(work: Path, module: str) -> bool:
+    return (work / "mutants" / (module.replace(".", "/") + ".py.meta")).exists()
 
 
 def configure(work: Path, group: str, modules: list[str] | None = None) -> None:
@@ -215,12 +227,14 @@ def run_group(
             if not targets:
                 continue
         print(f"==> mutmut: {module} ({len(targets)} targets)", file=sys.stderr, flush=True)
-        if not (work / "mutants" / (module.replace(".", "/") + ".py.meta")).exists():
+        if not _mutated(work, module):
             # not mutated yet: its plain copy (made while another module ran) goes, and with
             # it the record of which tests reach which functions, which predates its mutants
             (work / "mutants" / (module.replace(".", "/") + ".py")).unlink(missing_ok=True)
             (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
-        configure(work, group, [module])
+        # mutmut writes a plain copy over every module it is not told to mutate: the group's
+        # modules mutated already stay named (mutmut finds them unchanged), the rest wait
+        configure(work, group, [m for m in groups()[group][0] if m == module or _mutated(work, m)])
         done = mutmut(work, "run", "--max-children", str(args.jobs), *targets)
         if list((work / "mutants").rglob("*.so")):
             # Built while mutmut copied the tree: the mutants may have run compiled code.
@@ -233,8 +247,10 @@ def run_group(
     statuses = results(work)
     for name, status in before.items():
         module = name.split(".x")[0]
-        if status in KILLED and statuses.get(name) == "not checked" and (
-            previous.get(module) == sources.get(module)
+        if (
+            status in KILLED
+            and statuses.get(name) == "not checked"
+            and (previous.get(module) == sources.get(module))
         ):
             statuses[name] = status  # carried over: killed by the earlier, smaller test set
     return statuses, failed
