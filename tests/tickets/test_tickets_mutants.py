@@ -146,6 +146,13 @@ def test_the_issuers_refuse_a_lifetime_of_zero() -> None:
         TicketSeats(KEY, ttl=0, clock=lambda: NOW)
 
 
+def test_the_issuers_take_a_lifetime_under_a_second() -> None:
+    ticket = TicketIssuer(KEY, ttl=0.5, clock=lambda: NOW).issue(9, "m", "s")
+    assert decode_ticket_untrusted(ticket)[0].expires_at == NOW + 0.5
+    seat = TicketSeats(KEY, ttl=0.5, clock=lambda: NOW).issue(9, "m")
+    assert decode_ticket_untrusted(seat)[0].expires_at == NOW + 0.5
+
+
 def test_an_issuer_signs_for_its_lifetime_from_its_clock() -> None:
     ticket = TicketIssuer(KEY, ttl=30, clock=lambda: NOW).issue(9, "m", "s")
     claims = verify(ticket, KEY, "s", NOW + 29.9)
