@@ -104,7 +104,9 @@ def group_pyproject(group: str, modules: list[str] | None = None) -> str:
         "[tool.mutmut]",
         f"source_paths = {json.dumps(original['source_paths'])}",
         "only_mutate = " + _toml_list([m.replace(".", "/") + ".py" for m in modules]),
-        f"pytest_add_cli_args = {json.dumps(original['pytest_add_cli_args'])}",
+        # the Hypothesis profile of tests/conftest.py: no deadline, the same examples each run
+        "pytest_add_cli_args = "
+        + json.dumps([*original["pytest_add_cli_args"], "--hypothesis-profile=mutation"]),
         "pytest_add_cli_args_test_selection = " + _toml_list(tests),
         "use_git_change_detection = false",
         'also_copy = ["examples"]',
