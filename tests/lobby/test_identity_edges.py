@@ -5,6 +5,7 @@ test_identity.py let through (./dev mutate lobby; docs/mutation.md)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -169,3 +170,20 @@ def test_the_subject_read_for_the_client_in_exact_words() -> None:
         token_subject(empty)
     assert str(caught.value) == "the identity token has no 'sub' (the member id)"
     assert token_subject(_forge(ED, BASE)) == "alice"
+
+
+def test_a_key_type_or_kid_that_is_not_a_string_is_refused_not_a_crash() -> None:
+    # a JSON list is unhashable: looked up as it is, it would raise TypeError, not the refusal
+    with pytest.raises(IdentityKeyError) as caught:
+        parse_key_set(_jwks({**PUBLIC, "kty": ["OKP"]}))
+    assert str(caught.value) == "kid 'ed-1': kty ['OKP']: only 'OKP' (Ed25519) or 'oct'"
+    # (a kid of another type never gets that far: PyJWT refuses the header itself)
+    header = base64.urlsafe_b64encode(b'{"alg": "EdDSA", "kid": ["ed-1"]}').rstrip(b"=")
+    listed = header + b".e30." + b"A" * 86
+    assert _refusal(listed) == "malformed: Key ID header parameter must be a string"
+
+
+def test_a_signed_payload_that_is_not_claims_is_malformed_in_its_words() -> None:
+    key = jwt.PyJWK(ED)
+    text = jwt.api_jws.encode(b"[1, 2]", key.key, algorithm="EdDSA", headers={"kid": "ed-1"})
+    assert _refusal(text.encode()) == "malformed: Invalid payload string: must be a json object"
