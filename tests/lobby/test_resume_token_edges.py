@@ -194,3 +194,30 @@ def test_a_close_reason_names_its_refusal() -> None:
     assert parse_refusal_reason("resume refused:  REPLAYED : x") is ResumeReason.REPLAYED
     assert parse_refusal_reason("resume refused: NOPE: x") is None
     assert parse_refusal_reason("refused: EXPIRED: x") is None
+
+
+def test_a_token_of_the_largest_size_verifies() -> None:
+    longest = "é" * 127 + "x"
+    token = issue_resume_token(KEY, 1, longest, b"x" * MAX_SECRET_BYTES, NOW + 1)
+    assert len(token) == MAX_TOKEN_BYTES
+    claims = verify_resume_token(token, KEYS, NOW)
+    assert isinstance(claims, ResumeClaims) and claims.member_id == longest
+
+
+def test_a_far_expiry_that_fits_is_signed() -> None:
+    # 1.844e19 ms is just under 2**64: it fits, and nothing but the milliseconds is counted
+    token = issue_resume_token(KEY, 1, "m", SECRET, 1.844e16)
+    assert decode_resume_token_untrusted(token).expires_at == 1.844e16
+
+
+def test_a_length_that_runs_past_the_body_is_a_token_error() -> None:
+    body = _body(b"m", SECRET)
+    claims_more = body[:18] + bytes([200]) + body[19:]
+    with pytest.raises(ResumeTokenError, match=r"^truncated at byte 19: a field of 200 bytes"):
+        decode_resume_token_untrusted(_signed(claims_more))
+
+
+def test_the_reason_is_read_from_the_first_marker_up_to_its_colon() -> None:
+    assert parse_refusal_reason("resume refused: EXPIRED: at 5: now 9") is ResumeReason.EXPIRED
+    text = "resume refused: FORGED: after resume refused: EXPIRED: x"
+    assert parse_refusal_reason(text) is ResumeReason.FORGED
