@@ -274,6 +274,12 @@ def test_a_seat_tag_matches_only_its_own_seat_and_secret() -> None:
     assert not seats.tag_matches(bytes([8]) + tag[1:], 1, "m", b"secret")
 
 
+def test_no_tag_matches_an_empty_secret_even_its_own() -> None:
+    # a client without a hello secret must never be given a seat back by its tag
+    seats = TicketSeats(KEY, ttl=60, clock=lambda: NOW)
+    assert not seats.tag_matches(seats.tag(1, "m", b""), 1, "m", b"")
+
+
 def test_a_tag_made_before_a_rotation_still_matches_with_the_retired_key() -> None:
     old = TicketKey(3, b"o" * 32)
     tag = TicketSeats(old, ttl=60, clock=lambda: NOW).tag(1, "m", b"secret")
