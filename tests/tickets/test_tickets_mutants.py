@@ -29,7 +29,7 @@ from echo.tickets.core import (
     TicketSeats,
     decode_ticket_untrusted,
 )
-from echo.tickets.keyfile import parse_key_text, read_key_file
+from echo.tickets.keyfile import new_key_text, parse_key_text, read_key_file
 
 KEY = TicketKey(7, bytes(range(32)))
 NOW = 1_700_000_000.0
@@ -57,6 +57,12 @@ def test_a_comment_may_hold_further_hashes() -> None:
     secret = "ab" * MIN_KEY_BYTES
     keys = parse_key_text(f"3 {secret}  # rotated # 2026-12\n")
     assert keys == [TicketKey(3, bytes.fromhex(secret))]
+
+
+def test_a_new_key_file_holds_key_id_1_unless_told() -> None:
+    (key,) = parse_key_text(new_key_text())
+    assert key.key_id == 1 and len(key.secret) == 32
+    assert parse_key_text(new_key_text(9))[0].key_id == 9
 
 
 def test_an_empty_key_file_says_so() -> None:
