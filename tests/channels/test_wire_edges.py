@@ -93,6 +93,9 @@ def test_the_hot_path_stops_where_the_message_does() -> None:
     assert decode_frames(wire) == [Data(5, bytes(0x4000))]
     # a three-byte frame at the very end: channel, empty payload
     assert decode_frames(b"\x16\x01\x01\x05\x00") == [Apologise(1), Data(5, b"")]
+    # a length byte that continues, at the very end: refused in words, never an IndexError
+    with pytest.raises(WireError, match=r"^truncated"):
+        decode_frames(b"\x01\x05\x80")
     # a two-byte length of 1 with no byte after it
     with pytest.raises(WireError):
         decode_frames(b"\x01\x05\x81\x00")
