@@ -30,8 +30,10 @@ from echo.topics.codec import (
     format_subscribe,
     is_canonical,
     make_cookie,
+    new_message_id,
     pack,
     parse_datagram,
+    solve_work,
     verify_cookie,
 )
 
@@ -146,3 +148,18 @@ def test_a_cookie_is_its_epoch_and_a_keyed_mac_of_the_source() -> None:
     assert verify_cookie(secret, cookie, [7], "127.0.0.1", 4001) == -1
     assert verify_cookie(secret, b"x." + mac.encode(), [7], "127.0.0.1", 4000) == -1
     assert verify_cookie(secret, b"7" + cookie[1:] + b"0", [7], "127.0.0.1", 4000) == -1
+
+
+def test_a_message_id_is_96_random_bits_in_lower_hex() -> None:
+    first, second = new_message_id(), new_message_id()
+    assert len(first) == 24 and first != second
+    assert _parse(b"t m " + first) == Publish(b"t", b"m", first, b"t m " + first + b"\n")
+
+
+def test_work_for_no_difficulty_is_empty_and_any_work_is_a_confirm_line() -> None:
+    assert solve_work(COOKIE, 0) == b""
+    assert _parse(format_confirm(COOKIE, solve_work(COOKIE, 0))[:-1]) == Confirm(COOKIE, b"")
+    # the nonce is lower-case hex, the only form a confirm line may carry
+    work = solve_work(COOKIE, 6, start=0xABC)
+    assert work == work.lower() != work.upper()
+    assert _parse(format_confirm(COOKIE, work)[:-1]) == Confirm(COOKIE, work)
