@@ -113,6 +113,7 @@ def test_control_lines_by_their_argument_counts() -> None:
     assert _parse(b"!pad") == Pad()
     assert _parse(b"!pad xx") == Pad()
     assert _parse(b"!pad x x") == Malformed("bad_control", b"!pad x x\n")
+    assert _parse(b"!pad  x") == Malformed("bad_control", b"!pad  x\n")  # fields split at 1 space
     assert _parse(b"!nope") == Malformed("unknown_control", b"!nope\n")
 
 
