@@ -1,13 +1,21 @@
-"""Mutation testing of the transport's pure modules (mutmut), module by module, with kill rates.
+"""Mutation testing of the pure cores (mutmut), module by module, with kill rates.
 
-    python -m tests.mutation [MODULE ...]     # ./dev mutate [MODULE ...]
+    python -m tests.mutation [MODULE | GROUP ...]     # ./dev mutate [MODULE | GROUP ...]
 
-MODULE is a name (`frames`), a dotted name or a path (`echo/transport/frames.py`); none means
-every module of `[tool.mutmut] only_mutate` in pyproject.toml, which also names the fast unit
-tests mutmut may run. mutmut works in `.mutation/` (git-ignored), a scratch directory that links
-to the sources and the tests (which hold the reference captures the codec tests read), so its
-copy of the tree never lands in the checkout. Results are kept there between
-runs: mutmut re-checks only mutants of functions that changed.
+The modules come in groups, each with the fast unit tests its mutants may run: `transport`
+(the transport's pure modules: `[tool.mutmut]` in pyproject.toml) and one group per table
+`[tool.echo-mutate.GROUP]` (`only_mutate`, `tests`): `session` (with its crypto), `tickets`,
+`channels`, `topics`, `lobby`. A group has a test selection of its own because mutmut runs the whole
+selection once to learn which tests reach which function, and a change of selection throws
+away every earlier verdict: one shared selection would make a lobby mutant wait on the
+transport's tests and the other way round.
+
+MODULE is a name (`frames`), a dotted name or a path (`echo/transport/frames.py`); GROUP is a
+group's name (every module in it); none means every module of every group. mutmut works in
+`.mutation/GROUP/` (git-ignored), a scratch directory that links to the sources and the tests
+(which hold the reference captures the codec tests read), so its copy of the tree never lands
+in the checkout. Results are kept there between runs: mutmut re-checks only mutants of
+functions that changed.
 
 `--recheck` runs only the mutants that were not killed last time (after new tests were
 written, say): a killed mutant stays killed when tests are added, so its earlier verdict is
@@ -27,7 +35,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -35,32 +42,87 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / ".mutation"
+SCRATCH = ROOT / ".mutation"
 KILLED = {"killed", "timeout", "caught by type check"}
 NOT_COUNTED = {"not checked", "skipped"}
 _RESULT = re.compile(r"^\s+(\S+): (.+)$")
 
 
+def groups() -> dict[str, tuple[list[str], list[str]]]:
+    """Each group's name: the modules it mutates (dotted) and the tests they may run."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    found = {
+        "transport": (
+            tool["mutmut"]["only_mutate"],
+            tool["mutmut"]["pytest_add_cli_args_test_selection"],
+        )
+    }
+    for name, group in tool.get("echo-mutate", {}).items():
+        found[name] = (group["only_mutate"], group["tests"])
+    return {
+        name: ([path.removesuffix(".py").replace("/", ".") for path in paths], tests)
+        for name, (paths, tests) in found.items()
+    }
+
+
 def configured_modules() -> list[str]:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
-    return [path.removesuffix(".py").replace("/", ".") for path in config["only_mutate"]]
+    return [module for modules, _ in groups().values() for module in modules]
 
 
-def module_name(text: str, known: list[str]) -> str:
+def group_of(module: str) -> str:
+    return next(name for name, (modules, _) in groups().items() if module in modules)
+
+
+def module_names(text: str, known: list[str]) -> list[str]:
+    if text in groups():
+        return groups()[text][0]
     name = text.removesuffix(".py").replace("/", ".").strip(".")
     for candidate in known:
         if candidate == name or candidate.endswith("." + name):
-            return candidate
-    raise SystemExit(f"{text}: not one of the mutated modules ({', '.join(known)})")
+            return [candidate]
+    raise SystemExit(
+        f"{text}: not a group ({', '.join(groups())}) nor one of the mutated modules"
+        f" ({', '.join(known)})"
+    )
 
 
-def prepare() -> None:
-    """The scratch directory mutmut runs in, linked to the current sources and tests."""
-    WORK.mkdir(exist_ok=True)
-    shutil.copy(ROOT / "pyproject.toml", WORK / "pyproject.toml")
-    links = {"echo": ROOT / "echo", "tests": ROOT / "tests"}
+def _toml_list(items: list[str]) -> str:
+    return "[\n" + "".join(f"    {json.dumps(item)},\n" for item in items) + "]"
+
+
+def group_pyproject(group: str, modules: list[str] | None = None) -> str:
+    """pyproject.toml with `[tool.mutmut]` naming this group's tests and its modules (or just
+    `modules` of it: mutmut mutates every module it names before running any mutant, which
+    takes minutes for the lobby's big modules; which modules it names changes no verdict)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    start = text.index("\n[tool.mutmut]\n")
+    end = text.find("\n[", start + 1)
+    original = tomllib.loads(text)["tool"]["mutmut"]
+    everything, tests = groups()[group]
+    modules = everything if modules is None else modules
+    table = [
+        "[tool.mutmut]",
+        f"source_paths = {json.dumps(original['source_paths'])}",
+        "only_mutate = " + _toml_list([m.replace(".", "/") + ".py" for m in modules]),
+        # the Hypothesis profile of tests/conftest.py: no deadline, the same examples each run
+        "pytest_add_cli_args = "
+        + json.dumps([*original["pytest_add_cli_args"], "--hypothesis-profile=mutation"]),
+        "pytest_add_cli_args_test_selection = " + _toml_list(tests),
+        "use_git_change_detection = false",
+        'also_copy = ["examples"]',
+    ]
+    return text[:start] + "\n" + "\n".join(table) + "\n" + (text[end:] if end > 0 else "")
+
+
+def prepare(group: str) -> Path:
+    """The scratch directory mutmut runs a group in, linked to the current sources and tests."""
+    work = SCRATCH / group
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "pyproject.toml").write_text(group_pyproject(group))
+    # examples/: the identity tests take their tokens from the example backend
+    links = {"echo": ROOT / "echo", "tests": ROOT / "tests", "examples": ROOT / "examples"}
     for name, target in links.items():
-        link = WORK / name
+        link = work / name
         if link.is_symlink() and link.resolve() == target.resolve():
             continue
         if link.is_symlink() or link.exists():
@@ -69,7 +131,7 @@ def prepare() -> None:
     # A compiled module would be imported instead of its mutated source: none may be copied.
     if list((ROOT / "echo").rglob("*.so")):
         raise SystemExit("compiled extensions in echo/: run ./dev clean first")
-    for stale in (WORK / "mutants").rglob("*.so") if (WORK / "mutants").exists() else ():
+    for stale in (work / "mutants").rglob("*.so") if (work / "mutants").exists() else ():
         stale.unlink()
     # mutmut copies every source into mutants/ and mutates only those in only_mutate, then
     # regenerates a copy only when its source is newer: a module added to only_mutate later
@@ -77,25 +139,40 @@ def prepare() -> None:
     # .meta that mutating writes is such a copy: remove it, so that it is made again.
     # Its record of which tests reach which functions (mutmut-stats.json) predates that
     # module too, so every mutant of it would be "no tests": that record goes as well.
-    for module in configured_modules():
-        copy = WORK / "mutants" / (module.replace(".", "/") + ".py")
-        if copy.exists() and not copy.with_name(copy.name + ".meta").exists():
+    # A copy that has its .meta but no mutants is one that mutmut wrote over with the plain
+    # source while it mutated only other modules (an older ./dev mutate, or an interrupted
+    # run): both go.
+    for module in groups()[group][0]:
+        copy = work / "mutants" / (module.replace(".", "/") + ".py")
+        meta = copy.with_name(copy.name + ".meta")
+        if meta.exists() and copy.exists() and "__mutmut_" not in copy.read_text():
+            meta.unlink()
+        if copy.exists() and not meta.exists():
             copy.unlink()
-            (WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+            (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     # The same record is not updated when a test changes: a survivor that a new or changed
     # test now reaches would be rechecked against the old tests only (reported surviving).
     # It goes whenever a test file is newer than it; mutmut measures it again.
-    stats = WORK / "mutants" / "mutmut-stats.json"
+    stats = work / "mutants" / "mutmut-stats.json"
     if stats.exists():
         made = stats.stat().st_mtime
         if any(test.stat().st_mtime > made for test in (ROOT / "tests").rglob("*.py")):
             stats.unlink()
+    return work
 
 
-def mutmut(*args: str) -> subprocess.CompletedProcess[str]:
+def _mutated(work: Path, module: str) -> bool:
+    return (work / "mutants" / (module.replace(".", "/") + ".py.meta")).exists()
+
+
+def configure(work: Path, group: str, modules: list[str] | None = None) -> None:
+    (work / "pyproject.toml").write_text(group_pyproject(group, modules))
+
+
+def mutmut(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
     executable = Path(sys.executable).with_name("mutmut")
     return subprocess.run(
-        [str(executable), *args], cwd=WORK, text=True, capture_output=True, check=False
+        [str(executable), *args], cwd=work, text=True, capture_output=True, check=False
     )
 
 
@@ -106,21 +183,21 @@ def _source_hashes(modules: list[str]) -> dict[str, str]:
     }
 
 
-def _previous_hashes() -> dict[str, str]:
+def _previous_hashes(work: Path) -> dict[str, str]:
     try:
-        saved: dict[str, str] = json.loads((WORK / "sources.json").read_text())
+        saved: dict[str, str] = json.loads((work / "sources.json").read_text())
     except (OSError, ValueError):
         return {}
     return saved
 
 
-def _save_hashes(sources: dict[str, str]) -> None:
+def _save_hashes(work: Path, sources: dict[str, str]) -> None:
     # Written once a run is through: the sources that the results in mutants/ were made from.
-    (WORK / "sources.json").write_text(json.dumps({**_previous_hashes(), **sources}))
+    (work / "sources.json").write_text(json.dumps({**_previous_hashes(work), **sources}))
 
 
-def results() -> dict[str, str]:
-    done = mutmut("results", "--all", "true")
+def results(work: Path) -> dict[str, str]:
+    done = mutmut(work, "results", "--all", "true")
     if done.returncode:
         raise SystemExit(done.stdout + done.stderr)
     found = {}
@@ -131,20 +208,15 @@ def results() -> dict[str, str]:
     return found
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("modules", nargs="*")
-    parser.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATE_JOBS", "1")))
-    parser.add_argument("--min-rate", type=float, default=None, help="per cent")
-    parser.add_argument("--quiet", action="store_true", help="no survivor diffs")
-    parser.add_argument("--recheck", action="store_true", help="only last run's survivors")
-    args = parser.parse_args()
-    known = configured_modules()
-    modules = [module_name(m, known) for m in args.modules] or known
-    prepare()
-    before = results() if args.recheck and (WORK / "mutants").exists() else {}
+def run_group(
+    group: str, modules: list[str], args: argparse.Namespace
+) -> tuple[dict[str, str], bool]:
+    """Runs mutmut on the group's modules, one at a time: every mutant's status, and whether
+    mutmut itself failed."""
+    work = prepare(group)
+    before = results(work) if args.recheck and (work / "mutants").exists() else {}
     sources = _source_hashes(modules)
-    previous = _previous_hashes()
+    previous = _previous_hashes(work)
     failed = False
     for module in modules:
         targets = [f"{module}.*"]
@@ -157,21 +229,56 @@ def main() -> int:
             if not targets:
                 continue
         print(f"==> mutmut: {module} ({len(targets)} targets)", file=sys.stderr, flush=True)
-        done = mutmut("run", "--max-children", str(args.jobs), *targets)
-        if list((WORK / "mutants").rglob("*.so")):
+        if not _mutated(work, module):
+            # not mutated yet: its plain copy (made while another module ran) goes, and with
+            # it the record of which tests reach which functions, which predates its mutants
+            (work / "mutants" / (module.replace(".", "/") + ".py")).unlink(missing_ok=True)
+            (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+        # mutmut writes a plain copy over every module it is not told to mutate: the group's
+        # modules mutated already stay named (mutmut finds them unchanged), the rest wait
+        configure(work, group, [m for m in groups()[group][0] if m == module or _mutated(work, m)])
+        done = mutmut(work, "run", "--max-children", str(args.jobs), *targets)
+        if list((work / "mutants").rglob("*.so")):
             # Built while mutmut copied the tree: the mutants may have run compiled code.
-            raise SystemExit(f"{module}: extension files reached .mutation/mutants; run again")
+            raise SystemExit(f"{module}: extension files reached {work}/mutants; run again")
         if done.returncode:
             print(done.stdout[-4000:] + done.stderr[-4000:], file=sys.stderr)
             failed = True
-    _save_hashes(sources)
-    statuses = results()
+    configure(work, group)
+    _save_hashes(work, sources)
+    statuses = results(work)
     for name, status in before.items():
         module = name.split(".x")[0]
-        if status in KILLED and statuses.get(name) == "not checked" and (
-            previous.get(module) == sources.get(module)
+        if (
+            status in KILLED
+            and statuses.get(name) == "not checked"
+            and (previous.get(module) == sources.get(module))
         ):
             statuses[name] = status  # carried over: killed by the earlier, smaller test set
+    return statuses, failed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="modules or groups (default: all)")
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATE_JOBS", "1")))
+    parser.add_argument("--min-rate", type=float, default=None, help="per cent")
+    parser.add_argument("--quiet", action="store_true", help="no survivor diffs")
+    parser.add_argument("--recheck", action="store_true", help="only last run's survivors")
+    args = parser.parse_args()
+    known = configured_modules()
+    chosen = [m for text in args.modules for m in module_names(text, known)] or known
+    modules = list(dict.fromkeys(chosen))
+    statuses: dict[str, str] = {}
+    failed = False
+    works: dict[str, Path] = {}
+    for group in groups():
+        wanted = [m for m in modules if group_of(m) == group]
+        if wanted:
+            found, group_failed = run_group(group, wanted, args)
+            statuses.update(found)
+            failed = failed or group_failed
+            works[group] = SCRATCH / group
     below = False
     print(f"\n{'module':<34} {'killed':>7} {'checked':>8} {'rate':>7}  other")
     for module in modules:
@@ -194,7 +301,8 @@ def main() -> int:
     for name in survivors:
         print(f"  {name}: {statuses[name]}")
         if not args.quiet:
-            shown = mutmut("show", name).stdout
+            module = next(m for m in modules if name.startswith(m + "."))
+            shown = mutmut(works[group_of(module)], "show", name).stdout
             print("    " + "\n    ".join(shown.splitlines()[1:]))
     return 1 if failed or below else 0
 

@@ -69,9 +69,9 @@ beside the UDP port, into the same lobbies; --ws-tls-cert/--ws-tls-key make it w
 \b
 Exit status: 0 stopped by a signal or POST /drain (after the drain); 1 a port in use
 (--ws-port included), an address not on this host or an --events file that cannot be
-opened; 2 a bad command line (including an unreadable key file, an --auth-key file that is not a usable key set, --auth-key without
---auth-issuer, an --events file in a missing directory, a --ws-* option without --ws-port and
-a certificate that does not load).
+opened; 2 a bad command line (including an unreadable key file, an --auth-key file that is
+not a usable key set, --auth-key without --auth-issuer, an --events file in a missing
+directory, a --ws-* option without --ws-port and a certificate that does not load).
 """
 
 
