@@ -107,6 +107,8 @@ EVENT_FIELDS: Final[Mapping[str, Mapping[str, FieldType]]] = {
     "lobby_deleted": {"lobby_id": _I, "reason": _S},
     "lobby_refused": {"member_id": _S, "request": _S, "code": _S},
     "lobby_resumed": {"lobby_id": _I, "member_id": _S},
+    # the matchmaker seated a match in a new lobby (started: 1 if it was started at once)
+    "lobby_matched": {"lobby_id": _I, "members": _I, "tickets": _I, "started": _I},
     "client_summary": {
         "server": _S,
         "sent": _I,

@@ -100,6 +100,22 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
             "lobby_refused",
             {"member_id": "kim", "request": "SendChat", "code": "RATE_LIMITED"},
         ),
+        # Seats taken back with resume tokens, and two matches the matchmaker seated (their
+        # lobbies have no lobby_created here: no per-lobby numbers).
+        (50, "lobby-2", "lobby_resumed", {"lobby_id": 33, "member_id": "hal"}),
+        (51, "lobby-2", "lobby_resumed", {"lobby_id": 33, "member_id": "gil"}),
+        (
+            60,
+            "lobby-2",
+            "lobby_matched",
+            {"lobby_id": 55, "members": 4, "tickets": 3, "started": 1},
+        ),
+        (
+            61,
+            "lobby-1",
+            "lobby_matched",
+            {"lobby_id": 66, "members": 2, "tickets": 2, "started": 0},
+        ),
     ]
     defaults = {
         "lobby_created": {"visibility": "public"},
@@ -150,6 +166,8 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
             "by_code": {"BANNED": 1, "LOBBY_FULL": 1, "RATE_LIMITED": 2},
             "by_request": {"JoinLobby": 2, "SendChat": 2},
         },
+        "resumed": 2,
+        "matched": {"matches": 2, "members": 6, "tickets": 5, "started": 1},
     }
     # No echo-server events: those parts are empty, not broken.
     assert s["duologues_created"] == 0 and s["hello_received"] == 0

@@ -116,7 +116,7 @@ def test_every_field_has_one_type_across_events() -> None:
     for event_fields in EVENT_FIELDS.values():
         for name, ftype in event_fields.items():
             assert field_type_of(name) is ftype
-    assert len(EVENT_FIELDS) == 20  # 10 of echo-server, 10 of echo-lobby
+    assert len(EVENT_FIELDS) == 21  # 10 of echo-server, 11 of echo-lobby
 
 
 def test_format_ts_is_the_schema_format() -> None:
