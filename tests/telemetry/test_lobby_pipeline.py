@@ -42,7 +42,9 @@ def _ts(seconds: float) -> str:
     return f"2026-11-22T10:{whole // 60:02d}:{whole % 60:02d}.{round((seconds % 1) * 1e6):06d}Z"
 
 
-def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
+def test_hand_written_lobby_log(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Four lobbies whose every number is worked out by hand below."""
     from echo.telemetry.pipeline import run_analysis
 
@@ -169,6 +171,12 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
         "resumed": 2,
         "matched": {"matches": 2, "members": 6, "tickets": 5, "started": 1},
     }
+    html = Path(s.report_path).read_text()
+    for card in ("seats resumed<b>2</b>", "matches<b>2</b>", "players matched<b>6</b>"):
+        assert f'<div class="card">{card}</div>' in html, card
+    print_table(s.data)
+    rows = [row.split() for row in capsys.readouterr().out.splitlines()]
+    assert ["lobby", "seats", "resumed", "2"] in rows and ["matchmaker", "matches", "2"] in rows
     # No echo-server events: those parts are empty, not broken.
     assert s["duologues_created"] == 0 and s["hello_received"] == 0
 
