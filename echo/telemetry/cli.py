@@ -109,6 +109,8 @@ def _print_lobbies(lob: dict[str, Any], width: int) -> None:
         ("lobby chat lines", chat["lines"]),
         ("lobby chat bytes", chat["bytes"]),
         ("lobby refusals", lob["refusals"]["total"]),
+        ("lobby seats resumed", lob.get("resumed", 0)),
+        ("matchmaker matches", lob.get("matched", {}).get("matches", 0)),
         *((f"refused: {k}", v) for k, v in lob["refusals"]["by_code"].items()),
     ]
     click.echo(f"{'':-<{width + 14}}")

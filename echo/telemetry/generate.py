@@ -99,6 +99,9 @@ class LobbyTruth:
     lobbies_with_chat: int = 0
     refused_by_code: Counter[str] = attrs.field(factory=Counter)
     refused_by_request: Counter[str] = attrs.field(factory=Counter)
+    resumed: int = 0
+    # lobby_matched: matches, and the members, tickets and at-once starts they carried
+    matched: Counter[str] = attrs.field(factory=Counter)
 
     def add_lobby(self, lines: list[tuple[int, str, str, dict[str, Any]]]) -> None:
         """Count one lobby's lines (ts_us, server_id, event, fields), in time order."""
@@ -135,6 +138,12 @@ class LobbyTruth:
                 self.deleted[f["reason"]] += 1
             elif ev == "lobby_refused":
                 self.refused(f["request"], f["code"])
+            elif ev == "lobby_resumed":
+                self.resumed += 1
+            elif ev == "lobby_matched":
+                self.matched.update(
+                    matches=1, members=f["members"], tickets=f["tickets"], started=f["started"]
+                )
 
     def refused(self, request: str, code: str) -> None:
         self.refused_by_code[code] += 1
@@ -191,6 +200,8 @@ class LobbyTruth:
                 "by_code": _sorted_counts(self.refused_by_code),
                 "by_request": _sorted_counts(self.refused_by_request),
             },
+            "resumed": self.resumed,
+            "matched": {k: self.matched[k] for k in ("matches", "members", "tickets", "started")},
         }
 
 

@@ -169,6 +169,10 @@ def _lobby_section(lob: dict[str, Any]) -> list[str]:
         ("chat lines", chat["lines"]),
         ("chat bytes", chat["bytes"]),
         ("refusals", refusals["total"]),
+        # absent in a summary.json written before these events were counted
+        ("seats resumed", lob.get("resumed", 0)),
+        ("matches", lob.get("matched", {}).get("matches", 0)),
+        ("players matched", lob.get("matched", {}).get("members", 0)),
     ]
     by_code = sorted(refusals["by_code"].items(), key=lambda kv: -kv[1])
     left = sorted(lob["left"].items(), key=lambda kv: -kv[1])

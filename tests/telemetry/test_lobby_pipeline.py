@@ -42,7 +42,9 @@ def _ts(seconds: float) -> str:
     return f"2026-11-22T10:{whole // 60:02d}:{whole % 60:02d}.{round((seconds % 1) * 1e6):06d}Z"
 
 
-def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
+def test_hand_written_lobby_log(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Four lobbies whose every number is worked out by hand below."""
     from echo.telemetry.pipeline import run_analysis
 
@@ -100,6 +102,22 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
             "lobby_refused",
             {"member_id": "kim", "request": "SendChat", "code": "RATE_LIMITED"},
         ),
+        # Seats taken back with resume tokens, and two matches the matchmaker seated (their
+        # lobbies have no lobby_created here: no per-lobby numbers).
+        (50, "lobby-2", "lobby_resumed", {"lobby_id": 33, "member_id": "hal"}),
+        (51, "lobby-2", "lobby_resumed", {"lobby_id": 33, "member_id": "gil"}),
+        (
+            60,
+            "lobby-2",
+            "lobby_matched",
+            {"lobby_id": 55, "members": 4, "tickets": 3, "started": 1},
+        ),
+        (
+            61,
+            "lobby-1",
+            "lobby_matched",
+            {"lobby_id": 66, "members": 2, "tickets": 2, "started": 0},
+        ),
     ]
     defaults = {
         "lobby_created": {"visibility": "public"},
@@ -150,7 +168,15 @@ def test_hand_written_lobby_log(spark: Any, tmp_path: Path) -> None:
             "by_code": {"BANNED": 1, "LOBBY_FULL": 1, "RATE_LIMITED": 2},
             "by_request": {"JoinLobby": 2, "SendChat": 2},
         },
+        "resumed": 2,
+        "matched": {"matches": 2, "members": 6, "tickets": 5, "started": 1},
     }
+    html = Path(s.report_path).read_text()
+    for card in ("seats resumed<b>2</b>", "matches<b>2</b>", "players matched<b>6</b>"):
+        assert f'<div class="card">{card}</div>' in html, card
+    print_table(s.data)
+    rows = [row.split() for row in capsys.readouterr().out.splitlines()]
+    assert ["lobby", "seats", "resumed", "2"] in rows and ["matchmaker", "matches", "2"] in rows
     # No echo-server events: those parts are empty, not broken.
     assert s["duologues_created"] == 0 and s["hello_received"] == 0
 

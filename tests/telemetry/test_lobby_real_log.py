@@ -73,6 +73,8 @@ async def test_a_real_lobby_servers_log_is_reported_exactly(spark: Any, tmp_path
         "time_to_start_s": lob["time_to_start_s"],
         "chat": {"lines": 2, "bytes": 13, "lobbies_with_chat": 1, "bytes_per_line": 6.5},
         "refusals": {"total": 1, "by_code": {"LOBBY_FULL": 1}, "by_request": {"JoinLobby": 1}},
+        "resumed": 0,
+        "matched": {"matches": 0, "members": 0, "tickets": 0, "started": 0},
     }
     assert lob["time_to_start_s"]["count"] == 0
     assert 0 <= fill["p50"] == fill["p99"] < 10  # seconds from create to bob's join
