@@ -183,7 +183,15 @@ export declare class LobbyClient {
   setAttributes(changes: Changes): Promise<void>;
   ready(ready?: boolean): Promise<void>;
   chat(text: string): Promise<void>;
-  start(): Promise<void>;
+  start(tags?: Record<string, string>): Promise<void>;
+  requestTicket(): Promise<void>;
+  reportGameServer(serverId: string, reason: string): Promise<void>;
+  queue(
+    mode: string,
+    region: string,
+    options?: { skill?: number; size?: number; strictRegion?: boolean; start?: boolean },
+  ): Promise<U64>;
+  cancelQueue(): Promise<void>;
 }
 
 export declare function connect(url: string, options: ClientOptions): Promise<LobbyClient>;

@@ -506,8 +506,40 @@ export class LobbyClient {
   /** Send a chat line to the lobby. */
   async chat(text) { await this.request({ type: 'send_chat', lobby_id: this._inLobby(), text }); }
 
-  /** Owner: start the game; every connected member then gets a `game_starting` event. */
-  async start() { await this.request({ type: 'start_game', lobby_id: this._inLobby() }); }
+  /**
+   * Owner: start the game, on a game server that announces every tag of `tags` (region, mode,
+   * version, ...); every connected member then gets a `game_starting` event.
+   */
+  async start(tags = {}) {
+    const wanted = Object.entries(tags).map(([key, value]) => filters.equals(key, value));
+    await this.request({
+      type: 'start_game', lobby_id: this._inLobby(), ...(wanted.length ? { filters: wanted } : {}),
+    });
+  }
+
+  /** While the lobby's game runs (after a crash, say): a fresh ticket, in a `game_starting` event. */
+  async requestTicket() { await this.request({ type: 'request_ticket', lobby_id: this._inLobby() }); }
+
+  /** The game server `serverId` refused this member's ticket: enough reports take it out of rotation. */
+  async reportGameServer(serverId, reason) {
+    await this.request({ type: 'report_game_server', lobby_id: this._inLobby(), server_id: serverId, reason });
+  }
+
+  /**
+   * Ask the matchmaker for a match of `size` players in `mode` and `region`: the queue ticket's
+   * id; a `matched` event follows (this member is then seated in the match's lobby), or
+   * `queue_left`. `start`: the match's game starts at once.
+   */
+  async queue(mode, region, { skill = 0, size = 2, strictRegion = false, start = false } = {}) {
+    const reply = await this.request({
+      type: 'enqueue_match', mode, region, skill, size, party: '0', party_size: 1, party_seat: '',
+      strict_region: strictRegion, start, waited_ms: 0,
+    });
+    return reply.ticket;
+  }
+
+  /** Leave the matchmaker's queue (`not_queued` if not in it). */
+  async cancelQueue() { await this.request({ type: 'cancel_match' }); }
 
   /** Whether this member owns its lobby. */
   get isOwner() { return this.lobby !== null && this.lobby.owner === this.member; }

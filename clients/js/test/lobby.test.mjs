@@ -116,6 +116,36 @@ test('refusals are LobbyErrors with the code\'s name', { skip }, async () => {
   }
 });
 
+test('the game loop and the matchmaker: start by tags, tickets, reports, queue and cancel', { skip }, async () => {
+  const gus = await member('gus');
+  const hal = await member('hal');
+  try {
+    // Two strangers in one mode and region: matched into one new lobby.
+    const mode = name('duel');
+    const matched = Promise.all([gus, hal].map((c) => c.until(() => c.lobby !== null)));
+    assert.ok(await gus.queue(mode, 'eu', { skill: 1500 }));
+    assert.ok(await hal.queue(mode, 'eu', { skill: 1520 }));
+    await matched;
+    assert.equal(String(gus.lobby.lobby_id), String(hal.lobby.lobby_id));
+    // No game server here (no --ticket-key): a start with tags is refused, not lost, and so are
+    // a ticket and a report for a game that is not running.
+    const owner = gus.isOwner ? gus : hal;
+    await gus.ready();
+    await hal.ready();
+    await assert.rejects(owner.start({ region: 'eu' }), (error) => error.code === 'no_game_server');
+    await assert.rejects(gus.requestTicket(), (error) => error.code === 'no_game');
+    await assert.rejects(hal.reportGameServer('g-1', 'refused'), (error) => error.code === 'no_game');
+    // Out of the lobby, queued alone, then cancelled.
+    await gus.leave();
+    await gus.queue(name('solo'), 'eu');
+    await gus.cancelQueue();
+    await assert.rejects(gus.cancelQueue(), (error) => error.code === 'not_queued');
+  } finally {
+    gus.close();
+    hal.close();
+  }
+});
+
 test('a private lobby is joined by its code; quick-join finds a public one by filters', { skip }, async () => {
   const eve = await member('eve');
   const fay = await member('fay');
