@@ -154,6 +154,8 @@ async def test_a_party_that_does_not_gather_is_told() -> None:
         ):
             party = await p.create("party", 2)
             await q.join(party)
+            # The party is its lobby as the owner's replica shows it: both seated.
+            await p.wait_until(lambda c: c.replica is not None and len(c.replica.members) == 2)
             await p.queue("duel", "eu", size=2, party=True)
             left = await p.next_event(QueueLeft)
             assert "arrive" in left.reason and p.waiting is None
