@@ -83,26 +83,6 @@ def test_a_zero_length_nak_is_valid_and_asks_for_nothing_a_negative_one_is_inval
     assert counters.retransmits_sent == 1
 
 
-def test_a_status_message_more_than_half_a_term_from_the_sender_position_is_rejected() -> None:
-    # aeron_network_publication_is_valid_status_message (Aeron 1.51): valid when "sm_position
-    # >= snd_pos - max_transmission_window && sm_position <= snd_pos + max_transmission_window",
-    # the window being term_buffer_length >> 1; the send endpoint counts the rest in
-    # status_messages_rejected and never hands them to the publication.
-    pair = _connected_with_data()
-    publication = pair.publication
-    counters = pair.sender_counters
-    sent = publication.sender_position
-    limit = publication.sender_limit
-    far_ahead = sent + TERM // 2 + 32
-    pair.inject_to_sender(_sm(far_ahead))
-    assert counters.invalid_by_reason["sm_out_of_window"] == 1
-    assert publication.sender_limit == limit  # it moved nothing
-    # At exactly half a term it is valid (and clamped to what was sent).
-    pair.inject_to_sender(_sm(sent + TERM // 2))
-    assert counters.invalid_by_reason["sm_out_of_window"] == 1
-    assert publication.sender_limit >= limit
-
-
 def _lose_forever(offset: int) -> FateFn:
     """The data frame at `offset` never arrives (its original and every resend)."""
 

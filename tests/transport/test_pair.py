@@ -854,11 +854,9 @@ def test_forged_sm_cannot_open_the_limit_beyond_what_was_sent() -> None:
             receiver_id=RECEIVER_ID,
         ).encode()
 
-    pair.inject_to_sender(forged(900 * KIB))  # over half a term ahead: rejected (Aeron 1.51)
-    assert publication.sender_limit == 4096
-    assert pair.sender_counters.invalid_by_reason["sm_out_of_window"] == 1
-    pair.inject_to_sender(forged(300 * KIB))  # within half a term: clamped to the sender position
-    assert publication.sender_limit == 4096 + 4096
+    for offset in (900 * KIB, 300 * KIB):  # both clamped to the sender position
+        pair.inject_to_sender(forged(offset))
+        assert publication.sender_limit == 4096 + 4096
 
 
 def test_unreliable_subscription_pads_over_a_lost_fragment() -> None:
