@@ -227,7 +227,7 @@ def test_the_checker_catches_a_planted_violation(line: str, path: PurePosixPath)
         ("# random seed 7: same seed, same file; hypothesis seed=3", TESTS_FILE),
         ("rng = random.Random(seed)  # PYTHONHASHSEED differs per process", TESTS_FILE),
         ('"--seed", "7"  # generated with (seed 2004)', TESTS_FILE),
-        ("--duologue-ports shared: two ports for every duologue", TESTS_FILE),
+        (f"--duologue-ports {BG}: two ports for every duologue", TESTS_FILE),
         ("# aeron-io/aeron#2061: MDC sends every stream", TESTS_FILE),
         ('path = ROOT / "tests" / "data" / "aeron-captures"', TESTS_FILE),
     ],
