@@ -105,6 +105,23 @@ def http_request(port: int, method: str, path: str) -> tuple[int, str]:
         connection.close()
 
 
+class Progress:
+    """Wakes whoever waits for a condition on the members each time one of them moves on."""
+
+    def __init__(self) -> None:
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def bump(self) -> None:
+        self._lot.unpark_all()
+
+    async def until(self, condition: Any) -> None:
+        while not condition():
+            await self._lot.park()
+
+
+PROGRESS = Progress()
+
+
 class Member:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -122,6 +139,7 @@ class Member:
             elif isinstance(event, Rehomed):
                 self.rehomed_at = trio.current_time()
                 self.rehomed_to = event.server
+            PROGRESS.bump()
 
     async def chat(self, stop: trio.Event) -> None:
         n = 0
@@ -132,6 +150,7 @@ class Member:
                 self.sent.append(text)
             except (echo.lobby.LobbyError, echo.lobby.LobbyUnavailable) as error:
                 self.failed.append(f"{text}: {error!r}")
+            PROGRESS.bump()
             n += 1
             await trio.sleep(0.05)
 
@@ -164,8 +183,7 @@ async def drain_one(servers: list[dict[str, Any]], how: str) -> None:
         for member in moving:
             nursery.start_soon(member.chat, stop_chat)
         with trio.fail_after(30):  # lines before the drain, on the old home
-            while not all(m.sent for m in moving):  # noqa: ASYNC110
-                await trio.sleep(0.01)
+            await PROGRESS.until(lambda: all(m.sent for m in moving))
         signalled = trio.current_time()
         if how == "sigterm":
             victim["process"].send_signal(signal.SIGTERM)
@@ -174,16 +192,14 @@ async def drain_one(servers: list[dict[str, Any]], how: str) -> None:
             status, body = await trio.to_thread.run_sync(http_request, port, "POST", "/drain")
             assert (status, body) == (202, "draining\n")
         with trio.fail_after(15):
-            while any(m.rehomed_at is None for m in moving):  # noqa: ASYNC110
-                await trio.sleep(0.01)
+            await PROGRESS.until(lambda: all(m.rehomed_at is not None for m in moving))
         slowest = max(m.rehomed_at for m in moving if m.rehomed_at is not None) - signalled
         assert slowest <= REHOME_WITHIN, f"the last member re-homed after {slowest:.2f} s"
         new_homes = {m.rehomed_to for m in moving}
         assert victim_name not in new_homes
         moved = {m.name: len(m.sent) for m in moving}
         with trio.fail_after(30):  # lines after the drain, on the new home
-            while not all(len(m.sent) > moved[m.name] + 2 for m in moving):  # noqa: ASYNC110
-                await trio.sleep(0.01)
+            await PROGRESS.until(lambda: all(len(m.sent) > moved[m.name] + 2 for m in moving))
         stop_chat.set()
         assert await trio.to_thread.run_sync(victim["process"].wait, 30) == 0
         # Every seat is there, on the new home, and nobody else moved.
@@ -203,8 +219,7 @@ async def drain_one(servers: list[dict[str, Any]], how: str) -> None:
                 assert not member.failed, member.failed
                 wanted = {t for other in members if other is not member for t in other.sent}
                 with trio.move_on_after(10):
-                    while not wanted <= set(member.seen):  # noqa: ASYNC110
-                        await trio.sleep(0.02)
+                    await PROGRESS.until(lambda m=member, w=wanted: w <= set(m.seen))
                 lost += [f"{member.name} missed {t}" for t in sorted(wanted - set(member.seen))]
         nursery.cancel_scope.cancel()
     events = [json.loads(line) for line in victim["log"].read_text().splitlines()]
