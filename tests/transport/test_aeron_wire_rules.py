@@ -6,7 +6,8 @@ whole 32-byte-aligned frames no longer than the datagram, unknown frame types dr
 with a group tag and up to 1023 bytes of text (tests/transport/test_frames*.py), SETUP term
 lengths a power of two, offsets aligned and MTUs 32-aligned (tests/transport/test_receiver*.py),
 retransmits capped at a multiple of the receiver window (tests/transport/test_retransmit*.py).
-Here are the ones echo lacked.
+Here are the ones echo lacked. (One rule echo does not follow, the status-message window
+of Aeron 1.51, is explained in docs/transport.md.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from echo.transport.frames import (
     REVOKED_FLAG,
     DataHeader,
     Nak,
-    StatusMessage,
     parse_datagram_untrusted,
 )
 from echo.transport.image import ImageState
@@ -25,7 +25,6 @@ from echo.transport.receiver import ImageUnavailable
 from tests.transport.pairlink import (
     DELIVER,
     DROP,
-    RECEIVER_ID,
     Direction,
     Fate,
     FateFn,
@@ -40,18 +39,6 @@ TERM = 64 * 1024
 def _nak(offset: int, length: int) -> bytes:
     return Nak(
         session_id=SESSION, stream_id=STREAM, term_id=0, term_offset=offset, length=length
-    ).encode()
-
-
-def _sm(position: int, flags: int = 0) -> bytes:
-    return StatusMessage(
-        session_id=SESSION,
-        stream_id=STREAM,
-        consumption_term_id=position // TERM,
-        consumption_term_offset=position % TERM,
-        receiver_window=TERM // 2,
-        receiver_id=RECEIVER_ID,
-        flags=flags,
     ).encode()
 
 
