@@ -399,14 +399,6 @@ class Driver(LendingDriver):
             except Exception:  # a bug must not take the transport down: count, log, go on
                 self._handle_failed(source)
             received += 1
-            if endpoint.repair_due:
-                # A NAK was taken on: resend before reading on. A receiver that lost data
-                # re-NAKs about once a millisecond, so under loss a send socket holds a run
-                # of NAKs and SMs; the repair waited behind the whole read budget, or, while
-                # the data burst kept the socket busy, for the next timer (Aeron's unicast
-                # retransmit delay is 0). What is left stays queued; the socket stays
-                # readable, and its reader comes back to it once the resend is out.
-                break
         if timers_due or (received and not udp.quiet_after_read()):
             # (Skipped when an application task reads a lent socket and the datagrams were
             # data in order: no SM or NAK is due, no image came or went, nobody else to

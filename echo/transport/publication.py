@@ -339,7 +339,7 @@ class NetworkPublication:
         self.liveness.forget(frame.receiver_id)
 
     def on_nak(self, nak: Nak, now: float) -> bool:
-        """Take a NAK: True if a resend now waits for `poll` (SendEndpoint.repair_due)."""
+        """Take a NAK: True if a resend of it now waits for the next `poll`."""
         # Aeron's RetransmitHandler: a negative length is invalid, a zero one asks for nothing
         if (
             nak.term_offset < 0

@@ -111,8 +111,6 @@ class ReceiveEndpoint:
         response: bool = False,
     ) -> None:
         self.counters = counters
-        #: never: a receive socket sends no data to repair (SendEndpoint.repair_due)
-        self.repair_due = False
         #: a response subscription's endpoint (control-mode=response): its streams wait for
         #: the publisher's RSP_SETUP before they elicit a SETUP (response.py)
         self.response = response

@@ -237,7 +237,6 @@ class ResponseSendEndpoint(SendEndpoint):
         """Poll the publications that heard something, were offered to or closed, or whose
         deadline came: a control port with 1,000 response publications must not cost
         O(publications) per status message."""
-        self.repair_due = False
         due = self._touched
         self._touched = set()
         heap = self._heap
@@ -319,8 +318,7 @@ class ResponseSendEndpoint(SendEndpoint):
             counters.unvalidated_drops += 1
             return
         if isinstance(frame, Nak):
-            if publication.on_nak(frame, now):
-                self.repair_due = True
+            publication.on_nak(frame, now)
         elif isinstance(frame, Rttm):
             publication.on_rttm(frame, now)
         else:

@@ -124,9 +124,6 @@ class SendEndpoint:
         self.manual = ManualDestinations() if mode is SendMode.MANUAL else None
         self._emit_send: Send | None = None
         self._emit: Emit = self._no_emit
-        #: a NAK was taken on since the last `poll`: the driver polls before it reads on, so
-        #: that a repair never waits behind a socket full of datagrams (or the next timer)
-        self.repair_due = False
 
     @staticmethod
     def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> int:
@@ -214,8 +211,7 @@ class SendEndpoint:
             if publication is None:
                 counters.unknown_session_drops += 1
                 return
-            if publication.on_nak(frame, now):
-                self.repair_due = True
+            publication.on_nak(frame, now)
         elif isinstance(frame, Rttm):
             if not self._validated(source):
                 return
@@ -322,7 +318,6 @@ class SendEndpoint:
         return False
 
     def poll(self, now: float, send: Send) -> None:
-        self.repair_due = False
         if self._replies:
             counters = self.counters
             for datagram, address, counter in self._replies:
