@@ -194,6 +194,7 @@ class Matchmaker:
         self._gathering: dict[int, _Gathering] = {}  # party lobby id -> arriving members
         self._gathering_ids: dict[int, int] = {}  # its ticket id -> party lobby id
         self._member: dict[str, int] = {}  # member -> its ticket (or its party's gathering)
+        self._party_ticket: dict[int, int] = {}  # party lobby id -> its complete ticket
         self._next_ticket = 1
         self.matches_formed = 0
 
@@ -229,6 +230,12 @@ class Matchmaker:
             if gathering is not None and gathering.ticket_id == current:
                 return current  # this party member arrived already
             self.withdraw(entry.member, now)
+        queued = self._party_ticket.get(entry.party) if entry.party else None
+        if queued is not None and entry.member not in self._tickets[queued].members:
+            # Its party queued as a smaller one (a member's view of the lobby was behind):
+            # waiting here would never complete it.
+            size = len(self._tickets[queued].members)
+            raise QueueError("party", f"the party is queued already as {size} without this member")
         since = now - min(entry.waited, self.rules.open_after)
         if entry.party == 0:
             return self._add_ticket((entry.member,), entry, float(entry.skill), since)
@@ -409,6 +416,8 @@ class Matchmaker:
             entry.start,
         )
         self._tickets[ticket_id] = ticket
+        if entry.party:
+            self._party_ticket[entry.party] = ticket_id
         bisect.insort(self._pools.setdefault((entry.mode, entry.size), []), (skill, ticket_id))
         for m in members:
             self._member[m] = ticket_id
@@ -416,6 +425,8 @@ class Matchmaker:
 
     def _remove_ticket(self, ticket: Ticket, *, forget_members: bool = True) -> None:
         del self._tickets[ticket.ticket_id]
+        if ticket.party:
+            del self._party_ticket[ticket.party]
         key = (ticket.mode, ticket.size)
         pool = self._pools[key]
         i = bisect.bisect_left(pool, (ticket.skill, ticket.ticket_id))

@@ -162,6 +162,19 @@ def test_parties_are_kept_whole_and_gather_before_matching() -> None:
     assert len(mm) == 1  # x or y: a party of 3 and two solos make 5, not 4
 
 
+def test_a_member_of_a_party_queued_without_it_is_refused_not_left_waiting() -> None:
+    # The leader's view of its lobby was behind: it queued the party as a party of 1.
+    mm = Matchmaker(RULES)
+    t1 = mm.enqueue(Entry("lead", "trio", "eu", 10, 3, party=9, party_size=1), 0)
+    with pytest.raises(QueueError) as refused:
+        mm.enqueue(Entry("mate", "trio", "eu", 10, 3, party=9, party_size=2), 0)
+    assert refused.value.reason == "party" and "as 1" in str(refused.value)
+    assert mm.ticket_of("mate") is None and mm.ticket_of("lead") == t1
+    mm.cancel("lead")  # once that ticket is gone, the party can queue whole
+    t2 = mm.enqueue(Entry("lead", "trio", "eu", 10, 3, party=9, party_size=2), 1)
+    assert mm.enqueue(Entry("mate", "trio", "eu", 10, 3, party=9, party_size=2), 1) == t2
+
+
 def test_a_party_that_does_not_gather_is_dropped_and_a_withdrawn_member_holds_it() -> None:
     mm = Matchmaker(RULES)
     mm.enqueue(Entry("a", "duel", "eu", 1, 2, party=3, party_size=2), 0)

@@ -75,6 +75,7 @@ async def test_a_party_queues_whole_and_a_match_can_start_at_once(tmp_path: Path
         ):
             party = await lead.create("our party", 2)
             await mate.join(party)
+            await lead.wait_until(lambda c: c.replica is not None and len(c.replica.members) == 2)
             for p in (lead, mate):
                 await p.queue("squad", "eu", skill=500, size=4, party=True, start=True)
             for p in (s1, s2):
@@ -170,6 +171,8 @@ async def test_a_party_whose_lobby_lives_on_another_server_queues_with_its_seats
         ):
             party = await lead.create("party", 2)
             await mate.join(party)
+            # The leader queues the party as its own lobby shows it: both seated.
+            await lead.wait_until(lambda c: c.replica is not None and len(c.replica.members) == 2)
             where = lead.server
             ring = c.lobby[0].ring
             region = next(
