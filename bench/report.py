@@ -54,6 +54,7 @@ benchmark writes its file when it runs:
 ./dev bench --list                                              # every benchmark --only takes
 python -m bench.scale --clients 200 --seconds 20 --repeats 3    # B4 (with its raw run)
 python -m bench.lobby_bench --repeats 3                         # L1, echo and Colyseus
+python -m bench.resume_bench --repeats 5                        # R1, resume and ghost lobbies
 ./dev bench-report                                              # this page and the README's figures
 ```
 
