@@ -17,7 +17,7 @@ import socket
 import threading
 
 LOW, HIGH = 20000, 32768  # below Linux's ephemeral range
-SLOTS = 3  # the pytest processes of `./dev test`
+SLOTS = 4  # the pytest processes of `./dev test`
 
 
 def _share() -> tuple[int, int]:

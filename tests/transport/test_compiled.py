@@ -1,8 +1,9 @@
 """The compiled core: the run that claims to be compiled really imported the compiled modules.
 
-`./dev test --both` runs the suite twice and says which run this is with ECHO_EXPECT_COMPILED
-(0: interpreted, 1: compiled), so a build that silently fell back to the sources cannot pass
-as compiled, and stale extension files cannot slip into the interpreted run.
+`./dev test --both` runs the suite, then the core's suites compiled, and says which run this is
+with ECHO_EXPECT_COMPILED (0: interpreted, 1: compiled), so a build that silently fell back to
+the sources cannot pass as compiled, and stale extension files cannot slip into the
+interpreted run.
 """
 
 from __future__ import annotations
