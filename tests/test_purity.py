@@ -55,7 +55,12 @@ PURE: dict[str, list[str]] = {
     "echo.lobby": [
         "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
         "matchmaker", "protocol", "queue_wire", "queues", "replica", "results", "resume",
-        "state", "timers",
+        "timers",
+    ],
+    # the lobby registry in layers: its records, checks, search, members, operations,
+    # re-creation from copies, and the registry with its entry points
+    "echo.lobby.state": [
+        "__init__", "checks", "members", "ops", "records", "recreate", "registry", "search",
     ],
     # the JSON form of the lobby's messages, derived from the binary table
     "echo.lobby.web": ["__init__", "jsonwire"],
@@ -86,6 +91,7 @@ DRIVERS: dict[str, list[str]] = {
         "__init__", "cli", "cli_queue", "client", "client_queue", "drain", "play",
         "server", "statefile",
     ],
+    "echo.lobby.state": [],
     # the WebSocket door on the lobby server and its echo-lobby options
     "echo.lobby.web": ["cli", "door"],
     # echo-lobby --web: the page's files read from the package, the listener that serves them
