@@ -54,8 +54,12 @@ PURE: dict[str, list[str]] = {
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
         "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
-        "matchmaker", "protocol", "queue_wire", "queues", "replica", "results", "resume",
-        "timers",
+        "matchmaker", "queue_wire", "queues", "replica", "results", "resume", "timers",
+    ],
+    # the lobby's messages by family (records, requests, replies, updates), their field codecs
+    # and the message table with its codec
+    "echo.lobby.protocol": [
+        "__init__", "fields", "records", "replies", "requests", "table", "updates",
     ],
     # the lobby registry in layers: its records, checks, search, members, operations,
     # re-creation from copies, and the registry with its entry points
@@ -91,6 +95,7 @@ DRIVERS: dict[str, list[str]] = {
         "__init__", "cli", "cli_queue", "client", "client_queue", "drain", "play",
         "server", "statefile",
     ],
+    "echo.lobby.protocol": [],
     "echo.lobby.state": [],
     # the WebSocket door on the lobby server and its echo-lobby options
     "echo.lobby.web": ["cli", "door"],

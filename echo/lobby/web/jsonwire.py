@@ -58,6 +58,8 @@ import attrs
 
 from echo.lobby import protocol as p
 from echo.lobby.hello import MAX_RESUME_BYTES, MAX_SEAT_BYTES, MAX_TOKEN_BYTES, Hello
+from echo.lobby.protocol import fields as pf
+from echo.lobby.protocol import table as pt
 
 PROTOCOL_VERSION: Final = 1
 SCHEMA_ID: Final = "https://echo.invalid/lobby/json-protocol/v1/schema.json"
@@ -383,39 +385,39 @@ class _JUnion(_J):
         return {"oneOf": [k.schema() for k in self.by_kind.values()]}
 
 
-def _record(codec: p._Record, head: tuple[str, str] | None) -> _JRecord:
+def _record(codec: pf._Record, head: tuple[str, str] | None) -> _JRecord:
     fields = []
     for name, c in codec.fields:
-        if isinstance(c, p._Trailing):
+        if isinstance(c, pf._Trailing):
             fields.append(_Field(name, _form(c.codec), optional=c.empty))
         else:
             fields.append(_Field(name, _form(c)))
     return _JRecord(codec.cls, fields, head)
 
 
-def _form(c: p._Codec) -> _J:
+def _form(c: pf._Codec) -> _J:
     """The JSON form of one binary field codec (a codec kind unknown here fails at import)."""
-    if isinstance(c, p._Enum):
+    if isinstance(c, pf._Enum):
         return _JEnum(c.kind)
-    if isinstance(c, p._Int):
+    if isinstance(c, pf._Int):
         return _JU64() if c.low == 0 and c.high > _JS_SAFE else _JInt(c.low, c.high)
-    if isinstance(c, p._Bool):
+    if isinstance(c, pf._Bool):
         return _JBool()
-    if isinstance(c, p._Text):
+    if isinstance(c, pf._Text):
         return _JText(255 if c.push.__name__.endswith("str8") else 0xFFFF)
-    if isinstance(c, p._Bytes8 | p._Bytes16):
-        return _JBytes(0xFF if isinstance(c, p._Bytes8) else 0xFFFF)
-    if isinstance(c, p._Map):
+    if isinstance(c, pf._Bytes8 | pf._Bytes16):
+        return _JBytes(0xFF if isinstance(c, pf._Bytes8) else 0xFFFF)
+    if isinstance(c, pf._Map):
         return _JMap(c.value.allow_delete)
-    if isinstance(c, p._OptU64):
+    if isinstance(c, pf._OptU64):
         return _JOptU64()
-    if isinstance(c, p._List):
+    if isinstance(c, pf._List):
         return _JList(_form(c.item), c.size.high)
-    if isinstance(c, p._Union):
+    if isinstance(c, pf._Union):
         return _JUnion(
             c.name, [_record(r, ("kind", _snake(r.cls.__name__))) for r in c.kinds.values()]
         )
-    if isinstance(c, p._Record):
+    if isinstance(c, pf._Record):
         return _record(c, None)
     raise TypeError(f"no JSON form for the field codec {type(c).__name__}")  # pragma: no cover
 
@@ -425,10 +427,10 @@ def type_name(kind: p.MessageType) -> str:
     return kind.name.lower()
 
 
-_BY_TYPE: Final = {type_name(m.kind): _record(m, ("type", type_name(m.kind))) for m in p._MESSAGES}
+_BY_TYPE: Final = {type_name(m.kind): _record(m, ("type", type_name(m.kind))) for m in pt._MESSAGES}
 _BY_CLASS: Final = {form.cls: form for form in _BY_TYPE.values()}
 REQUEST_TYPES: Final = frozenset(
-    type_name(m.kind) for m in p._MESSAGES if m.cls in p._REQUEST_TYPES
+    type_name(m.kind) for m in pt._MESSAGES if m.cls in pt._REQUEST_TYPES
 )
 SERVER_TYPES: Final = frozenset(_BY_TYPE) - REQUEST_TYPES
 
