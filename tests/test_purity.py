@@ -64,6 +64,7 @@ PURE: dict[str, list[str]] = {
     ],
     # what the lobby client raises and reports, and its pure helpers
     "echo.lobby.client": ["events", "helpers"],
+    "echo.lobby.server": [],
     # the lobby registry in layers: its records, checks, search, members, operations,
     # re-creation from copies, and the registry with its entry points
     "echo.lobby.state": [
@@ -95,7 +96,7 @@ DRIVERS: dict[str, list[str]] = {
     # the package (loads the client, and trio, on first use), the client, the trio server,
     # the way from a GameStarting into the game server's session
     "echo.lobby": [
-        "__init__", "cli", "cli_queue", "client_queue", "drain", "play", "server", "statefile",
+        "__init__", "cli", "cli_queue", "client_queue", "drain", "play", "statefile",
     ],
     # the package (re-exports), its fields and events, its session to a server, its requests,
     # its way back after a drop, LobbyClient and connect
@@ -103,6 +104,11 @@ DRIVERS: dict[str, list[str]] = {
         "__init__", "api", "connecting", "links", "rehome", "requests", "state",
     ],
     "echo.lobby.protocol": [],
+    # the trio server by concern: its configuration and channels, its fields and a member's
+    # connection, requests and deliveries, member sessions, timers and topics, LobbyServer
+    "echo.lobby.server": [
+        "__init__", "app", "base", "config", "replication", "routing", "sessions",
+    ],
     "echo.lobby.state": [],
     # the WebSocket door on the lobby server and its echo-lobby options
     "echo.lobby.web": ["cli", "door"],
