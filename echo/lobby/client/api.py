@@ -129,7 +129,6 @@ class LobbyClient(_Rehome):
         #: The matchmaker entry this member waits with (`queue`), None when not queued.
         self.waiting: client_queue.Waiting | None = None
 
-
     # ------------------------------------------------------------------ the API
 
     async def connect(self) -> None:
@@ -259,7 +258,6 @@ class LobbyClient(_Rehome):
         order = [s for s in ([first] if first else []) + self.servers if s not in self.dead]
         return await self._join_walk(dict.fromkeys(order), request, ErrorCode.NO_MATCH)
 
-
     async def search(
         self, filters: Sequence[Filter] = (), *, cursor: int | None = None, limit: int = 20
     ) -> SearchResults:
@@ -374,4 +372,3 @@ class LobbyClient(_Rehome):
     async def request(self, request: Request) -> Reply:
         """Any request as it is (tests, tools); refusals raise `LobbyError`."""
         return await self._request(request)
-

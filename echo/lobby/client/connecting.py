@@ -78,8 +78,6 @@ async def connect(
         raise sole from None
 
 
-
-
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
     found: BaseException = group
     while isinstance(found, BaseExceptionGroup):
@@ -138,5 +136,3 @@ async def _client(
                 with trio.move_on_after(2):
                     await client._close_link()
             nursery.cancel_scope.cancel()
-
-

@@ -105,4 +105,3 @@ Event = (
     Update | ChatLine | GameStarting | ResumeToken | Rehomed | Reconnected | Resumed | Left
     | Matched | QueueLeft
 )
-

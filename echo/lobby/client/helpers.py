@@ -79,7 +79,6 @@ def filters_from(
     return tuple(out)
 
 
-
 def _none_let_in(order: Sequence[str], dead: Iterable[str], errors: Sequence[str]) -> str:
     """What `LobbyUnavailable` says after a walk of `order`: nobody answered, or who refused."""
     said = "; ".join(errors)
@@ -111,8 +110,6 @@ def _token_bytes(token: str | bytes | None) -> bytes:
     if len(data) > MAX_TOKEN_BYTES:
         raise ValueError(f"an identity token of more than {MAX_TOKEN_BYTES} bytes")
     return data
-
-
 
 
 def retry_after(message: str) -> float:

@@ -216,4 +216,3 @@ class _Links(_Base):
             return
         if result is ApplyResult.APPLIED:
             self._event(message)
-

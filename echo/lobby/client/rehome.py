@@ -163,4 +163,3 @@ class _Rehome(_Requests):
                     self._event(Rehomed(replica.lobby_id, target))
                     return
             raise LobbyUnavailable(f"the lobby could not be re-created on {target}: {reply}")
-

@@ -155,7 +155,6 @@ class _Requests(_Links):
             raise LobbyError(ErrorCode.NOT_MEMBER, "not in a lobby")
         return self.replica.lobby_id
 
-
     async def _join_walk(
         self, servers: Iterable[str | None], request: Request, not_there: ErrorCode
     ) -> int:

@@ -42,7 +42,6 @@ class _Link:
         self.session: Any = None
 
 
-
 class _Base:
     """The client's fields (`LobbyClient.__init__` sets them), its state as a game reads it,
     its events, and the waits on its state. Each module of this package adds one concern on
@@ -141,4 +140,3 @@ class _Base:
             self.events_dropped += 1
         except trio.ClosedResourceError:
             pass  # the client is closing
-

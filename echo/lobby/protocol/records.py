@@ -209,5 +209,3 @@ class LobbyListing:
     max_members: int
     metadata: Mapping[str, Value]
     home: str = ""  # the lobby server that holds it: where to join it
-
-

@@ -51,4 +51,3 @@ class SearchResults:
 
 
 Reply: TypeAlias = Refusal | Done | LobbyJoined | SearchResults | Queued
-

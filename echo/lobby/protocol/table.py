@@ -101,9 +101,6 @@ Message: TypeAlias = (
 )
 
 
-
-
-
 class _Message(_Record):
     """A record that is a message: its type byte and the channel it travels on."""
 

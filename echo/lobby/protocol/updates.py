@@ -214,5 +214,3 @@ class ChatLine:
     lobby_id: int
     member_id: str
     text: str
-
-

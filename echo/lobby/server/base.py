@@ -57,7 +57,6 @@ class _Conn:
         self.queued = False  # in LobbyServer._touched: messages queued, not yet flushed
 
 
-
 _GONE = (ChannelsClosed, SessionError, trio.ClosedResourceError, trio.BrokenResourceError)
 
 
@@ -72,7 +71,6 @@ async def _quietly(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
 def _same_client(conn: _Conn, hello: Hello) -> bool:
     """Is `hello` from the client of `conn` (both carry the same secret)?"""
     return bool(hello.secret) and hmac.compare_digest(conn.secret, hello.secret)
-
 
 
 class _Base:
@@ -112,4 +110,3 @@ class _Base:
     def _emit(self, event: str, **fields: Any) -> None:
         if self.events is not None:
             self.events.emit(event, **fields)
-

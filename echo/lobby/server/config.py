@@ -106,7 +106,6 @@ class LobbyServerConfig:
     match_interval: float = 0.25
 
 
-
 def code_home(ring: HashRing, code: str) -> str:
     """The lobby server a join code was made on (codes are chosen to land on their server)."""
     return ring.servers_for(f"code:{code}", 1)[0]

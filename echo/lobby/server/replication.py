@@ -164,7 +164,6 @@ class _Replication(_Sessions):
             await trio.sleep(config.listing_interval)
 
 
-
 async def announce_game_server(
     topic_client: Any,
     announcement: Callable[[], GameServerAnnouncement],
@@ -215,4 +214,3 @@ async def report_game_result(
         if i:
             await trio.sleep(interval)
         topic_client.publish(topic, record)
-

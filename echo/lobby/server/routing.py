@@ -239,7 +239,6 @@ class _Routing(_Base):
         if self._nursery is not None:
             self._nursery.start_soon(_quietly, conn.session.close, "too slow")
 
-
     def _send_resume_token(self, member_id: str) -> None:
         """Queue the member's resume token, for its session's secret and its seat here (none
         without a secret, a seat, or a grace period: the token would take nothing back)."""
@@ -254,4 +253,3 @@ class _Routing(_Base):
         except ResumeTokenError:  # pragma: no cover - a secret the hello parser let through
             return
         self._send_to(member_id, Channel.UPDATES, encode(ResumeToken(lobby_id, token)))
-

@@ -229,4 +229,3 @@ class _Sessions(_Routing):
             while not bucket.take(trio.current_time()):  # noqa: ASYNC110 (a rate, not an event)
                 await trio.sleep(max(0.001, (1.0 - bucket.tokens) / limit.rate))
             self._on_request(conn, delivery.data, channel)
-

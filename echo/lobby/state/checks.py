@@ -65,7 +65,6 @@ class _State:
 class _Checks(_State):
     """Rate limits, lookups that refuse, and the limits on names, maps and filters."""
 
-
     def _rate(
         self, member_id: str, kind: str, limit: RateLimit, now: float, *, repeat: bool = False
     ) -> None:
@@ -190,4 +189,3 @@ class _Checks(_State):
                 _refuse(ErrorCode.FILTER_INVALID, f"{f.key!r} is not an indexed key")
             if isinstance(f, NumberRange) and f.low > f.high:
                 _refuse(ErrorCode.FILTER_INVALID, "a range's low end is above its high end")
-

@@ -168,4 +168,3 @@ class _Members(_Search):
     def _take_out(self) -> tuple[Send, ...]:
         out, self._out = tuple(self._out), []
         return out
-

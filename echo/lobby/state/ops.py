@@ -175,7 +175,6 @@ class _Operations(_Members):
         self.counters["quick_joins"] += 1
         return self._join(member_id, best, req.request_id, now)
 
-
     def _join_by_id(self, member_id: str, req: JoinLobby, now: float) -> Reply:
         repeat = member_id in getattr(self._lobbies.get(req.lobby_id), "members", ())
         self._rate(member_id, "join", self.config.join_limit, now, repeat=repeat)
@@ -309,4 +308,3 @@ class _Operations(_Members):
         self.counters["chat_deliveries"] += len(audience)
         self._out.append(Send(audience, ChatLine(lobby.lobby_id, member_id, req.text)))
         return Done(req.request_id)
-

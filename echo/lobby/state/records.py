@@ -186,6 +186,7 @@ def _value_bytes(v: Value) -> int:
 def _has_control(s: str) -> bool:
     return any(unicodedata.category(c) in ("Cc", "Cs") for c in s)
 
+
 def _is_its_create(lobby: _Lobby, member_id: str, req: CreateLobby) -> bool:
     """Is `lobby` what `req` made, asked again by its owner (a retry, not a second lobby)?"""
     return (

@@ -369,4 +369,3 @@ class _Recreate(_Operations):
         for seq, m in enumerate(lobby.members.values()):
             m.join_seq = seq
         lobby.next_join_seq = len(lobby.members)
-

@@ -33,7 +33,6 @@ from echo.lobby.state.records import (
 class _Search(_Checks):
     """The lobby table, the search index and listings, and the search request."""
 
-
     def _add_lobby(self, lobby: _Lobby) -> None:
         self._lobbies[lobby.lobby_id] = lobby
         if lobby.join_code:
@@ -158,7 +157,6 @@ class _Search(_Checks):
                 return code
         raise RuntimeError("the join code source keeps returning codes in use")
 
-
     def _search(self, member_id: str, req: SearchLobbies, now: float) -> Reply:
         self._rate(member_id, "search", self.config.search_limit, now)
         self._check_filters(req.filters)
@@ -195,7 +193,6 @@ class _Search(_Checks):
         return SearchResults(req.request_id, listings, next_cursor)
 
 
-
 def _listing_matches(listing: LobbyListing, filters: Iterable[Filter]) -> bool:
     """`_matches` for another server's listing: filters name only indexed keys, which is what
     a listing carries."""
@@ -211,5 +208,3 @@ def _listing_matches(listing: LobbyListing, filters: Iterable[Filter]) -> bool:
             if listing.max_members - listing.member_count < f.minimum:
                 return False
     return True
-
-
