@@ -71,8 +71,9 @@ PURE: dict[str, list[str]] = {
     "echo.lobby.state": [
         "__init__", "checks", "members", "ops", "records", "recreate", "registry", "search",
     ],
-    # the JSON form of the lobby's messages, derived from the binary table
-    "echo.lobby.web": ["__init__", "jsonwire"],
+    # the JSON form of the lobby's messages, derived from the binary table (the forms of its
+    # field codecs, the messages, the hello, the schema)
+    "echo.lobby.web": ["__init__", "jsonforms", "jsonwire"],
     # the lobby page (a docstring) and its HTTP answers
     "echo.lobby.webpage": ["__init__", "pages"],
     # the package (a docstring); the Agones SDK client's state machine

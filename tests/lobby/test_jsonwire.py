@@ -18,6 +18,7 @@ from echo.lobby import protocol as p
 from echo.lobby.hello import Hello, encode_hello, parse_hello_untrusted
 from echo.lobby.protocol import fields as pf
 from echo.lobby.protocol import table as pt
+from echo.lobby.web import jsonforms
 from echo.lobby.web import jsonwire as j
 from tests.lobby.test_protocol import EDGES, SAMPLES, messages
 
@@ -122,7 +123,7 @@ def test_a_message_added_to_the_table_gets_a_json_form() -> None:
         scores=pf._List(pf._U8, pf._Record(p.SeatTag, member_id=pf._STR8, tag=pf._BYTES8), "many"),
         winner=pf._PRESENCE, note=pf._Trailing(pf._CHANGES, {}),
     )  # fmt: skip
-    form = j._record(entry, ("type", "game_result"))
+    form = jsonforms._record(entry, ("type", "game_result"))
     value = Result(1, 2**63, (p.SeatTag("a", b"\x01"),), p.Presence.RECONNECTING, {"k": None})
     obj = form.dump(value)
     assert obj == {
