@@ -6,7 +6,7 @@ them repeats. Each message belongs to one of three logical channels (`Channel`):
 replies, state updates, chat. This module only tags them; carrying them with credit is the
 channels layer's job (echo.channels), so a member flooding chat cannot delay lobby state.
 
-Field encodings (each a field codec below, used by both directions):
+Field encodings (each a field codec of `fields`, used by both directions):
 
 ==========  ===========================================================================
 u8/u16/...  unsigned big-endian integers; ``bool`` is a u8 that must be 0 or 1

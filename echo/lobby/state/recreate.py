@@ -53,7 +53,7 @@ class _Recreate(_Operations):
            joined first; arrived members are never displaced (a copy that would need it is
            refused as LOBBY_FULL).
         5. The copy's owner gets the lobby back if it arrives within `recreate_window`;
-           until then the owner rule of this module applies (a connected owner).
+           until then the owner rule of `echo.lobby.state` applies (a connected owner).
         6. The version becomes max(current, copy) + 1 and every connected member receives a
            full snapshot.
         """
