@@ -27,13 +27,14 @@ FORBIDDEN = {
     "subprocess", "signal", "time", "datetime", "random",
 }  # fmt: skip
 
-# A seeded `random.Random` is passed in; these modules name the type, and the first two make an
-# unseeded one when none is (the driver passes its own).
+# A seeded `random.Random` is passed in; these modules name the type, and the first two (and the
+# lobby client's `shuffled`) make an unseeded one when none is (the driver passes its own).
 ALLOWED: dict[str, set[str]] = {
     "echo.transport.image": {"random"},
     "echo.transport.receiver": {"random"},
     "echo.transport.loss": {"random"},
     "echo.topics.ring": {"random"},
+    "echo.lobby.client.helpers": {"random"},
 }
 
 # Per package: its pure cores, and its drivers (I/O by design), every module in one of them.
@@ -54,11 +55,25 @@ PURE: dict[str, list[str]] = {
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
         "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
-        "matchmaker", "protocol", "queue_wire", "queues", "replica", "results", "resume",
-        "state", "timers",
+        "matchmaker", "queue_wire", "queues", "replica", "results", "resume", "timers",
     ],
-    # the JSON form of the lobby's messages, derived from the binary table
-    "echo.lobby.web": ["__init__", "jsonwire"],
+    # the lobby's messages by family (records, requests, replies, updates), their field codecs
+    # and the message table with its codec
+    "echo.lobby.protocol": [
+        "__init__", "fields", "records", "replies", "requests", "table", "updates",
+    ],
+    # what the lobby client raises and reports, and its pure helpers
+    "echo.lobby.client": ["events", "helpers"],
+    "echo.lobby.server": [],
+    "echo.lobby.cli": [],
+    # the lobby registry in layers: its records, checks, search, members, operations,
+    # re-creation from copies, and the registry with its entry points
+    "echo.lobby.state": [
+        "__init__", "checks", "members", "ops", "records", "recreate", "registry", "search",
+    ],
+    # the JSON form of the lobby's messages, derived from the binary table (the forms of its
+    # field codecs, the messages, the hello, the schema)
+    "echo.lobby.web": ["__init__", "jsonforms", "jsonwire"],
     # the lobby page (a docstring) and its HTTP answers
     "echo.lobby.webpage": ["__init__", "pages"],
     # the package (a docstring); the Agones SDK client's state machine
@@ -83,9 +98,25 @@ DRIVERS: dict[str, list[str]] = {
     # the package (loads the client, and trio, on first use), the client, the trio server,
     # the way from a GameStarting into the game server's session
     "echo.lobby": [
-        "__init__", "cli", "cli_queue", "client", "client_queue", "drain", "play",
-        "server", "statefile",
+        "__init__", "cli_queue", "client_queue", "drain", "play", "statefile",
     ],
+    # the command lines (echo-lobby, echo-lobby-client, echo-lobby-announce), their options,
+    # the client's commands and output, and `python -m echo.lobby.cli`
+    "echo.lobby.cli": [
+        "__init__", "__main__", "announce", "client", "commands", "options", "output", "server",
+    ],
+    # the package (re-exports), its fields and events, its session to a server, its requests,
+    # its way back after a drop, LobbyClient and connect
+    "echo.lobby.client": [
+        "__init__", "api", "connecting", "links", "rehome", "requests", "state",
+    ],
+    "echo.lobby.protocol": [],
+    # the trio server by concern: its configuration and channels, its fields and a member's
+    # connection, requests and deliveries, member sessions, timers and topics, LobbyServer
+    "echo.lobby.server": [
+        "__init__", "app", "base", "config", "replication", "routing", "sessions",
+    ],
+    "echo.lobby.state": [],
     # the WebSocket door on the lobby server and its echo-lobby options
     "echo.lobby.web": ["cli", "door"],
     # echo-lobby --web: the page's files read from the package, the listener that serves them
@@ -121,7 +152,8 @@ LAYERS: dict[str, set[str]] = {
     # the CLI helpers sit on top: the session's key options (--key, --server-key) load its keys
     "echo._cli": {"echo.session"},
 }  # fmt: skip
-# A command line (a package's cli.py) may also use the CLI helpers and write the event log.
+# A command line (a package's cli.py, or a module of its cli package) may also use the CLI
+# helpers and write the event log.
 CLI_EXTRA = {"echo.log", "echo._cli", "echo.telemetry", "echo.ops"}
 
 
@@ -209,7 +241,7 @@ def test_layers_import_downward_only(path: Path) -> None:
     if own == "echo":
         return  # the package's own __init__: a docstring
     allowed = LAYERS[own] | {own}
-    if path.name == "cli.py":
+    if path.name == "cli.py" or path.parent.name == "cli":
         allowed |= CLI_EXTRA
     for imported in imports(path):
         if imported.split(".")[0] == "echo":

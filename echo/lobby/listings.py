@@ -20,18 +20,9 @@ from typing import Final, TypeAlias
 
 import attrs
 
-from echo.lobby.protocol import (
-    _LISTING,
-    _STR8,
-    _U8,
-    _U64,
-    LobbyListing,
-    LobbyProtocolError,
-    _encode,
-    _reader,
-    _Record,
-    _Union,
-)
+from echo.lobby.protocol import LobbyListing, LobbyProtocolError
+from echo.lobby.protocol.fields import _LISTING, _STR8, _U8, _U64, _reader, _Record, _Union
+from echo.lobby.protocol.table import _encode
 
 RECORD_VERSION: Final = 1
 _LISTED: Final = 0

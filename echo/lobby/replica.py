@@ -116,6 +116,10 @@ class LobbyReplica:
                     fresh[t.member_id] = (*fresh.get(t.member_id, ()), t.tag)
             self.seat_tags.update(fresh)
             return ApplyResult.APPLIED
+        return self._apply_versioned(update)
+
+    def _apply_versioned(self, update: Update) -> ApplyResult:
+        """A snapshot (unless older) or the next update; a later one is a GAP."""
         if isinstance(update, LobbySnapshot):
             if update.version < self.version:
                 return ApplyResult.STALE
@@ -126,6 +130,11 @@ class LobbyReplica:
         if update.version != self.version + 1:
             return ApplyResult.GAP
         self.version = update.version
+        return self._apply_change(update)
+
+    def _apply_change(self, update: Update) -> ApplyResult:
+        """One update in order (its version is now the replica's): LEFT if it removed this
+        member, else APPLIED."""
         match update:
             case MemberJoined():
                 self.members[update.member.member_id] = update.member

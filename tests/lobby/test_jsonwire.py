@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 
 from echo.lobby import protocol as p
 from echo.lobby.hello import Hello, encode_hello, parse_hello_untrusted
+from echo.lobby.protocol import fields as pf
+from echo.lobby.protocol import table as pt
+from echo.lobby.web import jsonforms
 from echo.lobby.web import jsonwire as j
 from tests.lobby.test_protocol import EDGES, SAMPLES, messages
 
@@ -33,7 +36,7 @@ def validate(obj: Any, side: str) -> None:
 
 
 def side_of(msg: p.Message) -> str:
-    return "client_message" if isinstance(msg, p._REQUEST_TYPES) else "server_message"
+    return "client_message" if isinstance(msg, pt._REQUEST_TYPES) else "server_message"
 
 
 def round_trip(msg: p.Message) -> dict[str, Any]:
@@ -42,7 +45,7 @@ def round_trip(msg: p.Message) -> dict[str, Any]:
     again = j.loads(text)
     assert again == obj
     validate(again, side_of(msg))
-    load = j.load_request if isinstance(msg, p._REQUEST_TYPES) else j.load_server_message
+    load = j.load_request if isinstance(msg, pt._REQUEST_TYPES) else j.load_server_message
     assert load(again) == msg
     return obj
 
@@ -115,12 +118,12 @@ def test_a_message_added_to_the_table_gets_a_json_form() -> None:
         winner: p.Presence
         note: Any
 
-    entry = p._request(
-        p.MessageType.START_GAME, Result, lobby_id=p._U64,
-        scores=p._List(p._U8, p._Record(p.SeatTag, member_id=p._STR8, tag=p._BYTES8), "many"),
-        winner=p._PRESENCE, note=p._Trailing(p._CHANGES, {}),
+    entry = pt._request(
+        p.MessageType.START_GAME, Result, lobby_id=pf._U64,
+        scores=pf._List(pf._U8, pf._Record(p.SeatTag, member_id=pf._STR8, tag=pf._BYTES8), "many"),
+        winner=pf._PRESENCE, note=pf._Trailing(pf._CHANGES, {}),
     )  # fmt: skip
-    form = j._record(entry, ("type", "game_result"))
+    form = jsonforms._record(entry, ("type", "game_result"))
     value = Result(1, 2**63, (p.SeatTag("a", b"\x01"),), p.Presence.RECONNECTING, {"k": None})
     obj = form.dump(value)
     assert obj == {

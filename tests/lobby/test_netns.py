@@ -491,8 +491,9 @@ def test_owner_migrates_behind_nat_and_a_conntrack_flush_keeps_the_seat(tmp_path
         dropped = {"event": "presence", "member": "nat", "presence": "reconnecting"} in heard
         # If the server saw the old session end before the new one came, the owner "dropped"
         # and ownership went to quinn meanwhile; the seat came back with it (ownership follows
-        # the member's seat, not its address: state.py's owner rule). If the new session came
-        # first it replaced the old one and nothing changed. Either way nat owns the lobby.
+        # the member's seat, not its address: echo.lobby.state's owner rule). If the new
+        # session came first it replaced the old one and nothing changed. Either way nat owns
+        # the lobby.
         owner = "nat"
         want = {
             "event": "state",

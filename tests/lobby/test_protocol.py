@@ -533,7 +533,8 @@ def test_a_trailing_field_is_optional_and_never_empty(msg: Message, golden: str)
 
 
 def test_a_trailing_field_is_the_last_of_a_message_only() -> None:
-    from echo.lobby.protocol import _U32, _U64, _Message, _Record, _Trailing
+    from echo.lobby.protocol.fields import _U32, _U64, _Record, _Trailing
+    from echo.lobby.protocol.table import _Message
 
     with pytest.raises(TypeError, match="only the last"):
         _Record(JoinLobby, request_id=_Trailing(_U32, 0), lobby_id=_U64)
@@ -634,7 +635,7 @@ def test_generated_messages_round_trip(msg: Message) -> None:
 
 
 def test_a_table_entry_names_every_field_of_its_class_in_order() -> None:
-    from echo.lobby.protocol import _U32, _U64, _Record
+    from echo.lobby.protocol.fields import _U32, _U64, _Record
 
     _Record(JoinLobby, request_id=_U32, lobby_id=_U64)
     for wrong in ({"request_id": _U32}, {"lobby_id": _U64, "request_id": _U32}):
