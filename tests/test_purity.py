@@ -54,7 +54,7 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "wire"],
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
-        "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
+        "agreement", "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
         "matchmaker", "queue_wire", "queues", "replica", "results", "resume", "timers",
     ],
     # the lobby's messages by family (records, requests, replies, updates), their field codecs

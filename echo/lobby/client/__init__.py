@@ -9,7 +9,7 @@
             ...
 
 The client talks to one lobby server at a time over one `echo.session` session carrying the
-lobby's three logical channels (`echo.lobby.server.lobby_channel_specs`). It keeps a
+lobby's three logical channels (`echo.lobby.agreement.lobby_channel_specs`). It keeps a
 `LobbyReplica` of its lobby from the snapshot and the versioned updates (a gap asks for a
 snapshot again). A lobby's home is the first server of its id on the consistent-hashing ring of
 the lobby-server list (`echo.lobby.home`); every member computes it alone, so:

@@ -14,6 +14,7 @@ import structlog
 import trio
 
 from echo.lobby import client_queue
+from echo.lobby.agreement import code_walk
 from echo.lobby.client.events import (
     Event,
     LobbyError,
@@ -69,7 +70,6 @@ from echo.lobby.resume import (
     ResumeTokenError,
     decode_resume_token_untrusted,
 )
-from echo.lobby.server import code_walk
 from echo.topics.ring import HashRing
 
 log = structlog.get_logger("echo.lobby.client")
@@ -362,8 +362,16 @@ class LobbyClient(_Rehome):
         ticket id; a `Matched` event follows, and this member then sits in the match's lobby
         (started at once if every ticket asked to `start`). With `party`, this member's lobby
         queues as one ticket: each of its members calls this."""
-        return await client_queue.queue(self, mode, region, skill=skill, size=size,
-                                        party=party, strict_region=strict_region, start=start)
+        return await client_queue.queue(
+            self,
+            mode,
+            region,
+            skill=skill,
+            size=size,
+            party=party,
+            strict_region=strict_region,
+            start=start,
+        )
 
     async def cancel_queue(self) -> None:
         """Leave the matchmaker's queue (`LobbyError` NOT_QUEUED if not queued)."""

@@ -13,6 +13,7 @@ import structlog
 import trio
 
 from echo.channels import ChannelsClosed, open_channels
+from echo.lobby.agreement import lobby_channel_specs
 from echo.lobby.client.events import (
     AuthRefused,
     Left,
@@ -47,7 +48,6 @@ from echo.lobby.replica import ApplyResult, LobbyReplica
 from echo.lobby.resume import (
     parse_refusal_reason,
 )
-from echo.lobby.server import lobby_channel_specs
 from echo.session import HandshakeTimeout, LostContact, SessionClosed, SessionError
 from echo.session import connect as session_connect
 from echo.session.machine import HandshakeState

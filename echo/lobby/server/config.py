@@ -1,6 +1,5 @@
-"""The lobby server's configuration (`LobbyServerConfig`) and what its members agree with it
-on: the logical channels and their sizes, the topics' names, the server a join code lives
-on.
+"""The lobby server's configuration (`LobbyServerConfig`) and its topics' names (what its
+members agree with it on is `echo.lobby.agreement`'s).
 
 Pure module: no trio, no clock.
 """
@@ -9,16 +8,17 @@ from __future__ import annotations
 
 import attrs
 
-from echo.channels import ChannelSpec
+from echo.lobby.agreement import (  # (re-exported: they were defined here)
+    CHAT_LINE_OVERHEAD as CHAT_LINE_OVERHEAD,
+)
+from echo.lobby.agreement import CHAT_MAX_MESSAGE as CHAT_MAX_MESSAGE
+from echo.lobby.agreement import code_home as code_home
+from echo.lobby.agreement import code_walk as code_walk
+from echo.lobby.agreement import lobby_channel_specs as lobby_channel_specs
 from echo.lobby.identity import IdentityVerifier
 from echo.lobby.limits import LobbyConfig
 from echo.lobby.matchmaker import MatchRules
-from echo.lobby.protocol import (
-    MAX_MESSAGE_BYTES,
-    Channel,
-)
 from echo.tickets import TicketKey
-from echo.topics.ring import HashRing
 
 LISTINGS_TOPIC = "echo-lobby/listings"
 GAMES_TOPIC = "echo-lobby/games"
@@ -26,38 +26,6 @@ RESULTS_TOPIC = "echo-lobby/results"
 #: Buckets of the request-latency histograms, in seconds: a request is handled in tens of
 #: microseconds to a few milliseconds (a join that updates a full lobby), unless the loop lags.
 LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-
-
-#: The largest message on the chat channel, either way: the server's whole chat buffer (a
-#: larger SendChat could never be guaranteed there). Declared, it lets a member hand back
-#: chat credit once a quarter of its 16 KiB is read instead of after every line: one datagram
-#: to the server per chat line delivered was as many as the deliveries themselves.
-CHAT_MAX_MESSAGE = 2048
-#: A ChatLine's bytes besides its member id and text: type, lobby id, str8 and str16 lengths.
-CHAT_LINE_OVERHEAD = 1 + 8 + 1 + 2
-
-
-def lobby_channel_specs(*, server: bool) -> list[ChannelSpec]:
-    """The lobby's logical channels. Capacities are each side's receive buffers: the server
-    takes requests up to the largest message (a recreate carries a whole lobby) and hardly
-    anything on the updates channel (members send nothing there); chat holds a few lines, so a
-    flood runs out of credit at once. Chat has the lowest priority on the wire, and a bound on
-    its messages (`CHAT_MAX_MESSAGE`)."""
-    if server:
-        caps = {Channel.REQUESTS: MAX_MESSAGE_BYTES, Channel.UPDATES: 1024, Channel.CHAT: 2048}
-    else:
-        caps = {
-            Channel.REQUESTS: MAX_MESSAGE_BYTES,
-            Channel.UPDATES: MAX_MESSAGE_BYTES,
-            Channel.CHAT: 16 * 1024,
-        }
-    return [
-        ChannelSpec(Channel.REQUESTS, capacity=caps[Channel.REQUESTS], priority=0),
-        ChannelSpec(Channel.UPDATES, capacity=caps[Channel.UPDATES], priority=0),
-        ChannelSpec(
-            Channel.CHAT, capacity=caps[Channel.CHAT], priority=1, max_message=CHAT_MAX_MESSAGE
-        ),
-    ]
 
 
 @attrs.frozen
@@ -104,12 +72,3 @@ class LobbyServerConfig:
     # while tickets wait (windows widen with time); an entry also wakes it at once.
     match_rules: MatchRules = attrs.Factory(MatchRules)
     match_interval: float = 0.25
-
-
-def code_home(ring: HashRing, code: str) -> str:
-    """The lobby server a join code was made on (codes are chosen to land on their server)."""
-    return ring.servers_for(f"code:{code}", 1)[0]
-
-
-def code_walk(ring: HashRing, code: str, n: int) -> list[str]:
-    return ring.servers_for(f"code:{code}", n)
