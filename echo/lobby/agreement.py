@@ -7,7 +7,7 @@ Pure module: no trio, no clock.
 
 from __future__ import annotations
 
-from echo.channels import ChannelSpec
+from echo.channels.core import ChannelSpec
 from echo.lobby.protocol import MAX_MESSAGE_BYTES, Channel
 from echo.topics.ring import HashRing
 
