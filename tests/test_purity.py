@@ -74,8 +74,12 @@ DRIVERS: dict[str, list[str]] = {
         "__init__", "api", "channels", "compiled", "driver", "lending", "offering",
         "readiness", "response_wiring", "sockets", "testing", "wiring",
     ],
-    # the package, the trio server, client and session, the path watch, the port probes
-    "echo.session": ["__init__", "client", "held", "pathwatch", "server", "session"],
+    # the package, the trio server (its life cycle, on its layers: the hooks and state, the
+    # duologues, the resumes, the HELLOs), client and session, the path watch, the port probes
+    "echo.session": [
+        "__init__", "client", "held", "pathwatch", "server", "server_base", "server_duologues",
+        "server_hello", "server_resume", "session",
+    ],
     # the package (re-exports the key-file reader), the key files
     "echo.tickets": ["__init__", "keyfile"],
     "echo.channels": ["__init__", "api"],
