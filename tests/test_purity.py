@@ -50,7 +50,7 @@ PURE: dict[str, list[str]] = {
         "shared", "timers",
     ],
     "echo.tickets": ["core"],
-    "echo.channels": ["core", "wire"],
+    "echo.channels": ["core", "receiving", "sending", "state", "wire"],
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
         "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
