@@ -75,10 +75,11 @@ DRIVERS: dict[str, list[str]] = {
         "readiness", "response_wiring", "sockets", "testing", "wiring",
     ],
     # the package, the trio server (its life cycle, on its layers: the hooks and state, the
-    # duologues, the resumes, the HELLOs), client and session, the path watch, the port probes
+    # duologues, the resumes, the HELLOs), the client (`connect`, its handshake, its path and
+    # resumes) and session, the path watch, the port probes
     "echo.session": [
-        "__init__", "client", "held", "pathwatch", "server", "server_base", "server_duologues",
-        "server_hello", "server_resume", "session",
+        "__init__", "client", "client_handshake", "client_path", "held", "pathwatch", "server",
+        "server_base", "server_duologues", "server_hello", "server_resume", "session",
     ],
     # the package (re-exports the key-file reader), the key files
     "echo.tickets": ["__init__", "keyfile"],

@@ -5,13 +5,7 @@ handles both directions share (binds, references, the three-step FREE_HANDLE). P
 
 from __future__ import annotations
 
-from echo.channels.state import (
-    ChannelUsageError,
-    Delivery,
-    PeerState,
-    _Handle,
-    _Incoming,
-)
+from echo.channels.state import ChannelUsageError, Delivery, PeerState, _Handle, _Incoming
 from echo.channels.wire import (
     Absolve,
     AnnounceDropping,

@@ -13,12 +13,7 @@ from collections.abc import Iterable
 import attrs
 
 from echo.channels import wire
-from echo.channels.wire import (
-    Bind,
-    Data,
-    FreeHandle,
-    HandleRef,
-)
+from echo.channels.wire import Bind, Data, FreeHandle, HandleRef
 
 #: `_Incoming.low_water` of a channel without `max_message`: above any possible guarantee
 _NO_LOW_WATER = 1 << 62

@@ -28,11 +28,7 @@ from typing import Any
 import structlog
 import trio
 
-from echo.protocol import (
-    ERROR_SHUTTING_DOWN,
-    DuologueError,
-    format_message,
-)
+from echo.protocol import ERROR_SHUTTING_DOWN, DuologueError, format_message
 from echo.session.config import ServerConfig
 from echo.session.held import HeldPorts
 from echo.session.server_base import (
@@ -54,11 +50,7 @@ from echo.session.server_base import (
     url_host,
 )
 from echo.session.server_hello import HelloHost
-from echo.transport import (
-    SendError,
-    Transport,
-    open_transport,
-)
+from echo.transport import SendError, Transport, open_transport
 
 log = structlog.get_logger("echo.session")
 

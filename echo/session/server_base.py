@@ -17,33 +17,16 @@ import attrs
 import structlog
 import trio
 
-from echo.protocol import (
-    ERROR_SHUTTING_DOWN,
-    RESERVED_SESSION_HIGH,
-    RESERVED_SESSION_LOW,
-)
+from echo.protocol import ERROR_SHUTTING_DOWN, RESERVED_SESSION_HIGH, RESERVED_SESSION_LOW
 from echo.session.admission import Admission, Slot
 from echo.session.allocators import PortAllocator, RandomSource, SessionAllocator
 from echo.session.config import ServerConfig
-from echo.session.crypto import (
-    SessionKeys,
-)
+from echo.session.crypto import SessionKeys
 from echo.session.held import HeldPorts
 from echo.session.limits import AddressCounter
-from echo.session.session import (
-    DEFAULT_RECEIVE_BATCH,
-    DEFAULT_SEND_TIMEOUT,
-    Session,
-)
+from echo.session.session import DEFAULT_RECEIVE_BATCH, DEFAULT_SEND_TIMEOUT, Session
 from echo.session.timers import echo_timers
-from echo.transport import (
-    Image,
-    Publication,
-    SendError,
-    Subscription,
-    Transport,
-    TransportConfig,
-)
+from echo.transport import Image, Publication, SendError, Subscription, Transport, TransportConfig
 
 log = structlog.get_logger("echo.session")
 

@@ -10,9 +10,7 @@ import functools
 import structlog
 import trio
 
-from echo.protocol import (
-    Hello,
-)
+from echo.protocol import Hello
 from echo.session.admission import JoinVerdict
 from echo.session.server_base import (
     CLOSE_REASONS,
@@ -22,17 +20,9 @@ from echo.session.server_base import (
     ServerState,
     url_host,
 )
-from echo.session.session import (
-    RESUME_RETAIN_BYTES,
-    Session,
-    SessionClosed,
-)
+from echo.session.session import RESUME_RETAIN_BYTES, Session, SessionClosed
 from echo.session.shared import response_channel
-from echo.transport import (
-    Image,
-    Message,
-    Publication,
-)
+from echo.transport import Image, Message, Publication
 from echo.transport.uri import UriError
 
 log = structlog.get_logger("echo.session")

@@ -25,12 +25,7 @@ from echo.protocol import (
     format_message,
 )
 from echo.session.config import Encryption
-from echo.session.crypto import (
-    BadKey,
-    Transcript,
-    resume_secret,
-    server_keys_from_shared,
-)
+from echo.session.crypto import BadKey, Transcript, resume_secret, server_keys_from_shared
 from echo.session.crypto import server_nonce as fresh_server_nonce
 from echo.session.keywire import ConnectKey, HelloKey, append_connect_key, split_hello_key
 from echo.session.resume import (
@@ -49,9 +44,7 @@ from echo.session.server_base import (
     Duologue,
 )
 from echo.session.server_resume import ResumeHost
-from echo.transport import (
-    Message,
-)
+from echo.transport import Message
 
 _REFUSALS = {
     ERROR_SERVER_FULL: "server_full",

@@ -8,31 +8,14 @@ from __future__ import annotations
 import structlog
 import trio
 
-from echo.protocol import (
-    AllClientsError,
-    format_message,
-)
+from echo.protocol import AllClientsError, format_message
 from echo.session.admission import ResumeVerdict
-from echo.session.resume import (
-    ERROR_RESUME_REFUSED,
-    Resume,
-    Resumed,
-    format_resumed,
-)
-from echo.session.server_base import (
-    Duologue,
-    url_host,
-)
+from echo.session.resume import ERROR_RESUME_REFUSED, Resume, Resumed, format_resumed
+from echo.session.server_base import Duologue, url_host
 from echo.session.server_duologues import DuologueHost
-from echo.session.session import (
-    Session,
-    SessionClosed,
-)
+from echo.session.session import Session, SessionClosed
 from echo.session.shared import response_channel
-from echo.transport import (
-    Message,
-    Publication,
-)
+from echo.transport import Message, Publication
 from echo.transport.uri import UriError
 
 log = structlog.get_logger("echo.session")
