@@ -29,8 +29,10 @@ import structlog
 import trio
 
 from echo.protocol import ERROR_SHUTTING_DOWN, DuologueError, format_message
+from echo.session.allocators import PortAllocator, SessionAllocator
 from echo.session.config import ServerConfig
 from echo.session.held import HeldPorts
+from echo.session.limits import AddressCounter
 from echo.session.server_base import (
     ADMISSION_RESULTS,
     CLOSE_REASONS,
@@ -89,6 +91,18 @@ class SessionServer(HelloHost):
     receive_batch         the bound on each session's own receive queue (see Session)
     app_grace             seconds an application may run on after its session closed
     """
+
+    @property
+    def ports(self) -> PortAllocator:
+        return self.admission.ports
+
+    @property
+    def sessions(self) -> SessionAllocator:
+        return self.admission.sessions
+
+    @property
+    def per_ip(self) -> AddressCounter:
+        return self.admission.per_ip
 
     # ---------------------------------------------------------------- life cycle
 

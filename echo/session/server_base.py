@@ -19,11 +19,10 @@ import trio
 
 from echo.protocol import ERROR_SHUTTING_DOWN, RESERVED_SESSION_HIGH, RESERVED_SESSION_LOW
 from echo.session.admission import Admission, Slot
-from echo.session.allocators import PortAllocator, RandomSource, SessionAllocator
+from echo.session.allocators import RandomSource
 from echo.session.config import ServerConfig
 from echo.session.crypto import SessionKeys
 from echo.session.held import HeldPorts
-from echo.session.limits import AddressCounter
 from echo.session.session import DEFAULT_RECEIVE_BATCH, DEFAULT_SEND_TIMEOUT, Session
 from echo.session.timers import echo_timers
 from echo.transport import Image, Publication, SendError, Subscription, Transport, TransportConfig
@@ -219,18 +218,6 @@ class ServerState:
         self.encrypted_sessions = 0
         self.key_refusals = 0
         self.messages_refused = 0
-
-    @property
-    def ports(self) -> PortAllocator:
-        return self.admission.ports
-
-    @property
-    def sessions(self) -> SessionAllocator:
-        return self.admission.sessions
-
-    @property
-    def per_ip(self) -> AddressCounter:
-        return self.admission.per_ip
 
     async def _reply(self, text: bytes, client_session: int) -> None:
         """Answer on the all-clients channel without holding up the next HELLO.
