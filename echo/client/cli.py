@@ -178,31 +178,10 @@ def main(
     from echo.log import configure_logging
 
     configure_logging(log_format, log_level)  # type: ignore[arg-type]
-    if message is not None:
-        try:
-            format_message(Echo(message))
-        except ValueError as error:
-            raise click.BadParameter(str(error), param_hint="--message") from None
-    # Before anything starts: a typo or an unknown name is a bad command line.
-    check_resolvable(server, port, "--server")
-    if source is not None:
-        unusable = _source_problem(source)
-        if unusable:
-            raise click.BadParameter(unusable, param_hint="--source")
-    if server_key is not None:
-        server_key = _server_key(server_key)
-    config = ClientConfig(
-        server=server,
-        port=port,
-        control_port=control_port,
-        count=count,
-        interval=interval,
-        message=message,
-        timeout=timeout,
-        duologue_ports=duologue_ports,
-        source=source,
-        server_key=server_key,
-    )
+    config = _config(
+        server, port, control_port, count, interval, message, timeout, duologue_ports, source,
+        server_key,
+    )  # fmt: skip
 
     def on_echo(echo: EchoReceived) -> None:
         if not as_json:
@@ -232,6 +211,53 @@ def main(
             raise
         click.echo(f"echo-client: {one_line(found)}", err=True)
         sys.exit(EXIT_FAILURE)
+    _report(client, as_json, duologue_ports)
+
+
+def _config(
+    server: str,
+    port: int,
+    control_port: int,
+    count: int | None,
+    interval: float,
+    message: str | None,
+    timeout: float,
+    duologue_ports: str,
+    source: str | None,
+    server_key: str | None,
+) -> ClientConfig:
+    """The client's configuration, every option checked first (a bad one exits 2)."""
+    if message is not None:
+        try:
+            format_message(Echo(message))
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--message") from None
+    # Before anything starts: a typo or an unknown name is a bad command line.
+    check_resolvable(server, port, "--server")
+    if source is not None:
+        unusable = _source_problem(source)
+        if unusable:
+            raise click.BadParameter(unusable, param_hint="--source")
+    if server_key is not None:
+        server_key = _server_key(server_key)
+    return ClientConfig(
+        server=server,
+        port=port,
+        control_port=control_port,
+        count=count,
+        interval=interval,
+        message=message,
+        timeout=timeout,
+        duologue_ports=duologue_ports,
+        source=source,
+        server_key=server_key,
+    )
+
+
+def _report(client: EchoClient, as_json: bool, duologue_ports: str) -> None:
+    """Print the result (a line or the JSON summary) and exit with the failure's code."""
+    config = client.config
+    server, port, control_port = config.server, config.port, config.control_port
     result = summary(client)
     machine = client.machine
     failure = machine.failure
@@ -243,7 +269,7 @@ def main(
         if not as_json and failure.no_answer:
             click.echo(
                 f"echo-client: no echo-server answered at {server}:{port}/{control_port} "
-                f"within {timeout:g} s",
+                f"within {config.timeout:g} s",
                 err=True,
             )
         elif not as_json:

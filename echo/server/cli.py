@@ -199,30 +199,10 @@ def main(
     from echo.telemetry.events import EventLog
 
     configure_logging(log_format, log_level)  # type: ignore[arg-type]
-    server_key = None
-    if key_path is not None:
-        from echo.session.crypto import KeyFileError, load_key_file
-
-        try:
-            server_key = load_key_file(key_path)
-        except KeyFileError as error:
-            raise click.BadParameter(str(error), param_hint="--key") from None
-    try:
-        config = ServerConfig(
-            address=address,
-            port=port,
-            control_port=control_port,
-            clients_base_port=clients_base_port,
-            max_clients=max_clients,
-            max_per_ip=max_per_ip,
-            duologue_expiry=duologue_expiry,
-            ipv6_prefix=ipv6_prefix,
-            duologue_ports=duologue_ports,
-            key=server_key,
-            encryption=encryption,
-        )
-    except ValueError as error:
-        raise click.UsageError(str(error)) from None
+    config = _server_config(
+        address, port, control_port, clients_base_port, max_clients, max_per_ip,
+        duologue_expiry, ipv6_prefix, duologue_ports, key_path, encryption,
+    )  # fmt: skip
     server_name = server_id or f"{socket.gethostname()}:{port}"
     admit = None
     tickets: Counter[str] = Counter()
@@ -231,14 +211,7 @@ def main(
     ops = open_ops(metrics, "echo-server")
     if ops is not None and admit is not None:
         ops.register(TicketCollector(tickets))
-    agones_port = None
-    if agones:
-        from echo.ops.agones import sidecar_port
-
-        try:
-            agones_port = sidecar_port(os.environ)
-        except ValueError as error:
-            raise click.BadParameter(str(error), param_hint="--agones") from None
+    agones_port = _agones_port() if agones else None
     try:
         events = EventLog(
             events_path,
@@ -260,6 +233,56 @@ def main(
         fail("echo-server", why)
     finally:
         events.close()
+
+
+def _server_config(
+    address: str,
+    port: int,
+    control_port: int,
+    clients_base_port: int,
+    max_clients: int,
+    max_per_ip: int,
+    duologue_expiry: float,
+    ipv6_prefix: int,
+    duologue_ports: str,
+    key_path: str | None,
+    encryption: str | None,
+) -> ServerConfig:
+    """The session server's configuration, with the --key file read (a bad one exits 2)."""
+    server_key = None
+    if key_path is not None:
+        from echo.session.crypto import KeyFileError, load_key_file
+
+        try:
+            server_key = load_key_file(key_path)
+        except KeyFileError as error:
+            raise click.BadParameter(str(error), param_hint="--key") from None
+    try:
+        return ServerConfig(
+            address=address,
+            port=port,
+            control_port=control_port,
+            clients_base_port=clients_base_port,
+            max_clients=max_clients,
+            max_per_ip=max_per_ip,
+            duologue_expiry=duologue_expiry,
+            ipv6_prefix=ipv6_prefix,
+            duologue_ports=duologue_ports,
+            key=server_key,
+            encryption=encryption,
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+
+
+def _agones_port() -> int:
+    """--agones: the SDK sidecar's port from the environment (a bad one exits 2)."""
+    from echo.ops.agones import sidecar_port
+
+    try:
+        return sidecar_port(os.environ)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--agones") from None
 
 
 def freeze_start_up_objects() -> int:
@@ -360,18 +383,7 @@ async def _serve(
         agones = AgonesClient(agones_port)
         # The session library's hook: every session a player of the GameServer.
         events = agones.session_events(events)
-    server: SessionServer
-    if admit is None:
-        server = EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
-    else:
-        # The same application behind the session library's admission hook.
-        server = SessionServer(
-            config,
-            echo_application,
-            events=events,  # type: ignore[arg-type]
-            transport_config=transport,
-            admit=admit,
-        )
+    server = _session_server(config, events, transport, admit)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             if ops is not None:
@@ -385,26 +397,7 @@ async def _serve(
             probe = probe_from_environment(os.environ)
             if probe is not None:
                 nursery.start_soon(serve_probe, probe)
-            log.info(
-                "listening",
-                address=config.address,
-                port=config.port,
-                control_port=config.control_port,
-                duologue_ports=f"{config.clients_port_range[0]}-{config.clients_port_range[-1]}",
-                duologue_mode=config.duologue_ports.value,
-                pid=os.getpid(),
-                gc_frozen=frozen,
-            )
-            mode = config.encryption_mode.value
-            if config.key is not None:
-                log.info(
-                    "server_key",
-                    encryption=mode,
-                    public_key=config.key.public_text,
-                    fingerprint="SHA256:" + config.key.fingerprint,
-                )
-            else:
-                log.warning("encryption_off", reason="no --key: every session is in the clear")
+            _log_listening(config, frozen)
             if ops is not None:
                 ops.health.ready()
             if agones is not None:
@@ -423,6 +416,47 @@ async def _serve(
                 # After the players' disconnects that the stop reported.
                 await agones.shutdown(timeout=AGONES_SHUTDOWN_TIMEOUT)
             nursery.cancel_scope.cancel()
+
+
+def _session_server(
+    config: ServerConfig, events: object, transport: TransportConfig, admit: Admit | None
+) -> SessionServer:
+    """The Echo server, or the same application behind the --ticket-key admission hook."""
+    if admit is None:
+        return EchoServer(config, events=events, transport_config=transport)  # type: ignore[arg-type]
+    # The same application behind the session library's admission hook.
+    return SessionServer(
+        config,
+        echo_application,
+        events=events,  # type: ignore[arg-type]
+        transport_config=transport,
+        admit=admit,
+    )
+
+
+def _log_listening(config: ServerConfig, frozen: int) -> None:
+    """Say where the server listens, and its key (or that sessions are in the clear)."""
+    log = structlog.get_logger("echo.server")
+    log.info(
+        "listening",
+        address=config.address,
+        port=config.port,
+        control_port=config.control_port,
+        duologue_ports=f"{config.clients_port_range[0]}-{config.clients_port_range[-1]}",
+        duologue_mode=config.duologue_ports.value,
+        pid=os.getpid(),
+        gc_frozen=frozen,
+    )
+    mode = config.encryption_mode.value
+    if config.key is not None:
+        log.info(
+            "server_key",
+            encryption=mode,
+            public_key=config.key.public_text,
+            fingerprint="SHA256:" + config.key.fingerprint,
+        )
+    else:
+        log.warning("encryption_off", reason="no --key: every session is in the clear")
 
 
 #: Seconds a stopping `--agones` server waits for the sidecar to hear its /shutdown.

@@ -317,19 +317,32 @@ class HandshakeMachine:
         if reply.client_session != self._client_session:
             return []
         if isinstance(reply, AllClientsError):
-            if connect_key is not None:
-                return self._fail(FailureKind.PROTOCOL, f"a key on an ERROR: {preview(data)}")
-            if reply.message == ERROR_BAD_MESSAGE and self._hello is not self._plain_hello:
-                # A server without the resume extension (Echo 2.0's own, say) refuses the
-                # "+R" HELLO as malformed: ask again the Echo 2.0 way, without resume.
-                self._hello = self._plain_hello
-                self._deadline = now + self._timeout
-                return [SendHello(self._hello)]
-            if reply.message == ERROR_BAD_MESSAGE and self._client_key is not None:
-                # Echo 2.0's own server (or one before encryption) cannot read the key.
-                detail = f"{ERROR_BAD_MESSAGE} (the server may not support encryption)"
-                return self._fail(FailureKind.REJECTED, detail, reply.message)
-            return self._fail(FailureKind.REJECTED, reply.message, reply.message)
+            return self._on_refusal(reply, connect_key is not None, data, now)
+        return self._on_connect(reply, secret, connect_key, now)
+
+    def _on_refusal(
+        self, reply: AllClientsError, keyed: bool, data: bytes, now: float
+    ) -> list[Action]:
+        """Our HELLO refused: the failure, or (a server without the resume extension) the
+        HELLO again the Echo 2.0 way."""
+        if keyed:
+            return self._fail(FailureKind.PROTOCOL, f"a key on an ERROR: {preview(data)}")
+        if reply.message == ERROR_BAD_MESSAGE and self._hello is not self._plain_hello:
+            # A server without the resume extension (Echo 2.0's own, say) refuses the
+            # "+R" HELLO as malformed: ask again the Echo 2.0 way, without resume.
+            self._hello = self._plain_hello
+            self._deadline = now + self._timeout
+            return [SendHello(self._hello)]
+        if reply.message == ERROR_BAD_MESSAGE and self._client_key is not None:
+            # Echo 2.0's own server (or one before encryption) cannot read the key.
+            detail = f"{ERROR_BAD_MESSAGE} (the server may not support encryption)"
+            return self._fail(FailureKind.REJECTED, detail, reply.message)
+        return self._fail(FailureKind.REJECTED, reply.message, reply.message)
+
+    def _on_connect(
+        self, reply: Connect, secret: int | None, connect_key: ConnectKey | None, now: float
+    ) -> list[Action]:
+        """Our CONNECT: check the duologue's session id (and the server's key), then join."""
         session = decrypt_session(reply.encrypted_session, self._pad)
         if not RESERVED_SESSION_LOW <= session <= RESERVED_SESSION_HIGH:
             # Duologue ids come from the reserved range; anything else would collide with the

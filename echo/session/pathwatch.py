@@ -1,6 +1,6 @@
 """One look a second at every client session's path, for all the sessions of a transport.
 
-A client session's watcher (`echo.session.client._Path.keep`) waits for its path to break: its
+A client session's watcher (`echo.session.client_path._Path.keep`) waits for its path to break: its
 publication hears no status message for the connection timeout. Nothing in the transport says
 so when it happens (being connected is a matter of time passing), so the watcher looks once a
 `PATH_CHECK_INTERVAL`. As a sleep per session that was a timer of trio's per session and

@@ -262,39 +262,62 @@ def main(
     if generate_path is not None:
         if inputs or out:
             raise click.UsageError("--generate writes a log; it takes no EVENTS or --out")
-        from echo.telemetry.generate import generate
-
-        try:
-            first_day = datetime.datetime.strptime(start, "%Y-%m-%d").replace(tzinfo=datetime.UTC)
-        except ValueError:
-            raise click.UsageError(f"--start must be YYYY-MM-DD, got {start!r}") from None
-        began = time.monotonic()
-        try:
-            truth = generate(
-                generate_path,
-                events=n_events,
-                seed=seed,
-                servers=servers,
-                start=first_day,
-                days=days,
-                ip_salt=ip_salt.encode() if ip_salt else None,
-                lobbies=lobbies,
-                lobby_servers=lobby_servers,
-            )
-        except OSError as error:
-            raise click.ClickException(f"cannot write {generate_path}: {error.strerror}") from None
-        log.info(
-            "log_generated",
-            path=generate_path,
-            lines=truth.lines_total,
-            bad_lines=truth.bad_lines,
-            seconds=round(time.monotonic() - began, 2),
-        )
-        click.echo(
-            f"wrote {truth.lines_total:,} lines ({truth.bad_lines:,} bad) to {generate_path}"
+        _generate(
+            generate_path, n_events, seed, servers, days, start, ip_salt, lobbies, lobby_servers
         )
         return
+    _analyse(inputs, out, master, top_n, driver_memory)
 
+
+def _generate(
+    generate_path: str,
+    n_events: int,
+    seed: int,
+    servers: int,
+    days: int,
+    start: str,
+    ip_salt: str | None,
+    lobbies: int,
+    lobby_servers: int,
+) -> None:
+    """--generate: write a synthetic log (echo.telemetry.generate)."""
+    from echo.telemetry.generate import generate
+
+    try:
+        first_day = datetime.datetime.strptime(start, "%Y-%m-%d").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        raise click.UsageError(f"--start must be YYYY-MM-DD, got {start!r}") from None
+    began = time.monotonic()
+    try:
+        truth = generate(
+            generate_path,
+            events=n_events,
+            seed=seed,
+            servers=servers,
+            start=first_day,
+            days=days,
+            ip_salt=ip_salt.encode() if ip_salt else None,
+            lobbies=lobbies,
+            lobby_servers=lobby_servers,
+        )
+    except OSError as error:
+        raise click.ClickException(f"cannot write {generate_path}: {error.strerror}") from None
+    log.info(
+        "log_generated",
+        path=generate_path,
+        lines=truth.lines_total,
+        bad_lines=truth.bad_lines,
+        seconds=round(time.monotonic() - began, 2),
+    )
+    click.echo(
+        f"wrote {truth.lines_total:,} lines ({truth.bad_lines:,} bad) to {generate_path}"
+    )
+
+
+def _analyse(
+    inputs: tuple[str, ...], out: str | None, master: str | None, top_n: int, driver_memory: str
+) -> None:
+    """Run the PySpark job on EVENTS into --out; print the summary table."""
     if not inputs:
         raise click.UsageError("give at least one EVENTS file, directory or glob")
     if not out:

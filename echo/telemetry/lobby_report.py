@@ -9,7 +9,7 @@ from echo.telemetry.aggregate import _bin_columns, _bins_of, _sorted_counts
 from echo.telemetry.bins import LOBBY_WAIT_EDGES_S
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, Row
 
     from echo.telemetry.aggregate import Overview
 
@@ -39,6 +39,30 @@ def lobbies(ev: DataFrame, ov: Overview) -> dict[str, Any]:
     lob = ev.filter(F.col("event").startswith("lobby_")).select(
         "event", "ts", "lobby_id", "server_id", "members", "max_members"
     )
+    per, with_chat = _per_lobby(lob)
+    per = per.cache()
+    waits = per.agg(
+        F.count(F.lit(1)).alias("created"),
+        F.count("fill_s").alias("filled"),
+        F.count("start_s").alias("started"),
+        F.sum(F.when(F.col("servers") > 1, 1).otherwise(0)).alias("rehomed"),
+        F.percentile_approx("fill_s", [0.5, 0.9, 0.99], 10000).alias("fill_p"),
+        F.percentile_approx("start_s", [0.5, 0.9, 0.99], 10000).alias("start_p"),
+        *_bin_columns("fill_s", LOBBY_WAIT_EDGES_S),
+        *_bin_columns("start_s", LOBBY_WAIT_EDGES_S),
+    ).first()
+    assert waits is not None
+    sizes = _sizes(per)
+    per.unpersist()
+    lobbies_with_chat = with_chat.count() if by_type.get("lobby_chat") else 0
+    return _report(ov, waits, sizes, lobbies_with_chat)
+
+
+def _per_lobby(lob: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """One row per lobby created in the log (capacity, peak, servers, chat, and the seconds
+    to fill and to start), and the lobbies with a chat line (created in the log or not)."""
+    from pyspark.sql import functions as F
+
     event = F.col("event")
 
     def first_ts(name: str) -> Column:
@@ -77,19 +101,12 @@ def lobbies(ev: DataFrame, ov: Overview) -> dict[str, Any]:
         .withColumn("peak", F.greatest(F.lit(1), F.coalesce(F.col("peak"), F.lit(1))))
         .withColumn("fill_s", seconds_since_created(F.least("full", "started")))
         .withColumn("start_s", seconds_since_created(F.col("started")))
-        .cache()
     )
-    waits = per.agg(
-        F.count(F.lit(1)).alias("created"),
-        F.count("fill_s").alias("filled"),
-        F.count("start_s").alias("started"),
-        F.sum(F.when(F.col("servers") > 1, 1).otherwise(0)).alias("rehomed"),
-        F.percentile_approx("fill_s", [0.5, 0.9, 0.99], 10000).alias("fill_p"),
-        F.percentile_approx("start_s", [0.5, 0.9, 0.99], 10000).alias("start_p"),
-        *_bin_columns("fill_s", LOBBY_WAIT_EDGES_S),
-        *_bin_columns("start_s", LOBBY_WAIT_EDGES_S),
-    ).first()
-    assert waits is not None
+    return per, with_chat
+
+
+def _sizes(per: DataFrame) -> dict[str, Counter[int]]:
+    """Lobbies by capacity, by peak and by members at start."""
     capacity: Counter[int] = Counter()
     peak: Counter[int] = Counter()
     at_start: Counter[int] = Counter()
@@ -98,8 +115,14 @@ def lobbies(ev: DataFrame, ov: Overview) -> dict[str, Any]:
         peak[r["peak"]] += r["count"]
         if r["at_start"] is not None:
             at_start[r["at_start"]] += r["count"]
-    per.unpersist()
-    lobbies_with_chat = with_chat.count() if by_type.get("lobby_chat") else 0
+    return {"capacity": capacity, "peak": peak, "at_start": at_start}
+
+
+def _report(
+    ov: Overview, waits: Row, sizes: dict[str, Counter[int]], lobbies_with_chat: int
+) -> dict[str, Any]:
+    """The summary's `lobbies` object from the aggregates."""
+    by_type = ov.by_type
 
     def wait_stats(column: str, count: int, p: list[float] | None) -> dict[str, Any]:
         p = p or [None, None, None]  # type: ignore[list-item]
@@ -125,11 +148,7 @@ def lobbies(ev: DataFrame, ov: Overview) -> dict[str, Any]:
         "started": int(waits["started"]),
         "left": _sorted_counts(ov.count_by("reason", "lobby_left")),
         "deleted": _sorted_counts(ov.count_by("reason", "lobby_deleted")),
-        "sizes": {
-            "capacity": _sorted_counts(capacity),
-            "peak": _sorted_counts(peak),
-            "at_start": _sorted_counts(at_start),
-        },
+        "sizes": {name: _sorted_counts(counts) for name, counts in sizes.items()},
         "time_to_fill_s": {
             **wait_stats("fill_s", filled, waits["fill_p"]),
             "never": created - filled,

@@ -204,6 +204,24 @@ def _lobby_section(lob: dict[str, Any]) -> list[str]:
 
 def render_html(s: dict[str, Any]) -> str:
     """The whole report page for a summary dict."""
+    out = [
+        *_head(s),
+        *_connections_section(s),
+        *_rejections_section(s),
+        *_abuse_section(s),
+        *_lifetimes_section(s),
+        *_rtt_section(s),
+    ]
+    lobbies = s.get("lobbies")  # absent in a summary.json written before the lobby service
+    if lobbies and lobbies["created"] + lobbies["joins"] + lobbies["refusals"]["total"]:
+        out.extend(_lobby_section(lobbies))
+    out.extend(_quality_section(s))
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def _head(s: dict[str, Any]) -> list[str]:
+    """The page's head, title, time span and headline cards."""
     cards = [
         ("events", s["events_total"]),
         ("bad lines", s["bad_lines"]),
@@ -214,7 +232,7 @@ def render_html(s: dict[str, Any]) -> str:
         ("never joined", s["duologues_expired"]),
         ("sources", s["distinct_sources"]),
     ]
-    out = [
+    return [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         "<title>echo telemetry report</title>",
         f"<style>{CSS}</style></head><body>",
@@ -226,73 +244,73 @@ def render_html(s: dict[str, Any]) -> str:
         "</div>",
     ]
 
+
+def _connections_section(s: dict[str, Any]) -> list[str]:
     cot = s["connections_over_time"]
     times = [p["t"] for p in cot["series"]]
     names = ("hello_received", "duologue_created", "duologue_connected", "hello_rejected")
-    out.append(f"<h2>Connections over time</h2><p class=muted>per {cot['bucket_s'] // 60} min</p>")
-    out.append(
+    return [
+        f"<h2>Connections over time</h2><p class=muted>per {cot['bucket_s'] // 60} min</p>",
         line_chart(
             times, {n: [p[n] for p in cot["series"]] for n in names}, title="events per bucket"
-        )
-    )
+        ),
+    ]
 
-    out.append("<h2>Rejections</h2>")
+
+def _rejections_section(s: dict[str, Any]) -> list[str]:
     rej = sorted(s["hello_rejected"].items(), key=lambda kv: -kv[1])
-    out.append(
-        hbar_chart([k for k, _ in rej], [v for _, v in rej], title="HELLOs rejected, by reason")
-    )
     closed = sorted(s["duologues_closed"].items(), key=lambda kv: -kv[1])
-    out.append(
+    return [
+        "<h2>Rejections</h2>",
+        hbar_chart([k for k, _ in rej], [v for _, v in rej], title="HELLOs rejected, by reason"),
         hbar_chart(
             [k for k, _ in closed],
             [v for _, v in closed],
             title="duologues closed, by reason",
             color=0,
-        )
-    )
+        ),
+    ]
 
+
+def _abuse_section(s: dict[str, Any]) -> list[str]:
     top = s["top_sources"]
     cols = ("source", "rejections", "duologues", "expiries")
-    out.append("<h2>Abuse candidates</h2>")
-    out.append(
-        "<p class=muted>Many rejections or many never-joined duologues from one address or "
-        "one IPv6 /64 is what a per-IP flood or a spoofer looks like.</p>"
-    )
     rows = top["by_rejections"][:10]
-    out.append(
+    return [
+        "<h2>Abuse candidates</h2>",
+        "<p class=muted>Many rejections or many never-joined duologues from one address or "
+        "one IPv6 /64 is what a per-IP flood or a spoofer looks like.</p>",
         hbar_chart(
             [r["source"] for r in rows],
             [r["rejections"] for r in rows],
             title="top sources by rejections",
-        )
-    )
-    out.append("<h3>Sources by rejections</h3>" + _table(top["by_rejections"], cols))
-    out.append("<h3>Sources by duologues</h3>" + _table(top["by_duologues"], cols))
-    out.append("<h3>IPv6 prefixes by rejections</h3>" + _table(top["prefixes_by_rejections"], cols))
-    out.append("<h3>IPv6 prefixes by duologues</h3>" + _table(top["prefixes_by_duologues"], cols))
+        ),
+        "<h3>Sources by rejections</h3>" + _table(top["by_rejections"], cols),
+        "<h3>Sources by duologues</h3>" + _table(top["by_duologues"], cols),
+        "<h3>IPv6 prefixes by rejections</h3>" + _table(top["prefixes_by_rejections"], cols),
+        "<h3>IPv6 prefixes by duologues</h3>" + _table(top["prefixes_by_duologues"], cols),
+    ]
 
+
+def _lifetimes_section(s: dict[str, Any]) -> list[str]:
     life = s["lifetime_s"]
-    out.append("<h2>Duologue lifetimes</h2>")
-    out.append(
-        f"<p>{_fmt(life['count'])} joined duologues · p50 {_fmt(life['p50'])} s · "
-        f"p90 {_fmt(life['p90'])} s · p99 {_fmt(life['p99'])} s</p>"
-    )
-    out.append(
-        bar_chart(bin_labels(life["edges"], "s"), life["histogram"], title="lifetime (seconds)")
-    )
     msgs = s["messages"]
-    out.append("<h2>Messages per duologue</h2>")
-    out.append(
-        f"<p>{_fmt(msgs['total'])} echoes answered · mean {_fmt(msgs['mean'])} per duologue</p>"
-    )
-    out.append(
+    return [
+        "<h2>Duologue lifetimes</h2>",
+        f"<p>{_fmt(life['count'])} joined duologues · p50 {_fmt(life['p50'])} s · "
+        f"p90 {_fmt(life['p90'])} s · p99 {_fmt(life['p99'])} s</p>",
+        bar_chart(bin_labels(life["edges"], "s"), life["histogram"], title="lifetime (seconds)"),
+        "<h2>Messages per duologue</h2>",
+        f"<p>{_fmt(msgs['total'])} echoes answered · mean {_fmt(msgs['mean'])} per duologue</p>",
         bar_chart(
             bin_labels(msgs["edges"]), msgs["histogram"], title="echoes per duologue", color=2
-        )
-    )
+        ),
+    ]
 
+
+def _rtt_section(s: dict[str, Any]) -> list[str]:
     rtt = s["client_rtt"]
-    out.append("<h2>Echo round trips (reported by clients)</h2>")
+    out = ["<h2>Echo round trips (reported by clients)</h2>"]
     if rtt["clients_with_rtt"]:
         keys = ("rtt_ms_p50", "rtt_ms_p90", "rtt_ms_p99", "rtt_ms_max")
         out.append(
@@ -316,17 +334,15 @@ def render_html(s: dict[str, Any]) -> str:
         f"<p>{_fmt(rtt['clients'])} client summaries, states: "
         f"{_e(', '.join(f'{k} {v}' for k, v in rtt['states'].items()) or DASH)}</p>"
     )
+    return out
 
-    lobbies = s.get("lobbies")  # absent in a summary.json written before the lobby service
-    if lobbies and lobbies["created"] + lobbies["joins"] + lobbies["refusals"]["total"]:
-        out.extend(_lobby_section(lobbies))
 
-    out.append("<h2>Input quality</h2>")
-    out.append(
+def _quality_section(s: dict[str, Any]) -> list[str]:
+    out = [
+        "<h2>Input quality</h2>",
         f"<p>{_fmt(s['bad_lines'])} bad lines of {_fmt(s['lines_total'])}; "
-        f"{_fmt(s['unknown_events'])} events of types this job does not know.</p>"
-    )
+        f"{_fmt(s['unknown_events'])} events of types this job does not know.</p>",
+    ]
     if s["bad_line_samples"]:
         out.append("<pre>" + "\n".join(_e(x) for x in s["bad_line_samples"]) + "</pre>")
-    out.append("</body></html>\n")
-    return "\n".join(out)
+    return out

@@ -256,6 +256,26 @@ class TopicServerCore:
             counters.rate_limited += 1
             return
         self._expire(now)
+        confirm, subscribes = self._read_lines(data)
+        confirmed = confirm is not None and self._confirmed(confirm, host, port, now)
+        if not confirmed:
+            counters.unconfirmed_bytes_received += size
+        if confirm is not None and not subscribes:
+            counters.confirms_without_subscribe += 1
+        if not subscribes:
+            return
+        counters.subscribes += len(subscribes)
+        if not confirmed:
+            counters.unconfirmed_subscribes += len(subscribes)
+            self._send_cookie(host, port, size, now)
+            return
+        assert confirm is not None
+        self._subscribe_confirmed(subscribes, confirm, host, port, now)
+
+    def _read_lines(self, data: bytes) -> tuple[Confirm | None, list[bytes]]:
+        """Publish what the datagram publishes; its confirm line and the topics it subscribes
+        to (counting what is malformed)."""
+        counters = self.counters
         confirm: Confirm | None = None
         subscribes: list[bytes] = []
         lines = bytes(data).split(b"\n")
@@ -279,32 +299,31 @@ class TopicServerCore:
                 # Cookie and life lines go from servers to clients, never the other way.
                 assert isinstance(parsed, Cookie | Life)
                 counters.malformed["unknown_control"] += 1
-        confirmed = confirm is not None and self._confirmed(confirm, host, port, now)
-        if not confirmed:
-            counters.unconfirmed_bytes_received += size
-        if confirm is not None and not subscribes:
-            counters.confirms_without_subscribe += 1
-        if not subscribes:
+        return confirm, subscribes
+
+    def _send_cookie(self, host: str, port: int, size: int, now: float) -> None:
+        """Answer an unconfirmed subscribe with a cookie, unless the answer would be larger
+        than the request."""
+        counters = self.counters
+        cookie = make_cookie(self.secret, self._epoch(now), host, port)
+        reply = format_cookie(cookie, self.config.work_difficulty)
+        if len(reply) > size:
+            # Answering would amplify: an honest client pads its first request (the note's
+            # third fix: "request packets should be no smaller ... than their responses").
+            counters.cookies_withheld += 1
             return
-        counters.subscribes += len(subscribes)
-        if not confirmed:
-            counters.unconfirmed_subscribes += len(subscribes)
-            cookie = make_cookie(self.secret, self._epoch(now), host, port)
-            reply = format_cookie(cookie, self.config.work_difficulty)
-            if len(reply) > size:
-                # Answering would amplify: an honest client pads its first request (the note's
-                # third fix: "request packets should be no smaller ... than their responses").
-                counters.cookies_withheld += 1
-                return
-            counters.cookies_sent += 1
-            counters.unconfirmed_bytes_sent += len(reply)
-            self._send(reply, (host, port))
-            return
+        counters.cookies_sent += 1
+        counters.unconfirmed_bytes_sent += len(reply)
+        self._send(reply, (host, port))
+
+    def _subscribe_confirmed(
+        self, subscribes: list[bytes], confirm: Confirm, host: str, port: int, now: float
+    ) -> None:
+        """Keep the confirmed subscriptions; answer with the lifetime (and the next cookie)."""
         address = (host, port)
         for topic in subscribes:
             self._subscribe(topic, address, now)
         reply = format_life(self.lifetime_estimate(now))
-        assert confirm is not None
         epoch = self._epoch(now)
         if not confirm.cookie.startswith(b"%d." % epoch):
             # The cookie is in its last epoch: hand over the next one before it lapses, so a
