@@ -90,7 +90,7 @@ from echo.transport import (
     TransportConfig,
     open_transport,
 )
-from echo.transport.uri import UriError
+from echo.transport.core.uri import UriError
 
 log = structlog.get_logger("echo.session")
 

@@ -29,8 +29,8 @@ from echo.transport.api import (
     Transport,
     open_transport,
 )
-from echo.transport.config import TransportConfig
-from echo.transport.uri import UriError
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.uri import UriError
 
 __all__ = [
     "ADMIN_ACTION",

@@ -22,15 +22,15 @@ from typing import Literal
 
 import attrs
 
-from echo.transport.counters import Counters
-from echo.transport.flow_control import UnicastFlowControl
-from echo.transport.frames import (
+from echo.transport.core.counters import Counters
+from echo.transport.core.flow_control import UnicastFlowControl
+from echo.transport.core.frames import (
     DataHeader,
     Frame,
     FrameError,
     parse_datagram_untrusted,
 )
-from echo.transport.receiver import (
+from echo.transport.core.receiver import (
     DEFAULT_RECEIVER_WINDOW,
     ImageAvailable,
     ImageEvent,
@@ -40,7 +40,7 @@ from echo.transport.receiver import (
     ReceiverTimers,
     StreamInterest,
 )
-from echo.transport.sender import (
+from echo.transport.core.sender import (
     NetworkPublication,
     SendEndpoint,
     SenderTimers,

@@ -14,8 +14,8 @@ from functools import cache
 import attrs
 import pytest
 
-from echo.transport.counters import Counters
-from echo.transport.frames import (
+from echo.transport.core.counters import Counters
+from echo.transport.core.frames import (
     SM_EOS_FLAG,
     DataHeader,
     Frame,
@@ -24,7 +24,7 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.receiver import (
+from echo.transport.core.receiver import (
     ImageAvailable,
     ImageState,
     ImageUnavailable,

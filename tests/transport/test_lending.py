@@ -20,7 +20,7 @@ import trio
 import trio.testing
 
 from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
-from echo.transport.sockets import LEND_IDLE, ReceiveSocket
+from echo.transport.driver.sockets import LEND_IDLE, ReceiveSocket
 from echo.transport.testing import Link, MemoryNetwork
 
 STREAM = 1001

@@ -14,9 +14,9 @@ import random
 
 import pytest
 
-from echo.transport.config import ReceiverTimers
-from echo.transport.counters import Counters
-from echo.transport.frames import (
+from echo.transport.core.config import ReceiverTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
@@ -34,14 +34,14 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.loss import group_nak_delay
-from echo.transport.receiver import (
+from echo.transport.core.loss import group_nak_delay
+from echo.transport.core.receiver import (
     ImageState,
     ImageUnavailable,
     ReceiveEndpoint,
     StreamInterest,
 )
-from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
+from echo.transport.core.validation import SM_COOKIE_FLAG, RateLimiter
 
 TERM = 64 * 1024
 MTU = 1408

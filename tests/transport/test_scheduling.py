@@ -20,10 +20,10 @@ import trio
 import trio.testing
 
 from echo.transport import TransportConfig, open_transport
-from echo.transport.driver import Driver
-from echo.transport.sockets import DriverSocket, Lending, TimerHandle
+from echo.transport.core.timerheap import LAZY_AHEAD, SLACK, TimerHeap
+from echo.transport.driver.loop import Driver
+from echo.transport.driver.sockets import DriverSocket, Lending, TimerHandle
 from echo.transport.testing import MemoryNetwork
-from echo.transport.timerheap import LAZY_AHEAD, SLACK, TimerHeap
 
 STREAM = 1001
 CHANNEL = "aeron:udp?endpoint=127.0.0.1:40123"

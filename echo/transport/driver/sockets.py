@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from echo.transport.counters import Counters
-from echo.transport.destinations import Address
-from echo.transport.offering import Burst
-from echo.transport.receiver import ImageEvent, ReceiveEndpoint
-from echo.transport.response import ResponseSendEndpoint
-from echo.transport.sender import WOULD_BLOCK, NetworkPublication, Send, SendEndpoint
+from echo.transport.core.counters import Counters
+from echo.transport.core.destinations import Address
+from echo.transport.core.offering import Burst
+from echo.transport.core.receiver import ImageEvent, ReceiveEndpoint
+from echo.transport.core.response import ResponseSendEndpoint
+from echo.transport.core.sender import WOULD_BLOCK, NetworkPublication, Send, SendEndpoint
 
 if TYPE_CHECKING:
-    from echo.transport.channels import PublicationChannel, SubscriptionChannel
+    from echo.transport.driver.channels import PublicationChannel, SubscriptionChannel
 
 # UDP generic segmentation and receive offload (Linux 4.18 / 5.0; linux/udp.h).
 SOL_UDP = 17

@@ -15,27 +15,27 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from echo.transport import response_wiring
-from echo.transport.channels import ImageLink, PublicationChannel, SubscriptionChannel
-from echo.transport.config import TransportConfig
-from echo.transport.flow_control import make_flow_control
-from echo.transport.logbuffer import check_term_length
-from echo.transport.receiver import ReceiveEndpoint, StreamInterest
-from echo.transport.response import RequestPublication, ResponsePublication
-from echo.transport.sender import NetworkPublication, SendEndpoint, SendMode
-from echo.transport.sockets import ReceiveSocket, SendSocket
-from echo.transport.uri import (
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.flow_control import make_flow_control
+from echo.transport.core.logbuffer import check_term_length
+from echo.transport.core.receiver import ReceiveEndpoint, StreamInterest
+from echo.transport.core.response import RequestPublication, ResponsePublication
+from echo.transport.core.sender import NetworkPublication, SendEndpoint, SendMode
+from echo.transport.core.uri import (
     ChannelUri,
     ControlMode,
     UriAddress,
     UriError,
     parse_channel_uri,
 )
+from echo.transport.driver import response_wiring
+from echo.transport.driver.channels import ImageLink, PublicationChannel, SubscriptionChannel
+from echo.transport.driver.sockets import ReceiveSocket, SendSocket
 
 if TYPE_CHECKING:
     import random
 
-    from echo.transport.driver import Driver
+    from echo.transport.driver.loop import Driver
 
 #: candidates `next_session_id` tries before it declares the id space full
 _SESSION_ID_TRIES = 1 << 16

@@ -20,7 +20,7 @@ import hmac
 import os
 import struct
 
-from echo.transport.destinations import Address
+from echo.transport.core.destinations import Address
 
 SM_COOKIE_FLAG = 0x20
 COOKIE_EPOCH = 60.0  # seconds; a cookie is good for its epoch and the next one

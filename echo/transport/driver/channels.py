@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from echo.transport.destinations import Address
-from echo.transport.message import Message, Origin, format_address
-from echo.transport.offering import OfferGate
-from echo.transport.receiver import ImageAvailable, ImageEvent, PublicationImage
-from echo.transport.sender import NetworkPublication
-from echo.transport.sockets import LEND_IDLE
+from echo.transport.core.destinations import Address
+from echo.transport.core.message import Message, Origin, format_address
+from echo.transport.core.offering import OfferGate
+from echo.transport.core.receiver import ImageAvailable, ImageEvent, PublicationImage
+from echo.transport.core.sender import NetworkPublication
+from echo.transport.driver.sockets import LEND_IDLE
 
 if TYPE_CHECKING:
-    from echo.transport.driver import Driver
-    from echo.transport.sockets import ReceiveSocket, SendSocket
+    from echo.transport.driver.loop import Driver
+    from echo.transport.driver.sockets import ReceiveSocket, SendSocket
 
 #: `close` waits this long past the linger for the last status messages before it gives up
 _CLOSE_GRACE = 1.0
@@ -72,7 +72,7 @@ class PublicationChannel:
             udp.burst,
             driver.pending,
             driver.ticker,
-            driver.clock,
+            driver.now,
             driver.flush,
             driver.wake,
         ).offer

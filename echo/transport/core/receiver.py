@@ -12,10 +12,10 @@ import random
 
 import attrs
 
-from echo.transport.config import DEFAULT_RECEIVER_WINDOW, DEFAULTS, ReceiverTimers
-from echo.transport.counters import Counters
-from echo.transport.destinations import Address
-from echo.transport.frames import (
+from echo.transport.core.config import DEFAULT_RECEIVER_WINDOW, DEFAULTS, ReceiverTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.destinations import Address
+from echo.transport.core.frames import (
     DATA_HEADER_LENGTH,
     EOS_FLAG,
     FRAME_ALIGNMENT,
@@ -32,19 +32,19 @@ from echo.transport.frames import (
     parse_data_untrusted,
     parse_datagram_untrusted,
 )
-from echo.transport.image import (
+from echo.transport.core.image import (
     AMPLIFICATION_FACTOR,
     Deliver,
     ImageState,
     PublicationImage,
     Send,
 )
-from echo.transport.logbuffer import (
+from echo.transport.core.logbuffer import (
     check_term_length,
     compute_max_message_length,
     i32,
 )
-from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
+from echo.transport.core.validation import SM_COOKIE_FLAG, RateLimiter
 
 #: the endpoint forgets cool-downs and elicitation times this often
 _CLEANUP_INTERVAL = 1.0

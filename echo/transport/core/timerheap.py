@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import trio
 
-    from echo.transport.sockets import DriverSocket, TimerHandle
+    from echo.transport.driver.sockets import DriverSocket, TimerHandle
 
 _Heap = list[tuple[float, int, "TimerHandle"]]
 

@@ -37,8 +37,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from echo.transport.destinations import Address
-from echo.transport.frames import (
+from echo.transport.core.destinations import Address
+from echo.transport.core.frames import (
     SETUP_SEND_RESPONSE_FLAG,
     ErrorFrame,
     FrameError,
@@ -48,10 +48,10 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.image import PublicationImage
-from echo.transport.publication import NetworkPublication
-from echo.transport.scanner import Emit
-from echo.transport.sender import Send, SendEndpoint, SendMode
+from echo.transport.core.image import PublicationImage
+from echo.transport.core.publication import NetworkPublication
+from echo.transport.core.scanner import Emit
+from echo.transport.core.sender import Send, SendEndpoint, SendMode
 
 __all__ = [
     "RequestPublication",

@@ -12,10 +12,10 @@ import math
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from echo.transport.config import DEFAULTS, SenderTimers
-from echo.transport.counters import Counters
-from echo.transport.destinations import Address, DynamicDestinations, ManualDestinations
-from echo.transport.frames import (
+from echo.transport.core.config import DEFAULTS, SenderTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.destinations import Address, DynamicDestinations, ManualDestinations
+from echo.transport.core.frames import (
     SM_LENGTH,
     ErrorFrame,
     FrameError,
@@ -25,7 +25,7 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.publication import (
+from echo.transport.core.publication import (
     ADMIN_ACTION,
     BACK_PRESSURED,
     CLOSED,
@@ -36,8 +36,8 @@ from echo.transport.publication import (
     NetworkPublication,
     PublicationState,
 )
-from echo.transport.scanner import Emit
-from echo.transport.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
+from echo.transport.core.scanner import Emit
+from echo.transport.core.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
 
 _T = TypeVar("_T")
 
@@ -224,7 +224,7 @@ class SendEndpoint:
                 publication.on_error_frame(frame, now)
         elif isinstance(frame, ResponseSetup):
             counters.response_setups_received += 1
-            from echo.transport.response import response_setup_from  # it builds on this module
+            from echo.transport.core.response import response_setup_from  # it builds on this module
 
             request = response_setup_from(self.publications, frame, source, self.remote)
             if request is None or request.on_response_setup is None:

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from echo.transport.channels import ImageLink, SubscriptionChannel
-from echo.transport.response import RequestPublication, ResponsePublication, ResponseSendEndpoint
-from echo.transport.sockets import SendSocket
-from echo.transport.uri import ChannelUri, UriError
+from echo.transport.core.response import (
+    RequestPublication,
+    ResponsePublication,
+    ResponseSendEndpoint,
+)
+from echo.transport.core.uri import ChannelUri, UriError
+from echo.transport.driver.channels import ImageLink, SubscriptionChannel
+from echo.transport.driver.sockets import SendSocket
 
 if TYPE_CHECKING:
-    from echo.transport.driver import Driver
+    from echo.transport.driver.loop import Driver
 
 
 def find_request_image(driver: Driver, uri: ChannelUri) -> ImageLink:

@@ -19,16 +19,18 @@ from typing import Any
 import structlog
 import trio
 
-from echo.transport.channels import PublicationChannel, SubscriptionChannel
-from echo.transport.config import TransportConfig
-from echo.transport.counters import Counters
-from echo.transport.destinations import Address
-from echo.transport.lending import LendingDriver
-from echo.transport.offering import BURST_GAP, Clock, Ticker
-from echo.transport.readiness import Readiness, open_readiness
-from echo.transport.receiver import ReceiveEndpoint
-from echo.transport.sender import NetworkPublication, SendEndpoint
-from echo.transport.sockets import (
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.counters import Counters
+from echo.transport.core.destinations import Address
+from echo.transport.core.offering import BURST_GAP, Ticker
+from echo.transport.core.receiver import ReceiveEndpoint
+from echo.transport.core.sender import NetworkPublication, SendEndpoint
+from echo.transport.core.timerheap import TimerHeap
+from echo.transport.core.validation import CookieJar, RateLimiter
+from echo.transport.driver.channels import PublicationChannel, SubscriptionChannel
+from echo.transport.driver.lending import LendingDriver
+from echo.transport.driver.readiness import Readiness, open_readiness
+from echo.transport.driver.sockets import (
     GRO_CMSG_SPACE,
     DriverSocket,
     ReceiveSocket,
@@ -38,9 +40,7 @@ from echo.transport.sockets import (
     more_waiting,
     open_udp_socket,
 )
-from echo.transport.timerheap import TimerHeap
-from echo.transport.validation import CookieJar, RateLimiter
-from echo.transport.wiring import (
+from echo.transport.driver.wiring import (
     StreamIds,
     open_publication,
     open_subscription,
@@ -58,16 +58,6 @@ _READ_QUIET = 0.01
 _RECV_BUFFER = 65536
 #: internal errors logged with their traceback before the rest are only counted
 _LOGGED_INTERNAL_ERRORS = 10
-
-
-def _clock_reading(clock: trio.abc.Clock) -> tuple[Callable[[], float], float | None]:
-    """How to read `clock`: trio's own system clock is its offset plus perf_counter, which the
-    compiled offer path adds itself (offering.Clock); any other is called."""
-    system = getattr(trio._core._run, "SystemClock", None)
-    offset = getattr(clock, "offset", None)
-    if system is not None and type(clock) is system and isinstance(offset, float):
-        return clock.current_time, offset
-    return clock.current_time, None
 
 
 class Driver(LendingDriver):
@@ -91,10 +81,10 @@ class Driver(LendingDriver):
         self._view = memoryview(self._buffer)
         #: the buffer as recvmsg_into takes it (a list, made once rather than on every read)
         self._buffers = [self._buffer]
-        #: the run's clock (a MockClock under tests, so virtual time works the same), read on
-        #: every datagram and offer: trio's system clock without a call into its method
-        self.clock = Clock(*_clock_reading(trio.lowlevel.current_clock()))
-        self.now: Callable[[], float] = self.clock.now
+        #: the run's clock, read on every datagram and offer: `trio.current_time()` without the
+        #: look-up of the run on every read (trio's public clock interface; a MockClock under
+        #: tests, so virtual time works the same). The core is given the time, never a clock.
+        self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
         self._dirty: set[DriverSocket] = set()
         #: the same set, read by the offer path (PublicationChannel.offer): a socket in it is
         #: serviced on the timer loop's next pass, so an offer in a burst need not call `wake`

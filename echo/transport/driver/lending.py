@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from echo.transport.sockets import DriverSocket, ReceiveSocket, more_waiting
+from echo.transport.driver.sockets import DriverSocket, ReceiveSocket, more_waiting
 
 if TYPE_CHECKING:
-    from echo.transport.readiness import Readiness
-    from echo.transport.timerheap import TimerHeap
+    from echo.transport.core.timerheap import TimerHeap
+    from echo.transport.driver.readiness import Readiness
 
 
 class LendingDriver:
