@@ -251,9 +251,7 @@ class PairLink:
 
     def poll_receiver(self) -> None:
         self.receive_endpoint.poll(self.now, self.receiver_send)
-        if self.receive_endpoint.events:
-            self.events.extend(self.receive_endpoint.events)
-            self.receive_endpoint.events.clear()
+        self.events.extend(self.receive_endpoint.take_events())
 
     @property
     def images(self) -> list[PublicationImage]:

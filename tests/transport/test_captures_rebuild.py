@@ -72,8 +72,7 @@ def replay(name: str, *, skip_dropped: bool = True) -> Replay:
             if image.status_message_due():
                 endpoint.touch(image.session_id, image.stream_id)
         endpoint.poll(now, send)
-        events.extend(endpoint.events)
-        endpoint.events.clear()
+        events.extend(endpoint.take_events())
 
     fed = 0
     for record in records:

@@ -909,10 +909,9 @@ def test_many_images_each_time_out_at_its_own_liveness_deadline() -> None:
     while len(gone) < 60 and now < 30.0:
         now = max(endpoint.next_deadline(now), now + 1e-6)
         endpoint.poll(now, send)
-        for event in endpoint.events:
+        while (event := endpoint.next_event()) is not None:
             if event.image.state is ImageState.TIMED_OUT:
                 gone[event.image.session_id] = now
-        endpoint.events.clear()
     assert sorted(gone) == list(range(60))
     for session, when in gone.items():
         assert 10.0 <= when - created[session] <= 10.0 + 1e-3, (session, when, created[session])

@@ -128,7 +128,8 @@ class ReceiveEndpoint:
         self.interests: dict[tuple[int, int | None], StreamInterest] = {}
         self._streams: dict[int, int] = {}
         self.images: dict[tuple[int, int], PublicationImage] = {}
-        self.events: list[ImageEvent] = []
+        #: images that came or went, oldest first, until the driver takes them (next_event)
+        self._events: list[ImageEvent] = []
         self._cooldown: dict[tuple[int, int], float] = {}
         self._elicited: dict[tuple[int, int], float] = {}
         self._pending: list[tuple[tuple[int, int], Address]] = []
@@ -370,7 +371,7 @@ class ReceiveEndpoint:
         self._touched.add(key)
         self._elicited.pop(key, None)
         counters.images_created += 1
-        self.events.append(ImageAvailable(image))
+        self._events.append(ImageAvailable(image))
 
     def _drop_image(
         self, key: tuple[int, int], image: PublicationImage, reason: ImageState, now: float | None
@@ -389,7 +390,7 @@ class ReceiveEndpoint:
                 # That needs no terms: their memory goes back now, not after the cooldown.
                 image.release_terms()
                 self._finished[key] = image
-        self.events.append(ImageUnavailable(image, reason))
+        self._events.append(ImageUnavailable(image, reason))
 
     # ---------------------------------------------------------------- output and timers
 
@@ -524,7 +525,23 @@ class ReceiveEndpoint:
 
         (In-order data for an image: nothing to send, no image came or went.)
         """
-        return not (self._touched or self._pending or self._goodbyes or self.events)
+        return not (self._touched or self._pending or self._goodbyes or self._events)
+
+    def next_event(self) -> ImageEvent | None:
+        """The oldest image event not yet taken (an image came or went), or None: the core
+        answers, the driver asks (aioquic's `QuicConnection.next_event`)."""
+        events = self._events
+        if not events:
+            return None
+        return events.pop(0)
+
+    def take_events(self) -> list[ImageEvent]:
+        """Every image event not yet taken, oldest first (`next_event` until None, at once:
+        what the driver does after each service)."""
+        events = self._events
+        if events:
+            self._events = []
+        return events
 
     def touch(self, session_id: int, stream_id: int) -> None:
         """The application consumed from this image: look at it on the next poll."""

@@ -63,6 +63,7 @@ __all__ = [
     "SendEndpoint",
     "SendMode",
     "SenderTimers",
+    "response_setup_from",
 ]
 
 
@@ -224,13 +225,12 @@ class SendEndpoint:
                 publication.on_error_frame(frame, now)
         elif isinstance(frame, ResponseSetup):
             counters.response_setups_received += 1
-            from echo.transport.core.response import response_setup_from  # it builds on this module
-
             request = response_setup_from(self.publications, frame, source, self.remote)
-            if request is None or request.on_response_setup is None:
+            answer = getattr(request, "on_response_setup", None)
+            if request is None or answer is None:
                 counters.unknown_session_drops += 1
                 return
-            request.on_response_setup(request.response_correlation_id, frame.response_session_id)
+            answer(getattr(request, "response_correlation_id", 0), frame.response_session_id)
         else:
             # DATA, SETUP and the rest flow towards subscriptions, never into a publication.
             counters.invalid("unexpected_on_send_channel")
@@ -373,3 +373,23 @@ class SendEndpoint:
                 # An entry expires strictly after its timeout (DynamicDestinations.expire).
                 deadline = min(deadline, math.nextafter(expiry, math.inf))
         return deadline
+
+
+def response_setup_from(
+    publications: dict[tuple[int, int], NetworkPublication],
+    frame: ResponseSetup,
+    source: Address,
+    remote: Address | None,
+) -> NetworkPublication | None:
+    """The request publication an RSP_SETUP (untrusted) is for, or None to drop it.
+
+    It must name a request publication of this endpoint (response.RequestPublication: one
+    with a `response_correlation_id`) and come from the address that publication sends to: an
+    RSP_SETUP is the server image's answer to our SETUP. (Here, not in response.py, which
+    builds on this module: the two would import each other.)"""
+    publication = publications.get((frame.session_id, frame.stream_id))
+    if publication is None or not hasattr(publication, "response_correlation_id"):
+        return None
+    if remote is not None and source[:2] != remote[:2]:
+        return None
+    return publication

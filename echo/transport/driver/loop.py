@@ -23,7 +23,7 @@ from echo.transport.core.config import TransportConfig
 from echo.transport.core.counters import Counters
 from echo.transport.core.destinations import Address
 from echo.transport.core.offering import BURST_GAP, Ticker
-from echo.transport.core.receiver import ReceiveEndpoint
+from echo.transport.core.receiver import PublicationImage, ReceiveEndpoint
 from echo.transport.core.sender import NetworkPublication, SendEndpoint
 from echo.transport.core.timerheap import TimerHeap
 from echo.transport.core.validation import CookieJar, RateLimiter
@@ -73,7 +73,7 @@ class Driver(LendingDriver):
         self.counters = Counters()
         self.rng = random.Random(config.seed) if config.seed is not None else random.SystemRandom()
         #: socket deadlines and lend checks, and the alarm of the one timer loop
-        self.timers = TimerHeap()
+        self.timers: TimerHeap[DriverSocket] = TimerHeap()
         # One receive buffer for every socket: a datagram is handled (copied into a term or
         # dropped) before the next is read, so the readers can share it, and a server with
         # 2,000 sockets does not hold 2,000 x 64 KiB of buffers.
@@ -174,6 +174,7 @@ class Driver(LendingDriver):
             for udp in self.endpoints.values()
             if isinstance(udp, SendSocket)
             for publication in udp.channels
+            if isinstance(publication, PublicationChannel)
         ]
 
     def subscriptions(self) -> list[SubscriptionChannel]:
@@ -183,6 +184,7 @@ class Driver(LendingDriver):
             for udp in self.endpoints.values()
             if isinstance(udp, ReceiveSocket)
             for subscription in udp.subscriptions.values()
+            if isinstance(subscription, SubscriptionChannel)
         ]
 
     # ---------------------------------------------------------------- scheduling
@@ -240,15 +242,23 @@ class Driver(LendingDriver):
         elif isinstance(udp, ReceiveSocket):
             endpoint = udp.endpoint
             endpoint.poll(now, udp.send)
-            if endpoint.events:
-                events = endpoint.events[:]
-                endpoint.events.clear()
+            events = endpoint.take_events()
+            if events:
                 udp.dispatch(events)
                 if udp.lending.borrowed:
                     # An image came or went while an application task waits on the socket.
                     self.wake_borrower(udp)
             udp.notify_subscriptions()
         self._schedule(udp, now)
+
+    def consumed(self, udp: ReceiveSocket, images: list[PublicationImage]) -> None:
+        """An application's poll consumed past the status-message threshold of `images`
+        (window/4, or a sender waiting at the window's edge): their SMs go out now, not after
+        a pass of the timer loop (the sender may be idle until they come)."""
+        endpoint = udp.endpoint
+        for image in images:
+            endpoint.touch(image.session_id, image.stream_id)
+        self.service(udp, self.now())
 
     def _schedule(self, udp: DriverSocket, now: float) -> None:
         if udp.blocked:
