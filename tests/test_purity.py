@@ -45,8 +45,8 @@ PURE: dict[str, list[str]] = {
     "echo.transport.core": [
         "__init__", "appender", "assembly", "config", "counters", "destinations",
         "flow_control", "frames", "image", "liveness", "logbuffer", "loss", "message",
-        "offering", "publication", "receiver", "response", "retransmit", "scanner", "sender",
-        "status", "timerheap", "uri", "validation", "wireformat",
+        "offering", "outbox", "publication", "receiver", "response", "retransmit", "scanner",
+        "sender", "status", "timerheap", "uri", "validation", "wireformat",
     ],
     "echo.transport.driver": [],
     "echo.session": [

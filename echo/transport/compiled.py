@@ -37,6 +37,7 @@ COMPILED_MODULES: Final = (
     "echo.transport.core.appender",
     "echo.transport.core.flow_control",
     "echo.transport.core.destinations",
+    "echo.transport.core.outbox",
     "echo.transport.core.counters",
     "echo.transport.core.loss",
     "echo.transport.core.retransmit",

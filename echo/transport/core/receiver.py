@@ -16,10 +16,7 @@ from echo.transport.core.config import DEFAULT_RECEIVER_WINDOW, DEFAULTS, Receiv
 from echo.transport.core.counters import Counters
 from echo.transport.core.destinations import Address
 from echo.transport.core.frames import (
-    DATA_HEADER_LENGTH,
     EOS_FLAG,
-    FRAME_ALIGNMENT,
-    MAX_UDP_PAYLOAD_LENGTH,
     SETUP_GROUP_FLAG,
     SETUP_SEND_RESPONSE_FLAG,
     SM_LENGTH,
@@ -39,12 +36,8 @@ from echo.transport.core.image import (
     PublicationImage,
     Send,
 )
-from echo.transport.core.logbuffer import (
-    check_term_length,
-    compute_max_message_length,
-    i32,
-)
-from echo.transport.core.validation import SM_COOKIE_FLAG, RateLimiter
+from echo.transport.core.outbox import Datagram, Outbox
+from echo.transport.core.validation import SM_COOKIE_FLAG, RateLimiter, setup_problem
 
 #: the endpoint forgets cool-downs and elicitation times this often
 _CLEANUP_INTERVAL = 1.0
@@ -130,6 +123,8 @@ class ReceiveEndpoint:
         self.images: dict[tuple[int, int], PublicationImage] = {}
         #: images that came or went, oldest first, until the driver takes them (next_event)
         self._events: list[ImageEvent] = []
+        #: what handle_timer decided to send, until datagrams_to_send takes it
+        self._outbox = Outbox()
         self._cooldown: dict[tuple[int, int], float] = {}
         self._elicited: dict[tuple[int, int], float] = {}
         self._pending: list[tuple[tuple[int, int], Address]] = []
@@ -338,7 +333,7 @@ class ReceiveEndpoint:
         interest = self._wanted(*key)
         if interest is None or self._cooldown.get(key, -math.inf) > now:
             return
-        problem = _check_setup(frame, interest)
+        problem = setup_problem(frame, interest.max_term_length)
         if problem is None and len(self.images) >= self.max_images:
             problem = "too_many_images"
 
@@ -393,6 +388,19 @@ class ReceiveEndpoint:
         self._events.append(ImageUnavailable(image, reason))
 
     # ---------------------------------------------------------------- output and timers
+
+    def handle_timer(self, now: float) -> None:
+        """Act on what is due at `now` (the timers, and what the datagrams and the
+        application's consumption since left to do); what that sends waits for
+        `datagrams_to_send`."""
+        self.poll(now, self._outbox.send)
+
+    def datagrams_to_send(self, now: float) -> list[Datagram]:
+        """Everything to send as of `now`, oldest first: what `handle_timer` queued, and what
+        is due at `now` (as `handle_timer(now)`). The driver writes them to its socket."""
+        outbox = self._outbox
+        self.poll(now, outbox.send)
+        return outbox.take()
 
     def poll(self, now: float, send: Send) -> None:
         if (
@@ -565,30 +573,3 @@ class ReceiveEndpoint:
         for key, image in list(self.images.items()):
             image.close(send)
             self._drop_image(key, image, ImageState.CLOSED, now=None)
-
-
-def _check_setup(frame: Setup, interest: StreamInterest) -> str | None:
-    """Why a SETUP from the network cannot make an image, or None if it can."""
-    try:
-        check_term_length(frame.term_length)
-    except ValueError:
-        return "bad_setup_term_length"
-    if frame.term_length > interest.max_term_length:
-        return "setup_term_too_long"
-    mtu = frame.mtu
-    if (
-        mtu <= DATA_HEADER_LENGTH
-        or mtu % FRAME_ALIGNMENT
-        or mtu > MAX_UDP_PAYLOAD_LENGTH
-        or mtu > compute_max_message_length(frame.term_length)
-    ):
-        return "bad_setup_mtu"
-    if (
-        frame.term_offset < 0
-        or frame.term_offset % FRAME_ALIGNMENT
-        or frame.term_offset >= frame.term_length
-    ):
-        return "bad_setup_offset"
-    if i32(frame.active_term_id - frame.initial_term_id) < 0:
-        return "bad_setup_term_id"
-    return None

@@ -25,6 +25,7 @@ from echo.transport.core.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
+from echo.transport.core.outbox import Datagram, Outbox
 from echo.transport.core.publication import (
     ADMIN_ACTION,
     BACK_PRESSURED,
@@ -125,6 +126,8 @@ class SendEndpoint:
         self.manual = ManualDestinations() if mode is SendMode.MANUAL else None
         self._emit_send: Send | None = None
         self._emit: Emit = self._no_emit
+        #: what handle_timer decided to send, until datagrams_to_send takes it
+        self._outbox = Outbox()
 
     @staticmethod
     def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> int:
@@ -316,6 +319,20 @@ class SendEndpoint:
         elif registration:
             self.counters.rate_limited += 1
         return False
+
+    def handle_timer(self, now: float) -> None:
+        """Act on what is due at `now` (heartbeats, setups, retransmits, data offered and not
+        yet sent, replies); what that sends waits for `datagrams_to_send`."""
+        self.poll(now, self._outbox.send)
+
+    def datagrams_to_send(self, now: float) -> list[Datagram]:
+        """Everything to send as of `now`, oldest first, each datagram copied out of the term
+        buffer: what `handle_timer` queued, and what is due at `now`. (The trio driver sends
+        through `poll(now, send)` instead: runs straight from the term buffer, GSO, and the
+        socket's back-pressure, which leaves unsent data in the term for later.)"""
+        outbox = self._outbox
+        self.poll(now, outbox.send)
+        return outbox.take()
 
     def poll(self, now: float, send: Send) -> None:
         if self._replies:

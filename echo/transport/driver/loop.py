@@ -240,8 +240,13 @@ class Driver(LendingDriver):
             udp.endpoint.poll(now, udp.send)
             udp.notify_channels()
         elif isinstance(udp, ReceiveSocket):
+            # The receive side is pull-based: the core answers what to send (status messages,
+            # NAKs, setup elicitations: small frames; one the socket cannot take now is lost
+            # as UDP loses one and sent again on its timer) and what happened (image events).
             endpoint = udp.endpoint
-            endpoint.poll(now, udp.send)
+            send = udp.send
+            for datagram, address in endpoint.datagrams_to_send(now):
+                send(datagram, address)
             events = endpoint.take_events()
             if events:
                 udp.dispatch(events)
