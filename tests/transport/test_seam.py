@@ -84,6 +84,7 @@ class Core:
 def test_two_cores_exchange_messages_through_the_pull_calls_alone() -> None:
     core = Core()
     core.run(until=0.05)  # SETUP, the first SM: the image is there, the publication connected
+    assert core.receiver.has_events
     available = core.receiver.next_event()
     assert isinstance(available, ImageAvailable) and available.image.session_id == SESSION
     assert core.receiver.next_event() is None  # taken: the core forgets it
@@ -106,11 +107,11 @@ def test_handle_timer_queues_and_datagrams_to_send_hands_them_over_once() -> Non
     core.sender.handle_timer(0.0)
     first = core.sender.datagrams_to_send(0.0)
     assert len(first) == 1
-    assert core.sender.datagrams_to_send(0.0) == []
+    assert list(core.sender.datagrams_to_send(0.0)) == []
     # Nothing due before the next deadline; at it, the SETUP is sent again (no SM came).
     deadline = core.sender.next_deadline(0.0)
     assert 0.0 < deadline < math.inf
-    assert core.sender.datagrams_to_send(deadline - 1e-6) == []
+    assert list(core.sender.datagrams_to_send(deadline - 1e-6)) == []
     assert [d for d, _ in core.sender.datagrams_to_send(deadline)] == [first[0][0]]
 
 
@@ -121,6 +122,7 @@ def test_image_events_come_out_once_each_in_order() -> None:
     core.receiver.reject_image(SESSION, STREAM, core.now, Outbox().send)
     gone = core.receiver.take_events()
     assert [type(e) for e in gone] == [ImageUnavailable]
+    assert not core.receiver.has_events
     assert core.receiver.take_events() == [] and core.receiver.next_event() is None
 
 

@@ -15,36 +15,39 @@ from echo.transport.core.destinations import Address
 #: one datagram to write: its bytes and where to
 Datagram = tuple[bytes, Address]
 
+#: what `datagrams_to_send` answers when nothing is queued (no list made for nothing)
+NOTHING: tuple[Datagram, ...] = ()
 
 
 class Outbox:
     """Datagrams queued in the order they were sent; `send` is a `sender.Send`."""
 
-    __slots__ = ("_datagrams",)
+    __slots__ = ("queued",)
 
     def __init__(self) -> None:
-        self._datagrams: list[Datagram] = []
+        #: the datagrams queued, oldest first (read it to know whether any are; `take` them)
+        self.queued: list[Datagram] = []
 
     def send(self, datagram: bytes | memoryview, address: Address, segment: int = 0) -> int:
         """Queue `datagram` for `address` (a run of `segment`-byte datagrams is queued as the
         datagrams it is, the last maybe shorter); returns how many were queued."""
-        datagrams = self._datagrams
+        queued = self.queued
         size = len(datagram)
         if not segment or size <= segment:
-            datagrams.append((bytes(datagram), address))
+            queued.append((bytes(datagram), address))
             return 1
         count = 0
         for start in range(0, size, segment):
-            datagrams.append((bytes(datagram[start : start + segment]), address))
+            queued.append((bytes(datagram[start : start + segment]), address))
             count += 1
         return count
 
     def take(self) -> list[Datagram]:
         """Everything queued, oldest first (a list of the caller's own); the outbox is empty
         afterwards."""
-        datagrams = self._datagrams
-        self._datagrams = []
+        datagrams = self.queued
+        self.queued = []
         return datagrams
 
     def __len__(self) -> int:
-        return len(self._datagrams)
+        return len(self.queued)

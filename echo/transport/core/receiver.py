@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Sequence
 
 import attrs
 
@@ -36,7 +37,7 @@ from echo.transport.core.image import (
     PublicationImage,
     Send,
 )
-from echo.transport.core.outbox import Datagram, Outbox
+from echo.transport.core.outbox import NOTHING, Datagram, Outbox
 from echo.transport.core.validation import SM_COOKIE_FLAG, RateLimiter, setup_problem
 
 #: the endpoint forgets cool-downs and elicitation times this often
@@ -123,8 +124,11 @@ class ReceiveEndpoint:
         self.images: dict[tuple[int, int], PublicationImage] = {}
         #: images that came or went, oldest first, until the driver takes them (next_event)
         self._events: list[ImageEvent] = []
+        #: are there events to take? (read by the driver after each service, without a call)
+        self.has_events = False
         #: what handle_timer decided to send, until datagrams_to_send takes it
         self._outbox = Outbox()
+        self._queue: Send = self._outbox.send
         self._cooldown: dict[tuple[int, int], float] = {}
         self._elicited: dict[tuple[int, int], float] = {}
         self._pending: list[tuple[tuple[int, int], Address]] = []
@@ -367,6 +371,7 @@ class ReceiveEndpoint:
         self._elicited.pop(key, None)
         counters.images_created += 1
         self._events.append(ImageAvailable(image))
+        self.has_events = True
 
     def _drop_image(
         self, key: tuple[int, int], image: PublicationImage, reason: ImageState, now: float | None
@@ -386,6 +391,7 @@ class ReceiveEndpoint:
                 image.release_terms()
                 self._finished[key] = image
         self._events.append(ImageUnavailable(image, reason))
+        self.has_events = True
 
     # ---------------------------------------------------------------- output and timers
 
@@ -393,13 +399,15 @@ class ReceiveEndpoint:
         """Act on what is due at `now` (the timers, and what the datagrams and the
         application's consumption since left to do); what that sends waits for
         `datagrams_to_send`."""
-        self.poll(now, self._outbox.send)
+        self.poll(now, self._queue)
 
-    def datagrams_to_send(self, now: float) -> list[Datagram]:
+    def datagrams_to_send(self, now: float) -> Sequence[Datagram]:
         """Everything to send as of `now`, oldest first: what `handle_timer` queued, and what
         is due at `now` (as `handle_timer(now)`). The driver writes them to its socket."""
         outbox = self._outbox
-        self.poll(now, outbox.send)
+        self.poll(now, self._queue)
+        if not outbox.queued:
+            return NOTHING
         return outbox.take()
 
     def poll(self, now: float, send: Send) -> None:
@@ -541,7 +549,9 @@ class ReceiveEndpoint:
         events = self._events
         if not events:
             return None
-        return events.pop(0)
+        event = events.pop(0)
+        self.has_events = bool(events)
+        return event
 
     def take_events(self) -> list[ImageEvent]:
         """Every image event not yet taken, oldest first (`next_event` until None, at once:
@@ -549,6 +559,7 @@ class ReceiveEndpoint:
         events = self._events
         if events:
             self._events = []
+            self.has_events = False
         return events
 
     def touch(self, session_id: int, stream_id: int) -> None:

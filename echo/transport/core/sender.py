@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from echo.transport.core.config import DEFAULTS, SenderTimers
@@ -25,7 +25,7 @@ from echo.transport.core.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.core.outbox import Datagram, Outbox
+from echo.transport.core.outbox import NOTHING, Datagram, Outbox
 from echo.transport.core.publication import (
     ADMIN_ACTION,
     BACK_PRESSURED,
@@ -128,6 +128,7 @@ class SendEndpoint:
         self._emit: Emit = self._no_emit
         #: what handle_timer decided to send, until datagrams_to_send takes it
         self._outbox = Outbox()
+        self._queue: Send = self._outbox.send
 
     @staticmethod
     def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> int:
@@ -323,15 +324,17 @@ class SendEndpoint:
     def handle_timer(self, now: float) -> None:
         """Act on what is due at `now` (heartbeats, setups, retransmits, data offered and not
         yet sent, replies); what that sends waits for `datagrams_to_send`."""
-        self.poll(now, self._outbox.send)
+        self.poll(now, self._queue)
 
-    def datagrams_to_send(self, now: float) -> list[Datagram]:
+    def datagrams_to_send(self, now: float) -> Sequence[Datagram]:
         """Everything to send as of `now`, oldest first, each datagram copied out of the term
         buffer: what `handle_timer` queued, and what is due at `now`. (The trio driver sends
         through `poll(now, send)` instead: runs straight from the term buffer, GSO, and the
         socket's back-pressure, which leaves unsent data in the term for later.)"""
         outbox = self._outbox
-        self.poll(now, outbox.send)
+        self.poll(now, self._queue)
+        if not outbox.queued:
+            return NOTHING
         return outbox.take()
 
     def poll(self, now: float, send: Send) -> None:

@@ -247,9 +247,8 @@ class Driver(LendingDriver):
             send = udp.send
             for datagram, address in endpoint.datagrams_to_send(now):
                 send(datagram, address)
-            events = endpoint.take_events()
-            if events:
-                udp.dispatch(events)
+            if endpoint.has_events:
+                udp.dispatch(endpoint.take_events())
                 if udp.lending.borrowed:
                     # An image came or went while an application task waits on the socket.
                     self.wake_borrower(udp)
