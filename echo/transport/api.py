@@ -8,7 +8,7 @@
         message = await sub.receive()
 
 These classes hold no protocol logic: they translate calls into the pure state machines that the
-driver runs, and wait on the driver's notifications. Sockets stay in driver.py.
+driver runs, and wait on the driver's notifications. Sockets stay in the driver (driver/loop.py).
 """
 
 from __future__ import annotations

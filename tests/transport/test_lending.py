@@ -1,4 +1,4 @@
-"""A subscription's socket lent to the application task that waits on it (driver.py, "lending").
+"""A subscription's socket lent to the application task that waits on it (driver/lending.py).
 
 Once a task waits in `receive()` / `wait_activity()`, the reader task hands it the socket and
 sleeps, so that each datagram wakes the application directly. These tests pin down what must

@@ -1,5 +1,5 @@
 """The driver's one timer loop: it services a socket when the socket's deadline comes, and not
-at a deadline the socket has since moved later (driver.py `_schedule_at`, docs/profile-b4.txt).
+at a deadline the socket has since moved later (driver/loop.py `_schedule_at`, docs/profile-b4.txt).
 
 An offer that goes out at once pushes the publication's next deadline later: with
 `probe_after_data` a probe heartbeat is due 2 ms after the last data, so a stream offered to

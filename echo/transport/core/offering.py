@@ -9,8 +9,8 @@ call per message instead of three interpreted frames (api, channel, clock).
 
 Pure as the rest of the core: no trio, no clock of its own. The clock (the driver's: the run's
 trio clock, a MockClock under tests) and the driver's two actions (`flush`, `wake`) are passed
-in; the driver owns `Ticker` and each send socket's `Burst` and
-updates them as it runs (driver.py).
+in; the driver owns `Ticker` and each send socket's `Burst` and updates them as it runs
+(driver/loop.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The driver's timers: when each socket must next be serviced, and when each lent socket's
-lend check falls due, for the one timer loop of a transport (driver.py).
+lend check falls due, for the one timer loop of a transport (driver/loop.py).
 
 A socket has at most one live entry in the heap, at `udp.queued`, never later than
 `udp.scheduled`, the time it must next be serviced. A deadline brought nearer pushes a new

@@ -2,8 +2,8 @@
 
 An application task waiting on a subscription reads the subscription's socket itself, saving
 the task switch from the driver's reader task to it; the driver keeps the checks that give the
-socket back to its reader. `Driver` (driver.py) is a `LendingDriver`: this module holds those
-methods, driver.py the rest (reading, timers, wiring).
+socket back to its reader. `Driver` (loop.py) is a `LendingDriver`: this module holds those
+methods, loop.py the rest (reading, timers, wiring).
 """
 
 from __future__ import annotations

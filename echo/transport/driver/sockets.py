@@ -59,7 +59,7 @@ _NOTHING_QUEUED = bytes(4)
 # sendmsg errors that mean "no runs on this route", after which datagrams go one by one
 _NO_GSO_ERRORS = frozenset((errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.EMSGSIZE))
 
-#: Lending (see driver.py): the socket goes back to its reader task once nobody has waited on
+#: Lending (see loop.py): the socket goes back to its reader task once nobody has waited on
 #: it for LEND_IDLE. Checks start LEND_IDLE apart and back off (x LEND_BACKOFF) to
 #: LEND_CHECK_MAX while the borrower keeps coming back.
 LEND_IDLE = 0.001
