@@ -112,3 +112,35 @@ def test_the_core_imports_only_the_core(name: str) -> None:
         if isinstance(node, ast.ImportFrom) and not node.level
     }
     assert not roots & {"trio", "socket", "time", "select", "asyncio"}, name
+
+
+def _driver_members_used(path: Path) -> set[str]:
+    """Every `driver.X` and `self._driver.X` that `path` reads."""
+    used: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if (isinstance(owner, ast.Name) and owner.id == "driver") or (
+            isinstance(owner, ast.Attribute)
+            and owner.attr == "_driver"
+            and isinstance(owner.value, ast.Name)
+            and owner.value.id == "self"
+        ):
+            used.add(node.attr)
+    return used
+
+
+def test_a_channel_asks_the_driver_only_what_its_protocol_declares() -> None:
+    # The channels reach the driver through ChannelDriver alone: no `service`, no socket
+    # reading or lending internals (lending is one call, `wait_lent`).
+    from echo.transport.driver.channels import ChannelDriver
+
+    declared = {
+        name for name in dir(ChannelDriver) if not name.startswith("_")
+    } | set(ChannelDriver.__annotations__)
+    used = _driver_members_used(PACKAGE / "driver" / "channels.py")
+    assert used, "the reader found no use of the driver at all"
+    assert used <= declared, sorted(used - declared)
+    assert "service" not in declared
+    assert {"wait_lent", "consumed"} <= used
