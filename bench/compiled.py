@@ -42,7 +42,7 @@ def _check_build(mode: str) -> None:
 
 def _micro() -> dict[str, float]:
     """CPU nanoseconds per call of the core's hot functions (best of 5)."""
-    from echo.transport import frames, logbuffer
+    from echo.transport.core import frames, logbuffer
 
     sm = frames.StatusMessage(
         session_id=7,

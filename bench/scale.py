@@ -264,7 +264,7 @@ class _Population:
                 from echo.client.client import bound_to
                 from echo.session.client import client_transport_config
                 from echo.transport import open_transport
-                from echo.transport.sockets import open_udp_socket
+                from echo.transport.driver.sockets import open_udp_socket
 
                 # Transport j sends from client j's address (the clients that share it, from
                 # one address, as clients behind one NAT).

@@ -13,8 +13,8 @@ a read past the end, a value that does not fit its field, bytes that are not UTF
 subclass of `CodecError`), so that its decoder raises nothing but that type.
 
 Pure: no I/O, no clock. The transport's Aeron frames keep their own codecs
-(`echo.transport.frames`, `echo.transport.wireformat`): they are compiled with mypyc and tuned
-for the per-datagram path.
+(`echo.transport.core.frames`, `echo.transport.core.wireformat`): they are compiled with
+mypyc and tuned for the per-datagram path.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ selection once to learn which tests reach which function, and a change of select
 away every earlier verdict: one shared selection would make a lobby mutant wait on the
 transport's tests and the other way round.
 
-MODULE is a name (`frames`), a dotted name or a path (`echo/transport/frames.py`); GROUP is a
+MODULE is a name (`frames`), a dotted name or a path (`echo/transport/core/frames.py`); GROUP is a
 group's name (every module in it); none means every module of every group. mutmut works in
 `.mutation/GROUP/` (git-ignored), a scratch directory that links to the sources and the tests
 (which hold the reference captures the codec tests read), so its copy of the tree never lands

@@ -24,7 +24,7 @@ SECRET_WORDS = frozenset(
 )
 #: (module, the comparison as ast.unparse writes it) -> why it compares no secret
 NOT_SECRETS = {
-    ("echo/transport/flow_control.py", "sm.group_tag == self.group_tag"): (
+    ("echo/transport/core/flow_control.py", "sm.group_tag == self.group_tag"): (
         "Aeron's receiver group tag: a public label every SM carries in the clear"
     ),
 }

@@ -42,7 +42,7 @@ from echo.session.crypto import BadPin, Pin
 from echo.session.machine import HandshakeState
 from echo.session.session import Session, SessionClosed, SessionError
 from echo.transport import Transport, TransportConfig, open_transport
-from echo.transport.sockets import SocketFactory, open_udp_socket
+from echo.transport.driver.sockets import SocketFactory, open_udp_socket
 
 log = structlog.get_logger("echo.client")
 

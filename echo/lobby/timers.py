@@ -22,7 +22,7 @@ interval follows from that job alone:
   5 s publication-connection timeout): `STATUS_INTERVAL` 1.5 s leaves three in it. Flow
   control does not need them sooner: a lobby's traffic in an interval is a sliver of the
   receiver window, and an image sends an SM early anyway when the window must move
-  (`echo.transport.status`, as Aeron's receiver does), so a busy member is never held back.
+  (`echo.transport.core.status`, as Aeron's receiver does), so a busy member is never held back.
 - **tail loss** does not wait for an idle heartbeat: `probe_after_data` sends one probe heartbeat
   right after each burst of data, so a lost last message (a chat line, an update) is NAKed and
   repaired in milliseconds, as in `echo_timers`.
@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 
 from echo.session.timers import echo_timers
-from echo.transport.config import TransportConfig
+from echo.transport.core.config import TransportConfig
 
 SERVER_HEARTBEAT = 0.8
 CLIENT_HEARTBEAT = 0.8

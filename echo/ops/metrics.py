@@ -1,11 +1,12 @@
 """Prometheus metrics of echo's servers, read at scrape time from the counts they keep.
 
 The transport, the session server, the lobby and the topics server already count what they
-do in plain ints (`echo.transport.counters`, `SessionServer.admissions`, `LobbyRegistry.counters`,
-`echo.topics.server.Counters`): bumping an int is the cheapest thing a hot path can do. The
-collectors here turn those into metric families only when Prometheus scrapes, so serving a
-datagram costs nothing more with `--metrics` than without. Each server has its own
-`CollectorRegistry`, so several servers (or tests) in one process never share a count.
+do in plain ints (`echo.transport.core.counters`, `SessionServer.admissions`,
+`LobbyRegistry.counters`, `echo.topics.server.Counters`): bumping an int is the cheapest
+thing a hot path can do. The collectors here turn those into metric families only when
+Prometheus scrapes, so serving a datagram costs nothing more with `--metrics` than without.
+Each server has its own `CollectorRegistry`, so several servers (or tests) in one process
+never share a count.
 
 Naming follows Prometheus's practice: `echo_<layer>_<what>_<unit>`, base units (seconds,
 bytes), `_total` on counters, and labels only over small fixed sets (a reason, a result, a
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from echo.lobby.server import LobbyServer
     from echo.session.server import SessionServer
     from echo.topics.driver import TopicServer
-    from echo.transport.counters import Counters
+    from echo.transport.core.counters import Counters
 
 __all__ = [
     "HealthCollector",

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 import structlog
 
-from echo.transport.sockets import SocketFactory, open_udp_socket
+from echo.transport.driver.sockets import SocketFactory, open_udp_socket
 
 log = structlog.get_logger("echo.session")
 

@@ -23,7 +23,7 @@ from echo.session.server_base import (
 from echo.session.session import RESUME_RETAIN_BYTES, Session, SessionClosed
 from echo.session.shared import response_channel
 from echo.transport import Image, Message, Publication
-from echo.transport.uri import UriError
+from echo.transport.core.uri import UriError
 
 log = structlog.get_logger("echo.session")
 

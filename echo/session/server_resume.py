@@ -16,7 +16,7 @@ from echo.session.server_duologues import DuologueHost
 from echo.session.session import Session, SessionClosed
 from echo.session.shared import response_channel
 from echo.transport import Message, Publication
-from echo.transport.uri import UriError
+from echo.transport.core.uri import UriError
 
 log = structlog.get_logger("echo.session")
 

@@ -3,7 +3,7 @@
 The ports: the first carries every client's requests (one session-specific subscription per
 duologue, all on one socket, told apart by session id); the second is the control port of the
 response publications, one per joined duologue, each answering its client's request image as
-an Aeron 1.48 response channel (echo.transport.response), so that it reaches that client alone,
+an Aeron 1.48 response channel (echo.transport.core.response), so that it reaches that client alone,
 through the hole the client's own status messages punched in its NAT.
 """
 

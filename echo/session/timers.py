@@ -32,9 +32,9 @@ from typing import Any
 
 import attrs
 
-from echo.transport.config import TransportConfig
-from echo.transport.frames import DATA_HEADER_LENGTH, SM_LENGTH
-from echo.transport.image import AMPLIFICATION_FACTOR
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.frames import DATA_HEADER_LENGTH, SM_LENGTH
+from echo.transport.core.image import AMPLIFICATION_FACTOR
 
 ECHO_STATUS_MESSAGE_INTERVAL = 1.0
 ECHO_HEARTBEAT_INTERVAL = 0.5

@@ -1,6 +1,9 @@
 """echo.transport: the Aeron UDP wire protocol on trio, in pure Python.
 
 Knows nothing of Echo 2.0: `echo.server` and `echo.client` build on it, never the reverse.
+The protocol is `echo.transport.core` (pure: no trio, no clock, no socket), its trio side
+`echo.transport.driver`; this package's names are the public api (docs/architecture.md, "The
+transport's seam").
 """
 
 # Before anything imports a compiled module: an extension built from an older source must
@@ -29,8 +32,8 @@ from echo.transport.api import (
     Transport,
     open_transport,
 )
-from echo.transport.config import TransportConfig
-from echo.transport.uri import UriError
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.uri import UriError
 
 __all__ = [
     "ADMIN_ACTION",

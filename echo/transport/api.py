@@ -8,7 +8,7 @@
         message = await sub.receive()
 
 These classes hold no protocol logic: they translate calls into the pure state machines that the
-driver runs, and wait on the driver's notifications. Sockets stay in driver.py.
+driver runs, and wait on the driver's notifications. Sockets stay in the driver (driver/loop.py).
 """
 
 from __future__ import annotations
@@ -22,12 +22,10 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from echo.transport.channels import ImageLink, PublicationChannel, SubscriptionChannel
-from echo.transport.config import TransportConfig
-from echo.transport.counters import Counters
-from echo.transport.driver import Driver
-from echo.transport.message import Message, format_address
-from echo.transport.sender import (
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.counters import Counters
+from echo.transport.core.message import Message, format_address
+from echo.transport.core.sender import (
     ADMIN_ACTION,
     BACK_PRESSURED,
     CLOSED,
@@ -35,8 +33,10 @@ from echo.transport.sender import (
     NOT_CONNECTED,
     OFFER_RESULT_NAMES,
 )
-from echo.transport.sockets import SocketFactory, open_udp_socket
-from echo.transport.uri import UriError, parse_channel_uri
+from echo.transport.core.uri import UriError, parse_channel_uri
+from echo.transport.driver.channels import ImageLink, PublicationChannel, SubscriptionChannel
+from echo.transport.driver.loop import Driver
+from echo.transport.driver.sockets import SocketFactory, open_udp_socket
 
 __all__ = [
     "ADMIN_ACTION",

@@ -5,8 +5,9 @@
 when it is pure (no trio, no clock), strictly typed, and imports cleanly once compiled; the same
 source always runs interpreted too, and a plain `pip install -e .` builds nothing.
 
-A compiled module is an extension file beside its source (`frames.cpython-311-x86_64-linux-gnu.so`
-next to `frames.py`); Python's import system prefers it. So that an edited source can never be
+A compiled module is an extension file beside its source
+(`core/frames.cpython-311-x86_64-linux-gnu.so` next to `core/frames.py`); Python's import
+system prefers it. So that an edited source can never be
 shadowed silently by an old build, the build records a hash of every source it compiled
 (`BUILD_MANIFEST`) and importing `echo.transport` refuses to go on when a source has changed
 since. This file imports only the standard library: setup.py reads it before anything is built.
@@ -30,28 +31,30 @@ from types import ModuleType
 from typing import Final
 
 COMPILED_MODULES: Final = (
-    "echo.transport.wireformat",
-    "echo.transport.frames",
-    "echo.transport.logbuffer",
-    "echo.transport.appender",
-    "echo.transport.flow_control",
-    "echo.transport.destinations",
-    "echo.transport.counters",
-    "echo.transport.loss",
-    "echo.transport.retransmit",
-    "echo.transport.assembly",
-    "echo.transport.status",
-    "echo.transport.scanner",
-    "echo.transport.liveness",
-    "echo.transport.image",
-    "echo.transport.publication",
-    "echo.transport.receiver",
-    "echo.transport.sender",
-    "echo.transport.offering",
-    "echo.transport.message",
+    "echo.transport.core.wireformat",
+    "echo.transport.core.frames",
+    "echo.transport.core.logbuffer",
+    "echo.transport.core.appender",
+    "echo.transport.core.flow_control",
+    "echo.transport.core.destinations",
+    "echo.transport.core.outbox",
+    "echo.transport.core.counters",
+    "echo.transport.core.loss",
+    "echo.transport.core.retransmit",
+    "echo.transport.core.assembly",
+    "echo.transport.core.status",
+    "echo.transport.core.scanner",
+    "echo.transport.core.liveness",
+    "echo.transport.core.image",
+    "echo.transport.core.publication",
+    "echo.transport.core.receiver",
+    "echo.transport.core.sender",
+    "echo.transport.core.offering",
+    "echo.transport.core.message",
 )
 
-#: written by the build beside this file: {"echo.transport.frames": "<sha256 of frames.py>", ...}
+#: written by the build beside this file:
+#: {"echo.transport.core.frames": "<sha256 of core/frames.py>", ...}
 BUILD_MANIFEST: Final = "_compiled_sources.json"
 
 _PACKAGE_DIR: Final = Path(__file__).resolve().parent
@@ -94,8 +97,16 @@ def check_not_stale(root: Path = _ROOT) -> None:
     are extension files. `root` is the directory that holds the `echo` package.
     """
     package = root / "echo" / "transport"
-    names = os.listdir(package)
-    if not any(name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)) for name in names):
+    # The modules' own directories (the pure core's sub-package) and the package's, which
+    # holds the group's shared library.
+    directories = {package} | {source_path(m, root).parent for m in COMPILED_MODULES}
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    if not any(
+        name.endswith(suffixes)
+        for directory in directories
+        if directory.is_dir()
+        for name in os.listdir(directory)
+    ):
         return
     try:
         recorded = json.loads((package / BUILD_MANIFEST).read_text())

@@ -122,8 +122,8 @@ def _matches(pattern: Pattern, address: HostPort) -> bool:
 class MemorySocket:
     """A bound, non-blocking UDP socket of a `MemoryNetwork`.
 
-    It has what the transport's driver calls on a socket (sockets.py, driver.py): `sendto`,
-    `sendmsg`, `recvfrom_into`, `recvmsg_into`, `recvfrom`, `getsockname`, `setsockopt`,
+    It has what the transport's driver calls on a socket (driver/sockets.py, driver/loop.py):
+    `sendto`, `sendmsg`, `recvfrom_into`, `recvmsg_into`, `recvfrom`, `getsockname`, `setsockopt`,
     `setblocking`, `fileno` (for trio's readiness waits) and `close`; UDP GSO/GRO options
     are refused, so every datagram meets its own fate and the driver sends and reads one at a
     time.

@@ -21,7 +21,7 @@ from echo.lobby import protocol as lobby
 from echo.session import keywire, resume
 from echo.tickets import core as tickets
 from echo.topics import codec as topics
-from echo.transport import frames
+from echo.transport.core import frames
 from tests.fuzz.harnesses import HARNESSES
 
 CORPUS = Path(__file__).resolve().parent / "corpus"

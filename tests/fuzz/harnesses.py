@@ -28,7 +28,7 @@ from echo.session import keywire, resume
 from echo.tickets import core as tickets
 from echo.tickets import keyfile
 from echo.topics import codec as topics
-from echo.transport import frames
+from echo.transport.core import frames
 from tests.fuzz.registry import COVERS
 
 Harness = Callable[[bytes], None]
@@ -134,7 +134,7 @@ def session_resume(data: bytes) -> None:
     assert resume.parse_server_reply_untrusted(encoded) == reply
 
 
-# --- Aeron frames (echo.transport.frames): what the receiver applies to datagrams ---------------
+# --- Aeron frames (echo.transport.core.frames): what the receiver applies to datagrams -----------
 
 
 def _reencode(frame: frames.Frame, data: bytes) -> bytes:

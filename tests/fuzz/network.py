@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     DataHeader,
     ErrorFrame,
     FrameType,

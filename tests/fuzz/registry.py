@@ -11,7 +11,7 @@ from __future__ import annotations
 COVERS: dict[str, tuple[str, ...]] = {
     "echo_protocol": ("echo.protocol",),
     "session_resume": ("echo.session.resume", "echo.protocol"),
-    "aeron_frames": ("echo.transport.frames", "echo.transport.wireformat"),
+    "aeron_frames": ("echo.transport.core.frames", "echo.transport.core.wireformat"),
     "lobby_protocol": ("echo.lobby.protocol", "echo.codec"),
     "lobby_hello": ("echo.lobby.hello", "echo.codec"),
     "lobby_json": ("echo.lobby.web.jsonwire",),

@@ -17,7 +17,7 @@ import struct
 import time
 
 from echo.protocol import ECHO_STREAM_ID, Hello, format_message
-from echo.transport.frames import DataHeader, Setup, align
+from echo.transport.core.frames import DataHeader, Setup, align
 
 
 def udp_packet(source: str, sport: int, dest: str, dport: int, payload: bytes) -> bytes:

@@ -119,7 +119,7 @@ async def clients(server: str, count: int, rounds: int) -> None:
 def _sessions_in(payload: bytes) -> set[int]:
     """The session id of every frame in a datagram the server sent (untrusted parse): a DATA
     datagram may carry several frames, each with its session."""
-    from echo.transport.frames import (
+    from echo.transport.core.frames import (
         DataHeader,
         iter_data_frames_untrusted,
         parse_datagram_untrusted,

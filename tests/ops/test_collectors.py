@@ -25,7 +25,7 @@ from echo.ops.metrics import (
     session_collectors,
 )
 from echo.topics.driver import TopicServer
-from echo.transport.counters import Counters
+from echo.transport.core.counters import Counters
 from tests.ops.scrape import Samples, value
 from tests.server.test_server import free_base, server_config
 from tests.session.test_sessions import connect, idle

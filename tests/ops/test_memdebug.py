@@ -49,8 +49,8 @@ def test_sigusr1_dumps_what_grew_since_start_up(
     assert isinstance(first["traced_bytes"], int) and first["traced_bytes"] > 0
     grown = dict(first["types_grown"])  # type: ignore[call-overload]
     # The session's images (its HELLO's and its duologue's) linger in the cool-down.
-    assert grown.get("echo.transport.image.PublicationImage", 0) >= 1, grown
+    assert grown.get("echo.transport.core.image.PublicationImage", 0) >= 1, grown
     sites = first["sites_grown"]
     assert isinstance(sites, list) and sites and all(s["traceback"] for s in sites)
     # The second dump compares with the first: nothing happened in between.
-    assert "echo.transport.image.PublicationImage" not in dict(second["types_grown"])  # type: ignore[call-overload]
+    assert "echo.transport.core.image.PublicationImage" not in dict(second["types_grown"])  # type: ignore[call-overload]

@@ -23,7 +23,7 @@ import trio.testing
 import echo.session as es
 from echo.session.client import client_transport_config
 from echo.transport import open_transport
-from echo.transport.sockets import SocketFactory
+from echo.transport.driver.sockets import SocketFactory
 from echo.transport.testing import Link, MemoryNetwork
 from tests.ports import free_base
 from tests.session.test_lost_contact import SERVER, config, kill, memory_server

@@ -19,7 +19,7 @@ from echo.session.timers import (
     echo_timers,
 )
 from echo.transport import TransportConfig, open_transport
-from echo.transport.frames import DATA_HEADER_LENGTH, SM_LENGTH
+from echo.transport.core.frames import DATA_HEADER_LENGTH, SM_LENGTH
 from echo.transport.testing import Datagram, MemoryNetwork
 
 STREAM = 1001

@@ -18,7 +18,7 @@ import echo.session as es
 from echo.protocol import ECHO_STREAM_ID
 from echo.session.timers import echo_timers
 from echo.transport import BACK_PRESSURED, open_transport
-from echo.transport.frames import Setup
+from echo.transport.core.frames import Setup
 from tests.server.test_server import Events, free_base, hello, server_config
 
 # ---------------------------------------------------------------- a second application

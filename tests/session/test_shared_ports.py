@@ -19,7 +19,7 @@ import echo.session as es
 from echo.protocol import ECHO_STREAM_ID
 from echo.session.timers import echo_timers
 from echo.transport import open_transport
-from echo.transport.frames import SM_SETUP_FLAG, Setup, StatusMessage
+from echo.transport.core.frames import SM_SETUP_FLAG, Setup, StatusMessage
 from tests.server.test_server import Events, free_base, hello, server_config
 
 SHARED = es.DuologuePorts.SHARED

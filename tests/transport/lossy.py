@@ -14,7 +14,7 @@ import random
 import socket
 from typing import Any
 
-from echo.transport.sockets import SOL_UDP, UDP_GRO, open_udp_socket
+from echo.transport.driver.sockets import SOL_UDP, UDP_GRO, open_udp_socket
 
 
 class LossySocket(socket.socket):

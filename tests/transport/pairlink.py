@@ -22,15 +22,15 @@ from typing import Literal
 
 import attrs
 
-from echo.transport.counters import Counters
-from echo.transport.flow_control import UnicastFlowControl
-from echo.transport.frames import (
+from echo.transport.core.counters import Counters
+from echo.transport.core.flow_control import UnicastFlowControl
+from echo.transport.core.frames import (
     DataHeader,
     Frame,
     FrameError,
     parse_datagram_untrusted,
 )
-from echo.transport.receiver import (
+from echo.transport.core.receiver import (
     DEFAULT_RECEIVER_WINDOW,
     ImageAvailable,
     ImageEvent,
@@ -40,7 +40,7 @@ from echo.transport.receiver import (
     ReceiverTimers,
     StreamInterest,
 )
-from echo.transport.sender import (
+from echo.transport.core.sender import (
     NetworkPublication,
     SendEndpoint,
     SenderTimers,
@@ -251,9 +251,7 @@ class PairLink:
 
     def poll_receiver(self) -> None:
         self.receive_endpoint.poll(self.now, self.receiver_send)
-        if self.receive_endpoint.events:
-            self.events.extend(self.receive_endpoint.events)
-            self.receive_endpoint.events.clear()
+        self.events.extend(self.receive_endpoint.take_events())
 
     @property
     def images(self) -> list[PublicationImage]:

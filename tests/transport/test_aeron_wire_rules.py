@@ -12,7 +12,7 @@ of Aeron 1.51, is explained in docs/transport.md.)
 
 from __future__ import annotations
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     EOS_FLAG,
     REVOKED_FLAG,
@@ -20,8 +20,8 @@ from echo.transport.frames import (
     Nak,
     parse_datagram_untrusted,
 )
-from echo.transport.image import ImageState
-from echo.transport.receiver import ImageUnavailable
+from echo.transport.core.image import ImageState
+from echo.transport.core.receiver import ImageUnavailable
 from tests.transport.pairlink import (
     DELIVER,
     DROP,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from echo.transport import appender as appender_module
-from echo.transport.appender import LogAppender
-from echo.transport.frames import UNFRAGMENTED_FLAGS, FrameType
-from echo.transport.logbuffer import TermBuffers, append_message, write_frame, write_pad
+from echo.transport.core import appender as appender_module
+from echo.transport.core.appender import LogAppender
+from echo.transport.core.frames import UNFRAGMENTED_FLAGS, FrameType
+from echo.transport.core.logbuffer import TermBuffers, append_message, write_frame, write_pad
 
 TERM = 64 * 1024
 IDS = {"session_id": -123456789, "stream_id": 1001}

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo.transport.assembly import _CHUNK, FragmentAssembler
 from echo.transport.compiled import loaded_compiled
-from echo.transport.frames import DATA_HEADER_STRUCT, UNFRAGMENTED_FLAGS, FrameType
-from echo.transport.logbuffer import TermBuffers, append_message, write_pad
+from echo.transport.core.assembly import _CHUNK, FragmentAssembler
+from echo.transport.core.frames import DATA_HEADER_STRUCT, UNFRAGMENTED_FLAGS, FrameType
+from echo.transport.core.logbuffer import TermBuffers, append_message, write_pad
 
 TERM = 64 * 1024
 MAX_PAYLOAD = 96  # small fragments: a 250-byte message is three of them
@@ -85,7 +85,7 @@ def test_the_end_bounds_what_is_read() -> None:
 
 
 def test_poll_messages_hands_the_handler_messages_with_their_origin() -> None:
-    from echo.transport.message import Message
+    from echo.transport.core.message import Message
 
     messages = [b"a" * 10, bytes(range(250)), b"c" * 96]
     log, offsets = term_of(messages)
@@ -177,7 +177,7 @@ class RecordingMap:
 
 
 @pytest.mark.skipif(
-    bool(loaded_compiled().get("echo.transport.assembly")),
+    bool(loaded_compiled().get("echo.transport.core.assembly")),
     reason="compiled, the term must be a real mmap: the copies are counted interpreted",
 )
 def test_a_poll_copies_little_more_than_it_delivers() -> None:

@@ -14,8 +14,8 @@ from functools import cache
 import attrs
 import pytest
 
-from echo.transport.counters import Counters
-from echo.transport.frames import (
+from echo.transport.core.counters import Counters
+from echo.transport.core.frames import (
     SM_EOS_FLAG,
     DataHeader,
     Frame,
@@ -24,7 +24,7 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.receiver import (
+from echo.transport.core.receiver import (
     ImageAvailable,
     ImageState,
     ImageUnavailable,
@@ -72,8 +72,7 @@ def replay(name: str, *, skip_dropped: bool = True) -> Replay:
             if image.status_message_due():
                 endpoint.touch(image.session_id, image.stream_id)
         endpoint.poll(now, send)
-        events.extend(endpoint.events)
-        endpoint.events.clear()
+        events.extend(endpoint.take_events())
 
     fed = 0
     for record in records:

@@ -16,9 +16,9 @@ import trio
 import trio.testing
 
 from echo.transport import TransportConfig, open_transport
-from echo.transport.frames import StatusMessage, parse_datagram_untrusted
+from echo.transport.core.frames import StatusMessage, parse_datagram_untrusted
+from echo.transport.core.wireformat import EOS_FLAG, SM_EOS_FLAG, DataHeader, Setup
 from echo.transport.testing import MemoryNetwork, MemorySocket
-from echo.transport.wireformat import EOS_FLAG, SM_EOS_FLAG, DataHeader, Setup
 
 PORT = 40124
 STREAM = 1001

@@ -18,15 +18,15 @@ from typing import Literal
 
 import pytest
 
-from echo.transport.counters import Counters
-from echo.transport.flow_control import UnicastFlowControl
-from echo.transport.frames import (
+from echo.transport.core.counters import Counters
+from echo.transport.core.flow_control import UnicastFlowControl
+from echo.transport.core.frames import (
     SM_EOS_FLAG,
     DataHeader,
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.sender import NetworkPublication, SenderTimers
+from echo.transport.core.sender import NetworkPublication, SenderTimers
 
 STREAM = 1001
 SESSION = 77

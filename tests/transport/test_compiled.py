@@ -60,9 +60,8 @@ def test_never_half_compiled() -> None:
 
 def _fake_tree(tmp_path: Path) -> Path:
     """A copy of the compiled modules' sources, as `check_not_stale` sees a checkout."""
-    package = tmp_path / "echo" / "transport"
-    package.mkdir(parents=True)
     for name in COMPILED_MODULES:
+        compiled.source_path(name, tmp_path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(compiled.source_path(name), compiled.source_path(name, tmp_path))
     return tmp_path
 
@@ -81,7 +80,7 @@ def test_no_extension_files_is_never_stale(tmp_path: Path) -> None:
 
 def test_an_extension_built_from_this_source_is_accepted(tmp_path: Path) -> None:
     root = _fake_tree(tmp_path)
-    _fake_extension(root, "echo.transport.frames")
+    _fake_extension(root, "echo.transport.core.frames")
     manifest = {name: source_hash(name, root) for name in COMPILED_MODULES}
     (root / "echo" / "transport" / BUILD_MANIFEST).write_text(json.dumps(manifest))
     check_not_stale(root)
@@ -89,12 +88,12 @@ def test_an_extension_built_from_this_source_is_accepted(tmp_path: Path) -> None
 
 def test_an_edited_source_behind_an_extension_refuses_to_import(tmp_path: Path) -> None:
     root = _fake_tree(tmp_path)
-    _fake_extension(root, "echo.transport.logbuffer")
+    _fake_extension(root, "echo.transport.core.logbuffer")
     manifest = {name: source_hash(name, root) for name in COMPILED_MODULES}
     (root / "echo" / "transport" / BUILD_MANIFEST).write_text(json.dumps(manifest))
-    with compiled.source_path("echo.transport.logbuffer", root).open("a") as source:
+    with compiled.source_path("echo.transport.core.logbuffer", root).open("a") as source:
         source.write("# edited after the build\n")
-    with pytest.raises(StaleBuildError, match=r"echo\.transport\.logbuffer .*logbuffer\.py"):
+    with pytest.raises(StaleBuildError, match=r"echo\.transport\.core\.logbuffer .*logbuffer\.py"):
         check_not_stale(root)
 
 
@@ -102,20 +101,20 @@ def test_a_build_for_another_module_list_refuses_to_import(tmp_path: Path) -> No
     # A module taken out of COMPILED_MODULES after a build keeps its old extension beside the
     # source; no per-module hash covers it, so the manifest's module list must.
     root = _fake_tree(tmp_path)
-    _fake_extension(root, "echo.transport.frames")
+    _fake_extension(root, "echo.transport.core.frames")
     manifest = {name: source_hash(name, root) for name in COMPILED_MODULES}
     # (uri: never compiled, its records use attrs validators; see compiled.py)
-    manifest["echo.transport.uri"] = "0" * 64
+    manifest["echo.transport.core.uri"] = "0" * 64
     (root / "echo" / "transport" / BUILD_MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(StaleBuildError, match=r"another module list .*uri"):
         check_not_stale(root)
 
 
 def test_an_extension_without_a_manifest_refuses_to_import(tmp_path: Path) -> None:
-    # Built by hand (`mypyc echo/transport/frames.py`): nothing says which source it came from.
+    # Built by hand (`mypyc echo/transport/core/frames.py`): nothing says which source it came from.
     root = _fake_tree(tmp_path)
-    _fake_extension(root, "echo.transport.frames")
-    with pytest.raises(StaleBuildError, match=r"echo\.transport\.frames"):
+    _fake_extension(root, "echo.transport.core.frames")
+    with pytest.raises(StaleBuildError, match=r"echo\.transport\.core\.frames"):
         check_not_stale(root)
 
 

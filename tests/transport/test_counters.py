@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from echo.transport.counters import FIELDS, Counters
+from echo.transport.core.counters import FIELDS, Counters
 
 
 def test_every_counter_starts_at_zero_and_is_in_the_snapshot() -> None:

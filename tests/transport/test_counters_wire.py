@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import collections
 
-from echo.transport.counters import Counters
-from echo.transport.flow_control import MaxMulticastFlowControl
-from echo.transport.frames import (
+from echo.transport.core.counters import Counters
+from echo.transport.core.flow_control import MaxMulticastFlowControl
+from echo.transport.core.frames import (
     SM_SETUP_FLAG,
     DataHeader,
     FrameType,
@@ -20,7 +20,7 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.sender import WOULD_BLOCK, NetworkPublication, SendEndpoint, SendMode
+from echo.transport.core.sender import WOULD_BLOCK, NetworkPublication, SendEndpoint, SendMode
 
 STREAM = 1001
 SESSION = 31

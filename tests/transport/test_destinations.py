@@ -5,7 +5,7 @@ test_mdc.py has the two regressions Aeron itself had; these pin the rest of the 
 
 from __future__ import annotations
 
-from echo.transport.destinations import (
+from echo.transport.core.destinations import (
     DEFAULT_MAX_DESTINATIONS,
     DESTINATION_TIMEOUT,
     DynamicDestinations,

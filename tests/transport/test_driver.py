@@ -20,7 +20,7 @@ from echo.transport import (
     SendError,
     open_transport,
 )
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     UNFRAGMENTED_FLAGS,
     DataHeader,
     Nak,
@@ -393,8 +393,8 @@ async def test_closed_streams_are_freed_without_the_cyclic_collector() -> None:
     import gc
     import weakref
 
-    from echo.transport.image import PublicationImage
-    from echo.transport.publication import NetworkPublication
+    from echo.transport.core.image import PublicationImage
+    from echo.transport.core.publication import NetworkPublication
 
     def alive(kind: type) -> int:
         # The pure state may be compiled (mypyc's native classes take no weak references):

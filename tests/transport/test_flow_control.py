@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from echo.transport.flow_control import (
+from echo.transport.core.flow_control import (
     FLOW_CONTROL_RECEIVER_TIMEOUT,
     MaxMulticastFlowControl,
     MinMulticastFlowControl,
     UnicastFlowControl,
     make_flow_control,
 )
-from echo.transport.frames import SM_EOS_FLAG, StatusMessage
-from echo.transport.uri import FlowControlSpec
+from echo.transport.core.frames import SM_EOS_FLAG, StatusMessage
+from echo.transport.core.uri import FlowControlSpec
 
 WINDOW = 1000
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     COMMON_HEADER_STRUCT,
     DATA_HEADER_LENGTH,

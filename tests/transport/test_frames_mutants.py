@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     COMMON_HEADER_STRUCT,
     DATA_HEADER_STRUCT,
     ERR_HAS_GROUP_TAG_FLAG,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
     FRAME_ALIGNMENT,

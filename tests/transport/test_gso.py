@@ -17,14 +17,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from echo.transport import TransportConfig, open_transport
-from echo.transport.counters import Counters
-from echo.transport.flow_control import UnicastFlowControl
-from echo.transport.frames import (
+from echo.transport.core.counters import Counters
+from echo.transport.core.flow_control import UnicastFlowControl
+from echo.transport.core.frames import (
     DataHeader,
     parse_data_run_untrusted,
     parse_data_untrusted,
 )
-from echo.transport.sender import NetworkPublication
+from echo.transport.core.sender import NetworkPublication
 from tests.netlab.fixtures import fresh_netns  # noqa: F401  (fixture)
 
 STREAM = 1001

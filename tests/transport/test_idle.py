@@ -14,8 +14,8 @@ import trio
 import trio.testing
 
 from echo.transport import Publication, open_transport
-from echo.transport.channels import PublicationChannel
-from echo.transport.sockets import LEND_BUSY, LEND_IDLE, Lending
+from echo.transport.driver.channels import PublicationChannel
+from echo.transport.driver.sockets import LEND_BUSY, LEND_IDLE, Lending
 from echo.transport.testing import MemoryNetwork
 from tests.transport.test_lending import endpoint_of, lend, pair
 

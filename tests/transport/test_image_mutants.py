@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 import random
 
-from echo.transport.config import ReceiverTimers
-from echo.transport.counters import Counters
-from echo.transport.frames import (
+from echo.transport.core.config import ReceiverTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
@@ -30,9 +30,9 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.image import AMPLIFICATION_FACTOR, ImageState, PublicationImage
-from echo.transport.loss import group_nak_delay
-from echo.transport.message import Message
+from echo.transport.core.image import AMPLIFICATION_FACTOR, ImageState, PublicationImage
+from echo.transport.core.loss import group_nak_delay
+from echo.transport.core.message import Message
 
 TERM = 64 * 1024
 HALF_TERM = TERM // 2

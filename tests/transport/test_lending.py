@@ -1,4 +1,4 @@
-"""A subscription's socket lent to the application task that waits on it (driver.py, "lending").
+"""A subscription's socket lent to the application task that waits on it (driver/lending.py).
 
 Once a task waits in `receive()` / `wait_activity()`, the reader task hands it the socket and
 sleeps, so that each datagram wakes the application directly. These tests pin down what must
@@ -20,7 +20,7 @@ import trio
 import trio.testing
 
 from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
-from echo.transport.sockets import LEND_IDLE, ReceiveSocket
+from echo.transport.driver.sockets import LEND_IDLE, ReceiveSocket
 from echo.transport.testing import Link, MemoryNetwork
 
 STREAM = 1001

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from echo.transport.liveness import RECEIVER_EXPIRY_CHECK_INTERVAL, ReceiverLiveness
+from echo.transport.core.liveness import RECEIVER_EXPIRY_CHECK_INTERVAL, ReceiverLiveness
 
 TIMEOUT = 5.0
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     BEGIN_FLAG,
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
@@ -24,7 +24,7 @@ from echo.transport.frames import (
     align,
     parse_datagram_untrusted,
 )
-from echo.transport.logbuffer import (
+from echo.transport.core.logbuffer import (
     FLAGS_SHIFT,
     FRAME_LENGTH_MASK,
     TYPE_SHIFT,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from echo.transport.frames import DATA_HEADER_STRUCT, iter_data_frames_untrusted
-from echo.transport.logbuffer import (
+from echo.transport.core.frames import DATA_HEADER_STRUCT, iter_data_frames_untrusted
+from echo.transport.core.logbuffer import (
     TERM_MIN_LENGTH,
     TermBuffers,
     append_message,

@@ -7,10 +7,15 @@ import random
 
 import pytest
 
-from echo.transport.config import ReceiverTimers
-from echo.transport.frames import UNFRAGMENTED_FLAGS, FrameType
-from echo.transport.logbuffer import TermBuffers, insert_packet, position_bits_to_shift, write_frame
-from echo.transport.loss import MAX_GAPS, LossDetector, RepairTimer, group_nak_delay
+from echo.transport.core.config import ReceiverTimers
+from echo.transport.core.frames import UNFRAGMENTED_FLAGS, FrameType
+from echo.transport.core.logbuffer import (
+    TermBuffers,
+    insert_packet,
+    position_bits_to_shift,
+    write_frame,
+)
+from echo.transport.core.loss import MAX_GAPS, LossDetector, RepairTimer, group_nak_delay
 
 TERM = 64 * 1024
 BITS = position_bits_to_shift(TERM)

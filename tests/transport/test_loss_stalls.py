@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from echo.transport.frames import DataHeader, Nak, StatusMessage, parse_datagram_untrusted
+from echo.transport.core.frames import DataHeader, Nak, StatusMessage, parse_datagram_untrusted
 from tests.transport.pairlink import DELIVER, DROP, Direction, Fate, PairLink
 
 

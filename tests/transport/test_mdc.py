@@ -12,8 +12,8 @@ import trio
 import trio.testing
 
 from echo.transport import Subscription, TransportConfig, UriError, open_transport
-from echo.transport.destinations import DynamicDestinations
-from echo.transport.frames import StatusMessage
+from echo.transport.core.destinations import DynamicDestinations
+from echo.transport.core.frames import StatusMessage
 from echo.transport.testing import Link, MemoryNetwork
 
 STREAM = 1001
@@ -373,7 +373,7 @@ async def test_cookie_exchange_registers_a_real_subscriber(
 async def test_setup_elicitations_towards_one_host_are_rate_limited(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from echo.transport.frames import DataHeader
+    from echo.transport.core.frames import DataHeader
 
     config = TransportConfig(unvalidated_reply_rate=10.0, unvalidated_reply_burst=5.0)
     net = MemoryNetwork()
@@ -397,7 +397,7 @@ async def test_setup_elicitations_towards_one_host_are_rate_limited(
 async def _retransmits_after_forged_nak(validate: bool) -> tuple[int, int]:
     """A stranger sends a NAK for data a dynamic-MDC publication has sent; returns the
     publication's (retransmits sent, unvalidated drops) afterwards."""
-    from echo.transport.frames import Nak
+    from echo.transport.core.frames import Nak
 
     config = TransportConfig(validate_addresses=validate)
     net = MemoryNetwork()

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from echo.transport.sockets import more_waiting
+from echo.transport.driver.sockets import more_waiting
 from echo.transport.testing import Datagram, Link, MemoryNetwork, MemorySocket
 
 N = 10_000

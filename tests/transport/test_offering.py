@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from echo.transport.compiled import loaded_compiled
-from echo.transport.message import Message, format_address
-from echo.transport.offering import BURST_GAP, Burst, Clock, OfferGate, Ticker
-from echo.transport.publication import NetworkPublication
+from echo.transport.core.message import Message, format_address
+from echo.transport.core.offering import BURST_GAP, Burst, OfferGate, Ticker
+from echo.transport.core.publication import NetworkPublication
 
 
 class FakePublication(NetworkPublication):
@@ -45,14 +45,13 @@ class Driver:
 
 def gate(result: int = 64) -> tuple[OfferGate, Driver, FakePublication, Burst, object]:
     driver, publication, burst, socket = Driver(), FakePublication(result), Burst(), object()
-    clock = Clock(lambda: driver.time, None)
     g = OfferGate(
         publication,
         socket,
         burst,
         driver.pending,
         driver.ticker,
-        clock,
+        lambda: driver.time,
         driver.flush,
         driver.wake,
     )
@@ -125,22 +124,15 @@ def test_burst_bounds() -> None:
     assert not burst.in_burst(3, BURST_GAP) and burst.in_burst(3, BURST_GAP / 2)
 
 
-def test_the_system_clock_is_its_offset_plus_perf_counter() -> None:
-    import time
-
-    calls: list[int] = []
-
-    def read() -> float:
-        calls.append(1)
-        return 0.0
-
-    clock = Clock(read, 1000.0)
-    before = 1000.0 + time.perf_counter()
-    now = clock.now()
-    assert before <= now <= 1000.0 + time.perf_counter()
-    assert calls == []  # not called: the offset is added here
-    other = Clock(lambda: 42.5, None)
-    assert other.now() == 42.5
+def test_the_gate_reads_only_the_clock_it_is_given() -> None:
+    # The core has no clock of its own: every offer is stamped with the passed-in clock's time.
+    g, driver, publication, _, socket = gate()
+    driver.time = 42.5
+    g.offer(b"a")
+    driver.time = 7.25  # (even one that goes back: the gate does not second-guess it)
+    g.offer(b"b", False)
+    assert publication.offers == [(b"a", 42.5), (b"b", 7.25)]
+    assert driver.flushed == [(socket, publication, 42.5)]
 
 
 # ----------------------------------------------------------------------------- Message
@@ -164,7 +156,7 @@ def test_messages_compare_and_hash_by_value() -> None:
 
 
 @pytest.mark.skipif(
-    not loaded_compiled().get("echo.transport.message"), reason="read-only only when compiled"
+    not loaded_compiled().get("echo.transport.core.message"), reason="read-only only when compiled"
 )
 def test_a_compiled_message_is_read_only() -> None:
     a = Message(b"data", 7, 1001, "10.0.0.1:40000", "10.0.0.1", 40000)

@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_LENGTH,
     SM_EOS_FLAG,
@@ -27,9 +27,9 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.logbuffer import compute_fragmented_length
-from echo.transport.receiver import ImageState, ReceiveEndpoint, StreamInterest
-from echo.transport.sender import (
+from echo.transport.core.logbuffer import compute_fragmented_length
+from echo.transport.core.receiver import ImageState, ReceiveEndpoint, StreamInterest
+from echo.transport.core.sender import (
     ADMIN_ACTION,
     BACK_PRESSURED,
     CLOSED,
@@ -877,8 +877,8 @@ def test_many_images_each_time_out_at_its_own_liveness_deadline() -> None:
     # The endpoint keeps its images' deadlines in a heap and polls only those due: every one of
     # 60 images, created 0.1 s apart and then silent, must still be dropped exactly at its own
     # 10 s liveness timeout (as the earliest deadline first, then the next, ...).
-    from echo.transport.counters import Counters
-    from echo.transport.frames import Setup
+    from echo.transport.core.counters import Counters
+    from echo.transport.core.frames import Setup
 
     counters = Counters()
     endpoint = ReceiveEndpoint(counters=counters, receiver_id=7, now=0.0)
@@ -909,10 +909,9 @@ def test_many_images_each_time_out_at_its_own_liveness_deadline() -> None:
     while len(gone) < 60 and now < 30.0:
         now = max(endpoint.next_deadline(now), now + 1e-6)
         endpoint.poll(now, send)
-        for event in endpoint.events:
+        while (event := endpoint.next_event()) is not None:
             if event.image.state is ImageState.TIMED_OUT:
                 gone[event.image.session_id] = now
-        endpoint.events.clear()
     assert sorted(gone) == list(range(60))
     for session, when in gone.items():
         assert 10.0 <= when - created[session] <= 10.0 + 1e-3, (session, when, created[session])

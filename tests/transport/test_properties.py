@@ -15,9 +15,9 @@ import struct
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from echo.transport.frames import DATA_HEADER_STRUCT, FrameType, align
-from echo.transport.logbuffer import compute_fragmented_length, i32
-from echo.transport.receiver import ImageState
+from echo.transport.core.frames import DATA_HEADER_STRUCT, FrameType, align
+from echo.transport.core.logbuffer import compute_fragmented_length, i32
+from echo.transport.core.receiver import ImageState
 from tests.transport.pairlink import PairLink, seeded
 
 KIB = 1024

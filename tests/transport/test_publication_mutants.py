@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from echo.transport.config import SenderTimers
-from echo.transport.counters import Counters
-from echo.transport.flow_control import MinMulticastFlowControl, UnicastFlowControl
-from echo.transport.frames import (
+from echo.transport.core.config import SenderTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.flow_control import MinMulticastFlowControl, UnicastFlowControl
+from echo.transport.core.frames import (
     RTTM_REPLY_FLAG,
     SETUP_GROUP_FLAG,
     SM_EOS_FLAG,
@@ -32,7 +32,7 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.publication import (
+from echo.transport.core.publication import (
     ADMIN_ACTION,
     CLOSED,
     WOULD_BLOCK,

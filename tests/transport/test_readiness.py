@@ -8,10 +8,10 @@ import socket
 import pytest
 import trio
 
-from echo.transport import driver as driver_module
 from echo.transport import open_transport
-from echo.transport.readiness import Readiness, open_readiness
-from echo.transport.sockets import more_waiting
+from echo.transport.driver import loop as driver_module
+from echo.transport.driver.readiness import Readiness, open_readiness
+from echo.transport.driver.sockets import more_waiting
 from tests.transport.test_driver import STREAM, channel, free_port
 
 pytestmark = pytest.mark.skipif(open_readiness() is None, reason="no epoll on this OS")
@@ -95,7 +95,7 @@ async def _echo_many(pairs: int) -> tuple[list[bytes], list[str]]:
                     got.append((await sub.receive()).data)
             root = trio.lowlevel.current_root_task()
             names = _task_names(root)
-    return got, [name for name in names if name.startswith("echo.transport.driver.Driver._read")]
+    return got, [n for n in names if n.startswith("echo.transport.driver.loop.Driver._read")]
 
 
 def _task_names(task: trio.lowlevel.Task) -> list[str]:
@@ -130,7 +130,7 @@ async def test_without_epoll_each_socket_has_its_own_reader(
 async def _lend_and_give_back(monkeypatch: pytest.MonkeyPatch, addable: bool) -> list[str]:
     """Lend a subscription's socket to a waiting task, let it be given back, then receive
     again; the reader tasks' names at the end."""
-    from echo.transport.readiness import Readiness
+    from echo.transport.driver.readiness import Readiness
     from tests.transport.test_lending import endpoint_of, lend, pair
 
     if not addable:
@@ -146,7 +146,7 @@ async def _lend_and_give_back(monkeypatch: pytest.MonkeyPatch, addable: bool) ->
             await pub.send(b"after")
             assert (await sub.receive()).data == b"after"
             names = _task_names(trio.lowlevel.current_root_task())
-    return [name for name in names if name.startswith("echo.transport.driver.Driver._read")]
+    return [name for name in names if name.startswith("echo.transport.driver.loop.Driver._read")]
 
 
 async def test_a_socket_given_back_is_read_by_the_set_again(

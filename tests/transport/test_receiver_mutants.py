@@ -14,9 +14,9 @@ import random
 
 import pytest
 
-from echo.transport.config import ReceiverTimers
-from echo.transport.counters import Counters
-from echo.transport.frames import (
+from echo.transport.core.config import ReceiverTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
@@ -34,14 +34,14 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.loss import group_nak_delay
-from echo.transport.receiver import (
+from echo.transport.core.loss import group_nak_delay
+from echo.transport.core.receiver import (
     ImageState,
     ImageUnavailable,
     ReceiveEndpoint,
     StreamInterest,
 )
-from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
+from echo.transport.core.validation import SM_COOKIE_FLAG, RateLimiter
 
 TERM = 64 * 1024
 MTU = 1408
@@ -196,7 +196,7 @@ def test_a_repeated_setup_keeps_the_image_and_is_answered_at_once() -> None:
     ep.on_datagram(setup(1), SOURCE, 0.05)  # our SM was lost
     assert ep.images[(1, STREAM)] is image
     assert image.hwm == FRAME  # not a new image: what it received is still there
-    assert len(ep.events) == 1
+    assert len(ep.take_events()) == 1
     assert ep.next_deadline(0.05) == 0.05
     ep.poll(0.05, wire)
     assert len(wire.sms()) == 2
@@ -279,10 +279,11 @@ def test_removing_one_subscription_leaves_the_others_and_their_images() -> None:
     # (the other stream's and the session-specific image first: passed over, not the end)
     for session, stream in [(3, OTHER_STREAM), (7, STREAM), (1, STREAM), (2, STREAM)]:
         ep.on_datagram(setup(session, stream), SOURCE, 0.0)
-    ep.events.clear()
+    ep.take_events()
     ep.remove_interest(STREAM, wire)  # the all-sessions subscription of STREAM
     assert sorted(ep.images) == [(3, OTHER_STREAM), (7, STREAM)]
-    assert sorted((e.image.session_id, e.reason) for e in ep.events) == [  # type: ignore[union-attr]
+    events = ep.take_events()
+    assert sorted((e.image.session_id, e.reason) for e in events) == [  # type: ignore[union-attr]
         (1, ImageState.CLOSED),
         (2, ImageState.CLOSED),
     ]
@@ -297,12 +298,13 @@ def test_closing_the_endpoint_says_goodbye_to_every_image() -> None:
     ep, wire = endpoint(ALL), Wire()
     ep.on_datagram(setup(1), SOURCE, 0.0)
     ep.on_datagram(setup(2), SOURCE, 0.0)
-    ep.events.clear()
+    ep.take_events()
     ep.close(wire)
     assert ep.images == {}
     assert [sm.flags for sm in wire.sms()] == [SM_EOS_FLAG, SM_EOS_FLAG]
-    assert all(isinstance(e, ImageUnavailable) for e in ep.events)
-    assert sorted((e.image.session_id, e.reason) for e in ep.events) == [  # type: ignore[union-attr]
+    events = ep.take_events()
+    assert all(isinstance(e, ImageUnavailable) for e in events)
+    assert sorted((e.image.session_id, e.reason) for e in events) == [  # type: ignore[union-attr]
         (1, ImageState.CLOSED),
         (2, ImageState.CLOSED),
     ]
@@ -317,11 +319,11 @@ def test_a_rejected_image_says_goodbye_and_its_session_cools_down() -> None:
     ep, wire = endpoint(ALL), Wire()
     ep.on_datagram(setup(1), SOURCE, 0.0)
     ep.poll(0.0, wire)
-    ep.events.clear()
+    ep.take_events()
     image = ep.images[(1, STREAM)]
     ep.reject_image(1, STREAM, 0.1, wire)
     assert ep.images == {}
-    assert [(type(e), e.image, e.reason) for e in ep.events] == [  # type: ignore[union-attr]
+    assert [(type(e), e.image, e.reason) for e in ep.take_events()] == [  # type: ignore[union-attr]
         (ImageUnavailable, image, ImageState.CLOSED)
     ]
     assert [sm.flags for sm in wire.sms()] == [0, SM_EOS_FLAG]
@@ -360,14 +362,16 @@ def test_a_finished_image_answers_only_end_of_stream_heartbeats_even_after_clean
     ep.on_datagram(heartbeat(1, 0, BEGIN_END_AND_EOS_FLAGS), SOURCE, 0.01)
     ep.poll(0.01, wire)
     assert ep.images == {}
-    assert [e.reason for e in ep.events[1:]] == [ImageState.END_OF_STREAM]  # type: ignore[union-attr]
+    assert [e.reason for e in ep.take_events()[1:]] == [  # type: ignore[union-attr]
+        ImageState.END_OF_STREAM
+    ]
     eos_sms = len(wire.sms())
     ep.poll(1.5, wire)  # a clean-up: the finished image is kept while it cools down
     ep.on_datagram(heartbeat(1, 0), SOURCE, 1.6)  # not the end: no goodbye
     assert ep.next_deadline(1.6) > 1.6
     ep.poll(1.6, wire)
     assert len(wire.sms()) == eos_sms
-    ep.events.clear()
+    ep.take_events()
     assert ep.quiet()
     ep.on_datagram(heartbeat(1, 0, BEGIN_END_AND_EOS_FLAGS), SOURCE, 1.7)
     assert not ep.quiet()  # a goodbye to say
@@ -442,7 +446,7 @@ def test_data_but_not_heartbeats_is_news_for_the_subscriptions() -> None:
     ep, wire = endpoint(ALL), Wire()
     ep.on_datagram(setup(1), SOURCE, 0.0)
     ep.poll(0.0, wire)
-    ep.events.clear()
+    ep.take_events()
     ep.on_datagram(heartbeat(1, 0), SOURCE, 0.001)
     assert ep.fresh == set() and ep.data_received == 0
     ep.poll(0.001, wire)
@@ -456,7 +460,7 @@ def test_a_gro_run_goes_to_its_image_in_one_call() -> None:
     ep, wire = endpoint(ALL), Wire()
     ep.on_datagram(setup(1), SOURCE, 0.0)
     ep.poll(0.0, wire)
-    ep.events.clear()
+    ep.take_events()
     run = data(1, 0) + data(1, FRAME) + data(1, 2 * FRAME)
     assert ep.on_datagram_run(run, FRAME, SOURCE, 0.001) == 3
     image = ep.images[(1, STREAM)]

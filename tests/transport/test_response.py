@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import struct
 
-from echo.transport.counters import Counters
-from echo.transport.flow_control import UnicastFlowControl
-from echo.transport.frames import (
+from echo.transport.core.counters import Counters
+from echo.transport.core.flow_control import UnicastFlowControl
+from echo.transport.core.frames import (
     RTTM_REPLY_FLAG,
     SM_SETUP_FLAG,
     ErrorFrame,
@@ -25,16 +25,16 @@ from echo.transport.frames import (
     Rttm,
     StatusMessage,
 )
-from echo.transport.image import PublicationImage
-from echo.transport.publication import NetworkPublication
-from echo.transport.receiver import ReceiveEndpoint, StreamInterest
-from echo.transport.response import (
+from echo.transport.core.image import PublicationImage
+from echo.transport.core.publication import NetworkPublication
+from echo.transport.core.receiver import ReceiveEndpoint, StreamInterest
+from echo.transport.core.response import (
     RequestPublication,
     ResponsePublication,
     ResponseSendEndpoint,
     response_setup_from,
 )
-from echo.transport.sender import SendEndpoint, SendMode
+from echo.transport.core.sender import SendEndpoint, SendMode
 
 SERVER = ("198.18.0.1", 9001)
 CLIENT_A = ("198.18.0.2", 40001)

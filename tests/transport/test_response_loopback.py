@@ -14,7 +14,7 @@ import trio.lowlevel
 import trio.testing
 
 from echo.transport import Image, Publication, TransportConfig, open_transport
-from echo.transport.frames import SM_SETUP_FLAG, StatusMessage
+from echo.transport.core.frames import SM_SETUP_FLAG, StatusMessage
 
 STREAM = 1001
 CLIENTS = 5

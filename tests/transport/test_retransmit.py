@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from echo.transport.retransmit import RetransmitHandler
+from echo.transport.core.retransmit import RetransmitHandler
 
 LINGER = 0.01
 

@@ -16,8 +16,8 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo.transport.appender import LogAppender
-from echo.transport.scanner import TermScanner
+from echo.transport.core.appender import LogAppender
+from echo.transport.core.scanner import TermScanner
 
 TERM = 64 * 1024
 WOULD_BLOCK = -1  # publication.WOULD_BLOCK: the socket buffer is full

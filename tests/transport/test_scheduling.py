@@ -1,5 +1,5 @@
 """The driver's one timer loop: it services a socket when the socket's deadline comes, and not
-at a deadline the socket has since moved later (driver.py `_schedule_at`, docs/profile-b4.txt).
+at a deadline the socket has since moved later (driver/loop.py `_schedule_at`, docs/profile-b4.txt).
 
 An offer that goes out at once pushes the publication's next deadline later: with
 `probe_after_data` a probe heartbeat is due 2 ms after the last data, so a stream offered to
@@ -20,10 +20,10 @@ import trio
 import trio.testing
 
 from echo.transport import TransportConfig, open_transport
-from echo.transport.driver import Driver
-from echo.transport.sockets import DriverSocket, Lending, TimerHandle
+from echo.transport.core.timerheap import LAZY_AHEAD, SLACK, TimerHeap
+from echo.transport.driver.loop import Driver
+from echo.transport.driver.sockets import DriverSocket, Lending, TimerHandle
 from echo.transport.testing import MemoryNetwork
-from echo.transport.timerheap import LAZY_AHEAD, SLACK, TimerHeap
 
 STREAM = 1001
 CHANNEL = "aeron:udp?endpoint=127.0.0.1:40123"

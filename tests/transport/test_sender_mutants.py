@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from echo.transport.counters import Counters
-from echo.transport.flow_control import MaxMulticastFlowControl
-from echo.transport.frames import (
+from echo.transport.core.counters import Counters
+from echo.transport.core.flow_control import MaxMulticastFlowControl
+from echo.transport.core.frames import (
     RTTM_REPLY_FLAG,
     SM_EOS_FLAG,
     SM_SETUP_FLAG,
@@ -29,8 +29,8 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.sender import WOULD_BLOCK, NetworkPublication, SendEndpoint, SendMode
-from echo.transport.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
+from echo.transport.core.sender import WOULD_BLOCK, NetworkPublication, SendEndpoint, SendMode
+from echo.transport.core.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
 
 SESSION = 31
 STREAM = 1001

@@ -19,8 +19,8 @@ import trio
 import trio.testing
 
 from echo.transport import Transport, open_transport
-from echo.transport.offering import BURST_GAP
-from echo.transport.sockets import DriverSocket
+from echo.transport.core.offering import BURST_GAP
+from echo.transport.driver.sockets import DriverSocket
 
 STREAM = 1001
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from echo.transport.status import PROBE_REPEAT, WINDOW_UPDATE_MIN_GAP, StatusScheduler
+from echo.transport.core.status import PROBE_REPEAT, WINDOW_UPDATE_MIN_GAP, StatusScheduler
 
 WINDOW = 64 * 1024
 MTU = 1408

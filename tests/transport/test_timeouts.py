@@ -17,7 +17,7 @@ from echo.transport import (
     TransportConfig,
     open_transport,
 )
-from echo.transport.channels import _CLOSE_GRACE
+from echo.transport.driver.channels import _CLOSE_GRACE
 from echo.transport.testing import Link, MemoryNetwork
 
 STREAM = 1001

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echo.transport.uri import (
+from echo.transport.core.uri import (
     MAX_URI_LENGTH,
     SUPPORTED_PARAMS,
     ChannelUri,

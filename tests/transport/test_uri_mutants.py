@@ -1,11 +1,11 @@
-"""Unit tests written to kill surviving mutants of echo/transport/uri.py (./dev mutate uri)."""
+"""Unit tests written to kill surviving mutants of echo/transport/core/uri.py (./dev mutate uri)."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
 
-from echo.transport.uri import (
+from echo.transport.core.uri import (
     INT32_MAX,
     INT32_MIN,
     INT64_MAX,

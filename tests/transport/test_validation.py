@@ -12,8 +12,8 @@ import struct
 
 import pytest
 
-from echo.transport import validation
-from echo.transport.validation import COOKIE_EPOCH, SM_COOKIE_FLAG, CookieJar, RateLimiter
+from echo.transport.core import validation
+from echo.transport.core.validation import COOKIE_EPOCH, SM_COOKIE_FLAG, CookieJar, RateLimiter
 
 SECRET = bytes(range(32))
 ALICE = ("192.0.2.10", 40001)

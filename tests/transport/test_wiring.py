@@ -16,10 +16,10 @@ import trio
 import trio.testing
 
 from echo.transport import TransportConfig, open_transport
-from echo.transport.driver import Driver
+from echo.transport.core.uri import UriError
+from echo.transport.driver.loop import Driver
+from echo.transport.driver.wiring import StreamIds
 from echo.transport.testing import MemoryNetwork
-from echo.transport.uri import UriError
-from echo.transport.wiring import StreamIds
 
 STREAM = 1001
 CHANNEL = "aeron:udp?endpoint=127.0.0.1:40123"

@@ -54,7 +54,8 @@ SEVERITY_NAMES = {
     SEVERITY_WARN: "warning",
     SEVERITY_ERROR: "error",
 }
-#: Aeron SM flags (StatusMessageFlyweight) and echo's cookie flag (echo/transport/validation.py).
+#: Aeron SM flags (StatusMessageFlyweight) and echo's cookie flag
+#: (echo/transport/core/validation.py).
 SM_SETUP_FLAG = 0x80
 SM_EOS_FLAG = 0x40
 SM_COOKIE_FLAG = 0x20

@@ -14,7 +14,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-from echo.transport.frames import SETUP_SEND_RESPONSE_FLAG, ResponseSetup, Setup
+from echo.transport.core.frames import SETUP_SEND_RESPONSE_FLAG, ResponseSetup, Setup
 from tests.wire.capture import tshark_decode
 
 PORTS = (40000, 40001)

@@ -17,7 +17,7 @@ import trio
 
 from echo._cli import PORT, count_option, fail, log_options, one_line, sole_error
 from echo.transport import Publication, Subscription, Transport, TransportConfig, open_transport
-from echo.transport.sockets import SOL_UDP, UDP_GRO, SocketFactory, open_udp_socket
+from echo.transport.driver.sockets import SOL_UDP, UDP_GRO, SocketFactory, open_udp_socket
 
 
 class _LossySocket(socket.socket):

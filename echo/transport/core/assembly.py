@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     BEGIN_FLAG,
     DATA_HEADER_LENGTH,
     END_FLAG,
@@ -20,8 +20,8 @@ from echo.transport.frames import (
     UNFRAGMENTED_FLAGS,
     FrameType,
 )
-from echo.transport.logbuffer import FLAGS_SHIFT, FRAME_LENGTH_MASK, TYPE_SHIFT, TermBuffers
-from echo.transport.message import Message, Origin
+from echo.transport.core.logbuffer import FLAGS_SHIFT, FRAME_LENGTH_MASK, TYPE_SHIFT, TermBuffers
+from echo.transport.core.message import Message, Origin
 
 Deliver = Callable[[bytes], object]
 

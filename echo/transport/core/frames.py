@@ -2,7 +2,7 @@
 datagrams, and every name of the wire format (wireformat.py) under one roof.
 
 The frame records, their constants and their encoders live in wireformat.py (local, trusted:
-a bad field is a ValueError); they are re-exported here, so `from echo.transport.frames import
+a bad field is a ValueError); they are re-exported here, so `from echo.transport.core.frames import
 Setup` keeps working. This module is the other half: bytes from the network.
 `parse_datagram_untrusted` is the only general entry point for them (the receiver's data fast
 paths are `parse_data_untrusted` and `parse_data_run_untrusted`): each raises nothing but
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator
 from typing import Final, TypeAlias
 
-from echo.transport.wireformat import (
+from echo.transport.core.wireformat import (
     BEGIN_END_AND_EOS_FLAGS,
     BEGIN_FLAG,
     COMMON_HEADER_STRUCT,

@@ -20,7 +20,14 @@ import hmac
 import os
 import struct
 
-from echo.transport.destinations import Address
+from echo.transport.core.destinations import Address
+from echo.transport.core.frames import (
+    DATA_HEADER_LENGTH,
+    FRAME_ALIGNMENT,
+    MAX_UDP_PAYLOAD_LENGTH,
+    Setup,
+)
+from echo.transport.core.logbuffer import check_term_length, compute_max_message_length, i32
 
 SM_COOKIE_FLAG = 0x20
 COOKIE_EPOCH = 60.0  # seconds; a cookie is good for its epoch and the next one
@@ -84,3 +91,31 @@ class RateLimiter:
             self._buckets.clear()
         self._buckets[host] = (tokens - 1.0, now)
         return True
+
+
+def setup_problem(frame: Setup, max_term_length: int) -> str | None:
+    """Why a SETUP from the network cannot make an image (the counter's reason), or None if it
+    can; `max_term_length` is the subscription's bound on a term."""
+    try:
+        check_term_length(frame.term_length)
+    except ValueError:
+        return "bad_setup_term_length"
+    if frame.term_length > max_term_length:
+        return "setup_term_too_long"
+    mtu = frame.mtu
+    if (
+        mtu <= DATA_HEADER_LENGTH
+        or mtu % FRAME_ALIGNMENT
+        or mtu > MAX_UDP_PAYLOAD_LENGTH
+        or mtu > compute_max_message_length(frame.term_length)
+    ):
+        return "bad_setup_mtu"
+    if (
+        frame.term_offset < 0
+        or frame.term_offset % FRAME_ALIGNMENT
+        or frame.term_offset >= frame.term_length
+    ):
+        return "bad_setup_offset"
+    if i32(frame.active_term_id - frame.initial_term_id) < 0:
+        return "bad_setup_term_id"
+    return None

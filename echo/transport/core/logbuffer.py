@@ -17,7 +17,7 @@ import struct
 import sys
 from typing import Final, Literal, Protocol
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     BEGIN_FLAG,
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,

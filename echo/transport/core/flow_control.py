@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import attrs
 
-from echo.transport.frames import StatusMessage
-from echo.transport.uri import FlowControlSpec
+from echo.transport.core.frames import StatusMessage
+from echo.transport.core.uri import FlowControlSpec
 
 FLOW_CONTROL_RECEIVER_TIMEOUT = 5.0
 

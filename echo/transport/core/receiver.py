@@ -9,17 +9,15 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Sequence
 
 import attrs
 
-from echo.transport.config import DEFAULT_RECEIVER_WINDOW, DEFAULTS, ReceiverTimers
-from echo.transport.counters import Counters
-from echo.transport.destinations import Address
-from echo.transport.frames import (
-    DATA_HEADER_LENGTH,
+from echo.transport.core.config import DEFAULT_RECEIVER_WINDOW, DEFAULTS, ReceiverTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.destinations import Address
+from echo.transport.core.frames import (
     EOS_FLAG,
-    FRAME_ALIGNMENT,
-    MAX_UDP_PAYLOAD_LENGTH,
     SETUP_GROUP_FLAG,
     SETUP_SEND_RESPONSE_FLAG,
     SM_LENGTH,
@@ -32,19 +30,15 @@ from echo.transport.frames import (
     parse_data_untrusted,
     parse_datagram_untrusted,
 )
-from echo.transport.image import (
+from echo.transport.core.image import (
     AMPLIFICATION_FACTOR,
     Deliver,
     ImageState,
     PublicationImage,
     Send,
 )
-from echo.transport.logbuffer import (
-    check_term_length,
-    compute_max_message_length,
-    i32,
-)
-from echo.transport.validation import SM_COOKIE_FLAG, RateLimiter
+from echo.transport.core.outbox import NOTHING, Datagram, Outbox
+from echo.transport.core.validation import SM_COOKIE_FLAG, RateLimiter, setup_problem
 
 #: the endpoint forgets cool-downs and elicitation times this often
 _CLEANUP_INTERVAL = 1.0
@@ -128,7 +122,13 @@ class ReceiveEndpoint:
         self.interests: dict[tuple[int, int | None], StreamInterest] = {}
         self._streams: dict[int, int] = {}
         self.images: dict[tuple[int, int], PublicationImage] = {}
-        self.events: list[ImageEvent] = []
+        #: images that came or went, oldest first, until the driver takes them (next_event)
+        self._events: list[ImageEvent] = []
+        #: are there events to take? (read by the driver after each service, without a call)
+        self.has_events = False
+        #: what handle_timer decided to send, until datagrams_to_send takes it
+        self._outbox = Outbox()
+        self._queue: Send = self._outbox.send
         self._cooldown: dict[tuple[int, int], float] = {}
         self._elicited: dict[tuple[int, int], float] = {}
         self._pending: list[tuple[tuple[int, int], Address]] = []
@@ -337,7 +337,7 @@ class ReceiveEndpoint:
         interest = self._wanted(*key)
         if interest is None or self._cooldown.get(key, -math.inf) > now:
             return
-        problem = _check_setup(frame, interest)
+        problem = setup_problem(frame, interest.max_term_length)
         if problem is None and len(self.images) >= self.max_images:
             problem = "too_many_images"
 
@@ -370,7 +370,8 @@ class ReceiveEndpoint:
         self._touched.add(key)
         self._elicited.pop(key, None)
         counters.images_created += 1
-        self.events.append(ImageAvailable(image))
+        self._events.append(ImageAvailable(image))
+        self.has_events = True
 
     def _drop_image(
         self, key: tuple[int, int], image: PublicationImage, reason: ImageState, now: float | None
@@ -389,9 +390,25 @@ class ReceiveEndpoint:
                 # That needs no terms: their memory goes back now, not after the cooldown.
                 image.release_terms()
                 self._finished[key] = image
-        self.events.append(ImageUnavailable(image, reason))
+        self._events.append(ImageUnavailable(image, reason))
+        self.has_events = True
 
     # ---------------------------------------------------------------- output and timers
+
+    def handle_timer(self, now: float) -> None:
+        """Act on what is due at `now` (the timers, and what the datagrams and the
+        application's consumption since left to do); what that sends waits for
+        `datagrams_to_send`."""
+        self.poll(now, self._queue)
+
+    def datagrams_to_send(self, now: float) -> Sequence[Datagram]:
+        """Everything to send as of `now`, oldest first: what `handle_timer` queued, and what
+        is due at `now` (as `handle_timer(now)`). The driver writes them to its socket."""
+        outbox = self._outbox
+        self.poll(now, self._queue)
+        if not outbox.queued:
+            return NOTHING
+        return outbox.take()
 
     def poll(self, now: float, send: Send) -> None:
         if (
@@ -524,7 +541,26 @@ class ReceiveEndpoint:
 
         (In-order data for an image: nothing to send, no image came or went.)
         """
-        return not (self._touched or self._pending or self._goodbyes or self.events)
+        return not (self._touched or self._pending or self._goodbyes or self._events)
+
+    def next_event(self) -> ImageEvent | None:
+        """The oldest image event not yet taken (an image came or went), or None: the core
+        answers, the driver asks (aioquic's `QuicConnection.next_event`)."""
+        events = self._events
+        if not events:
+            return None
+        event = events.pop(0)
+        self.has_events = bool(events)
+        return event
+
+    def take_events(self) -> list[ImageEvent]:
+        """Every image event not yet taken, oldest first (`next_event` until None, at once:
+        what the driver does after each service)."""
+        events = self._events
+        if events:
+            self._events = []
+            self.has_events = False
+        return events
 
     def touch(self, session_id: int, stream_id: int) -> None:
         """The application consumed from this image: look at it on the next poll."""
@@ -548,30 +584,3 @@ class ReceiveEndpoint:
         for key, image in list(self.images.items()):
             image.close(send)
             self._drop_image(key, image, ImageState.CLOSED, now=None)
-
-
-def _check_setup(frame: Setup, interest: StreamInterest) -> str | None:
-    """Why a SETUP from the network cannot make an image, or None if it can."""
-    try:
-        check_term_length(frame.term_length)
-    except ValueError:
-        return "bad_setup_term_length"
-    if frame.term_length > interest.max_term_length:
-        return "setup_term_too_long"
-    mtu = frame.mtu
-    if (
-        mtu <= DATA_HEADER_LENGTH
-        or mtu % FRAME_ALIGNMENT
-        or mtu > MAX_UDP_PAYLOAD_LENGTH
-        or mtu > compute_max_message_length(frame.term_length)
-    ):
-        return "bad_setup_mtu"
-    if (
-        frame.term_offset < 0
-        or frame.term_offset % FRAME_ALIGNMENT
-        or frame.term_offset >= frame.term_length
-    ):
-        return "bad_setup_offset"
-    if i32(frame.active_term_id - frame.initial_term_id) < 0:
-        return "bad_setup_term_id"
-    return None

@@ -2,8 +2,8 @@
 
 An application task waiting on a subscription reads the subscription's socket itself, saving
 the task switch from the driver's reader task to it; the driver keeps the checks that give the
-socket back to its reader. `Driver` (driver.py) is a `LendingDriver`: this module holds those
-methods, driver.py the rest (reading, timers, wiring).
+socket back to its reader. `Driver` (loop.py) is a `LendingDriver`: this module holds those
+methods, loop.py the rest (reading, timers, wiring).
 """
 
 from __future__ import annotations
@@ -13,18 +13,19 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from echo.transport.sockets import DriverSocket, ReceiveSocket, more_waiting
+from echo.transport.driver.sockets import DriverSocket, ReceiveSocket, more_waiting
 
 if TYPE_CHECKING:
-    from echo.transport.readiness import Readiness
-    from echo.transport.timerheap import TimerHeap
+    from echo.transport.core.timerheap import TimerHeap
+    from echo.transport.driver.channels import LentReader
+    from echo.transport.driver.readiness import Readiness
 
 
 class LendingDriver:
     """Lending, for `Driver`: what it needs of the driver is declared here."""
 
     now: Callable[[], float]
-    timers: TimerHeap
+    timers: TimerHeap[DriverSocket]
     nursery: trio.Nursery
     _readiness: Readiness[DriverSocket] | None
 
@@ -49,6 +50,24 @@ class LendingDriver:
             # (Cannot happen for a socket that was in the set; if it does, read it alone.)
             udp.shared_reader = False
             self.nursery.start_soon(self._reader, udp)
+
+    async def wait_lent(self, udp: ReceiveSocket, reader: LentReader) -> bool:
+        """Lending's one entry for a channel: wait on the lent `udp` in the calling task until
+        what arrives is news for `reader` (its subscription: data, an image that came or
+        went, the end). True when it came; False when the socket is not lent to this task
+        (not lent, another task reads it, or it went back to its reader because nothing but
+        heartbeats came for LEND_BUSY): the caller then waits to be told, as on a socket that
+        is not lent."""
+        endpoint = udp.endpoint
+        while True:
+            data_before = endpoint.data_received
+            events_before = reader.image_events
+            if not await self.read_as_application(udp):
+                return False
+            if reader.has_news(data_before, events_before):
+                return True
+            if self.give_back_if_quiet(udp):
+                return False
 
     async def read_as_application(self, udp: ReceiveSocket) -> bool:
         """Wait on `udp`'s socket in the calling task and handle what arrives.

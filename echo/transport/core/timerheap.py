@@ -1,5 +1,5 @@
 """The driver's timers: when each socket must next be serviced, and when each lent socket's
-lend check falls due, for the one timer loop of a transport (driver.py).
+lend check falls due, for the one timer loop of a transport (driver/loop.py).
 
 A socket has at most one live entry in the heap, at `udp.queued`, never later than
 `udp.scheduled`, the time it must next be serviced. A deadline brought nearer pushes a new
@@ -30,14 +30,47 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar, cast
 
-if TYPE_CHECKING:
-    import trio
 
-    from echo.transport.sockets import DriverSocket, TimerHandle
+class Alarm(Protocol):
+    """What the sleeping timer loop sleeps in: a deadline that may be moved (trio's
+    `CancelScope` is one)."""
 
-_Heap = list[tuple[float, int, "TimerHandle"]]
+    deadline: float
+
+
+class Lendable(Protocol):
+    """A lent socket's lend check (driver.sockets.Lending)."""
+
+    check_at: float
+
+
+class Handle(Protocol):
+    """What the heaps hold instead of the item itself (driver.sockets.TimerHandle): a closed
+    socket empties it, so an entry left in a heap does not keep it alive."""
+
+    @property
+    def socket(self) -> Timed | None: ...
+
+
+class Timed(Protocol):
+    """What the heap schedules (driver.sockets.DriverSocket): the fields it keeps on it.
+    (Protocols, so that this pure module imports nothing of the driver.)"""
+
+    scheduled: float
+    queued: float
+    queued_lazy: bool
+
+    @property
+    def timer_handle(self) -> Handle: ...
+
+    @property
+    def lending(self) -> Lendable | None: ...
+
+
+T = TypeVar("T", bound=Timed)
+_Heap = list[tuple[float, int, Handle]]
 
 #: a deadline set at least this far ahead is lazy (may be met up to SLACK late)
 LAZY_AHEAD = 0.05
@@ -46,7 +79,7 @@ LAZY_AHEAD = 0.05
 SLACK = 0.005
 
 
-class TimerHeap:
+class TimerHeap(Generic[T]):
     """Socket deadlines and lend checks, and the timer loop's alarm."""
 
     def __init__(self) -> None:
@@ -61,11 +94,11 @@ class TimerHeap:
         #: the deadline that alarm is for (a lazy one's alarm is SLACK later)
         self.sleep_for = math.inf
         self._next_for = math.inf
-        self._alarm: trio.CancelScope | None = None
+        self._alarm: Alarm | None = None
 
     # ---------------------------------------------------------------- the loop's alarm
 
-    def sleeping(self, alarm: trio.CancelScope) -> None:
+    def sleeping(self, alarm: Alarm) -> None:
         """The loop goes to sleep in `alarm`, until its deadline (`next_alarm()`)."""
         self._alarm = alarm
         self.sleep_until = alarm.deadline
@@ -102,7 +135,7 @@ class TimerHeap:
 
     # ---------------------------------------------------------------- sockets
 
-    def schedule(self, udp: DriverSocket, deadline: float, now: float) -> None:
+    def schedule(self, udp: T, deadline: float, now: float) -> None:
         """`deadline` (> now) is when `udp` must next be serviced: its whole deadline."""
         udp.scheduled = deadline
         queued = udp.queued
@@ -118,7 +151,7 @@ class TimerHeap:
             # 100 µs): about once per half probe delay.
             self._set_alarm(self.next_alarm(), self._next_for)
 
-    def _queue(self, udp: DriverSocket, deadline: float, lazy: bool) -> None:
+    def _queue(self, udp: T, deadline: float, lazy: bool) -> None:
         udp.queued = deadline
         udp.queued_lazy = lazy
         entry = (deadline, next(self._seq), udp.timer_handle)
@@ -131,9 +164,9 @@ class TimerHeap:
         if when < self.sleep_until:
             self._set_alarm(when, deadline)  # the loop sleeps until later: bring it forward
 
-    def due(self, now: float) -> list[DriverSocket]:
+    def due(self, now: float) -> list[T]:
         """The sockets whose deadline has come, precise or lazy (each is then unscheduled)."""
-        due: list[DriverSocket] = []
+        due: list[T] = []
         for heap, lazy in ((self._heap, False), (self._lazy, True)):
             while heap and heap[0][0] <= now:
                 queued, _, handle = heapq.heappop(heap)
@@ -144,7 +177,7 @@ class TimerHeap:
                 scheduled = udp.scheduled
                 if scheduled <= now:
                     udp.scheduled = math.inf
-                    due.append(udp)
+                    due.append(cast(T, udp))
                 elif scheduled != math.inf:
                     # Its deadline moved later since: follow it there, nothing is due now.
                     # (Moved later, it is at least as far ahead as it was: same heap.)
@@ -178,7 +211,7 @@ class TimerHeap:
 
     # ---------------------------------------------------------------- lend checks
 
-    def queue_lend_check(self, udp: DriverSocket, when: float) -> None:
+    def queue_lend_check(self, udp: T, when: float) -> None:
         """Check at `when` whether the lent socket `udp` is still in use (sockets.Lending)."""
         assert udp.lending is not None
         udp.lending.check_at = when
@@ -186,10 +219,10 @@ class TimerHeap:
         if when < self.sleep_until:
             self._set_alarm(when, when)
 
-    def lend_checks_due(self, now: float) -> list[DriverSocket]:
+    def lend_checks_due(self, now: float) -> list[T]:
         """The sockets whose pending lend check has come (each is then unscheduled)."""
         checks = self._lend_checks
-        due: list[DriverSocket] = []
+        due: list[T] = []
         while checks and checks[0][0] <= now:
             when, _, handle = heapq.heappop(checks)
             udp = handle.socket
@@ -197,5 +230,5 @@ class TimerHeap:
             if udp is None or lending is None or when != lending.check_at:
                 continue
             lending.check_at = math.inf
-            due.append(udp)
+            due.append(cast(T, udp))
         return due

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Final, Protocol
 
-from echo.transport.appender import LogAppender
-from echo.transport.frames import DATA_HEADER_LENGTH, FRAME_ALIGNMENT
-from echo.transport.logbuffer import PARTITION_COUNT, IntView, scan_for_availability
+from echo.transport.core.appender import LogAppender
+from echo.transport.core.frames import DATA_HEADER_LENGTH, FRAME_ALIGNMENT
+from echo.transport.core.logbuffer import PARTITION_COUNT, IntView, scan_for_availability
 
 # Bound the datagrams one call may send so that one busy stream cannot starve the others.
 MAX_DATAGRAMS_PER_SCAN: Final = 512

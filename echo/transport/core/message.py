@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from echo.transport.destinations import Address
+from echo.transport.core.destinations import Address
 
 _T = TypeVar("_T")
 

@@ -11,23 +11,67 @@ socket, see sockets.Lending).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
-from echo.transport.destinations import Address
-from echo.transport.message import Message, Origin, format_address
-from echo.transport.offering import OfferGate
-from echo.transport.receiver import ImageAvailable, ImageEvent, PublicationImage
-from echo.transport.sender import NetworkPublication
-from echo.transport.sockets import LEND_IDLE
-
-if TYPE_CHECKING:
-    from echo.transport.driver import Driver
-    from echo.transport.sockets import ReceiveSocket, SendSocket
+from echo.transport.core.destinations import Address
+from echo.transport.core.message import Message, Origin, format_address
+from echo.transport.core.offering import OfferGate, Ticker
+from echo.transport.core.receiver import ImageAvailable, ImageEvent, PublicationImage
+from echo.transport.core.sender import NetworkPublication
+from echo.transport.driver.sockets import LEND_IDLE, DriverSocket, ReceiveSocket, SendSocket
 
 #: `close` waits this long past the linger for the last status messages before it gives up
 _CLOSE_GRACE = 1.0
+
+class _Ids(Protocol):
+    def next_receiver_id(self) -> int: ...
+
+
+class ChannelDriver(Protocol):
+    """What a channel asks of the driver (loop.Driver is one): the clock, the offer path's
+    hooks, the lent socket's reads, and its resources back. A protocol, so that this module
+    does not import the driver, which builds on it."""
+
+    now: Callable[[], float]
+    pending: set[DriverSocket]
+    ticker: Ticker
+    nursery: trio.Nursery
+    lingering: set[PublicationChannel]
+    lingering_done: trio.lowlevel.ParkingLot
+
+    @property
+    def ids(self) -> _Ids: ...
+
+    def flush(self, udp: SendSocket, publication: NetworkPublication, now: float) -> None: ...
+
+    def wake(self, udp: DriverSocket) -> None: ...
+
+    async def wait_lent(self, udp: ReceiveSocket, reader: LentReader) -> bool: ...
+
+    def drain_stale(self, udp: ReceiveSocket, now: float) -> None: ...
+
+    def stop_waiting(self, udp: ReceiveSocket) -> None: ...
+
+    def wake_borrower(self, udp: ReceiveSocket) -> None: ...
+
+    def consumed(self, udp: ReceiveSocket, images: list[PublicationImage]) -> None: ...
+
+    def release_publication(self, publication: PublicationChannel) -> None: ...
+
+    def release_subscription(self, subscription: SubscriptionChannel) -> None: ...
+
+
+class LentReader(Protocol):
+    """What `ChannelDriver.wait_lent` asks of the subscription whose socket it reads: has
+    what arrived since the read began (`data_before` data datagrams on the socket, the
+    subscription's `image_events` then) news for it?"""
+
+    image_events: int
+
+    def has_news(self, data_before: int, events_before: int) -> bool: ...
+
 
 class Waiters:
     """Wakes every task waiting for 'something changed' on a channel."""
@@ -49,7 +93,7 @@ class PublicationChannel:
     """One publication as the driver runs it: its pure state on its send socket."""
 
     def __init__(
-        self, driver: Driver, udp: SendSocket, state: NetworkPublication, uri: str
+        self, driver: ChannelDriver, udp: SendSocket, state: NetworkPublication, uri: str
     ) -> None:
         self._driver = driver
         #: the channel URI it was added with
@@ -72,7 +116,7 @@ class PublicationChannel:
             udp.burst,
             driver.pending,
             driver.ticker,
-            driver.clock,
+            driver.now,
             driver.flush,
             driver.wake,
         ).offer
@@ -266,7 +310,7 @@ class SubscriptionChannel:
 
     def __init__(
         self,
-        driver: Driver,
+        driver: ChannelDriver,
         udp: ReceiveSocket,
         stream_id: int,
         uri: str,
@@ -288,7 +332,7 @@ class SubscriptionChannel:
         self._round_robin = 0
         self._closed = False
         #: images that came or went, ever (`wait` tells news from a heartbeat by it)
-        self._image_events = 0
+        self.image_events = 0
         #: the api's image callbacks: a link came, a link went (with the reason's name)
         self.on_available: Callable[[ImageLink], None] | None = None
         self.on_unavailable: Callable[[ImageLink, str], None] | None = None
@@ -319,7 +363,7 @@ class SubscriptionChannel:
             self.images.remove(found)
             if self.on_unavailable is not None:
                 self.on_unavailable(found, event.reason.value)
-        self._image_events += 1
+        self.image_events += 1
         self._waiters.notify()
 
     def reject(self, link: ImageLink) -> None:
@@ -366,13 +410,9 @@ class SubscriptionChannel:
                 break
         if due:
             # Consumption crossed the window/4 threshold (or freed a sender waiting at the
-            # window's edge): send the SM now, not after a pass of the timer loop; the sender
-            # may be idle until it comes.
-            endpoint = udp.endpoint
-            for image in due:
-                endpoint.touch(image.session_id, image.stream_id)
-            driver = self._driver
-            driver.service(udp, driver.now())
+            # window's edge): the driver sends the SM now, not after a pass of the timer loop;
+            # the sender may be idle until it comes.
+            self._driver.consumed(udp, due)
         return fragments
 
     async def wait(self, unless_closed: bool = False) -> bool:
@@ -391,20 +431,8 @@ class SubscriptionChannel:
         udp = self.socket
         if unless_closed and (self._closed or udp.closed):
             return False
-        driver = self._driver
-        endpoint = udp.endpoint
-        while True:
-            data_before = endpoint.data_received
-            events_before = self._image_events
-            if not await driver.read_as_application(udp):
-                break
-            # (Data for a subscription to every session is news: said here, without a call.)
-            if (
-                self.session_id is None and endpoint.data_received != data_before
-            ) or self._has_news(data_before, events_before):
-                return True
-            if driver.give_back_if_quiet(udp):
-                break
+        if udp.lending.lent and await self._driver.wait_lent(udp, self):
+            return True
         lending = udp.lending
         lending.waiters += 1
         if self.session_id is None:
@@ -415,9 +443,11 @@ class SubscriptionChannel:
             lending.waiters -= 1
         return True
 
-    def _has_news(self, data_before: int, events_before: int) -> bool:
+    def has_news(self, data_before: int, events_before: int) -> bool:
+        """Since `data_before` data datagrams on the socket and `events_before` image
+        events: did anything come this subscription's `wait` should return for?"""
         # (`closed`'s body inline: one interpreted call fewer per message waited for.)
-        if self._closed or self.socket.closed or self._image_events != events_before:
+        if self._closed or self.socket.closed or self.image_events != events_before:
             return True
         if self.session_id is None:
             # Any image of the socket may be ours: did data come at all?

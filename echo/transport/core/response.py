@@ -37,21 +37,20 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from echo.transport.destinations import Address
-from echo.transport.frames import (
+from echo.transport.core.destinations import Address
+from echo.transport.core.frames import (
     SETUP_SEND_RESPONSE_FLAG,
     ErrorFrame,
     FrameError,
     Nak,
-    ResponseSetup,
     Rttm,
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.image import PublicationImage
-from echo.transport.publication import NetworkPublication
-from echo.transport.scanner import Emit
-from echo.transport.sender import Send, SendEndpoint, SendMode
+from echo.transport.core.image import PublicationImage
+from echo.transport.core.publication import NetworkPublication
+from echo.transport.core.scanner import Emit
+from echo.transport.core.sender import Send, SendEndpoint, SendMode, response_setup_from
 
 __all__ = [
     "RequestPublication",
@@ -141,24 +140,6 @@ class ResponsePublication(NetworkPublication):
             image.response_session_id = None
             image.next_response_setup = float("inf")
             self.image = None
-
-
-def response_setup_from(
-    publications: dict[tuple[int, int], NetworkPublication],
-    frame: ResponseSetup,
-    source: Address,
-    remote: Address | None,
-) -> RequestPublication | None:
-    """The request publication an RSP_SETUP (untrusted) is for, or None to drop it.
-
-    It must name a request publication of this endpoint and come from the address that
-    publication sends to: an RSP_SETUP is the server image's answer to our SETUP."""
-    publication = publications.get((frame.session_id, frame.stream_id))
-    if not isinstance(publication, RequestPublication):
-        return None
-    if remote is not None and source[:2] != remote[:2]:
-        return None
-    return publication
 
 
 class ResponseSendEndpoint(SendEndpoint):

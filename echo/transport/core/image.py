@@ -16,11 +16,11 @@ import random
 from collections.abc import Callable
 from typing import Final
 
-from echo.transport.assembly import FragmentAssembler
-from echo.transport.config import DEFAULT_RECEIVER_WINDOW, ReceiverTimers
-from echo.transport.counters import Counters
-from echo.transport.destinations import Address
-from echo.transport.frames import (
+from echo.transport.core.assembly import FragmentAssembler
+from echo.transport.core.config import DEFAULT_RECEIVER_WINDOW, ReceiverTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.destinations import Address
+from echo.transport.core.frames import (
     DATA_HEADER_STRUCT,
     EOS_FLAG,
     REVOKED_FLAG,
@@ -31,7 +31,7 @@ from echo.transport.frames import (
     ResponseSetup,
     StatusMessage,
 )
-from echo.transport.logbuffer import (
+from echo.transport.core.logbuffer import (
     PARTITION_COUNT,
     TermBuffers,
     compute_position,
@@ -40,9 +40,9 @@ from echo.transport.logbuffer import (
     position_bits_to_shift,
     rebuild_offset,
 )
-from echo.transport.loss import LossDetector, RepairTimer
-from echo.transport.message import Message, Origin
-from echo.transport.status import StatusScheduler
+from echo.transport.core.loss import LossDetector, RepairTimer
+from echo.transport.core.message import Message, Origin
+from echo.transport.core.status import StatusScheduler
 
 #: sends one datagram; returns 1 if it left, 0 if it was lost on the way out (send error),
 #: or -1 (sender.WOULD_BLOCK): socket buffer full, nothing sent, try again later

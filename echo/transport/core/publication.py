@@ -20,11 +20,11 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Final, TypeVar
 
-from echo.transport.appender import LogAppender
-from echo.transport.config import SenderTimers
-from echo.transport.counters import Counters
-from echo.transport.flow_control import FlowControl
-from echo.transport.frames import (
+from echo.transport.core.appender import LogAppender
+from echo.transport.core.config import SenderTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.flow_control import FlowControl
+from echo.transport.core.frames import (
     BEGIN_END_AND_EOS_FLAGS,
     DATA_HEADER_LENGTH,
     RTTM_REPLY_FLAG,
@@ -36,10 +36,10 @@ from echo.transport.frames import (
     Setup,
     StatusMessage,
 )
-from echo.transport.liveness import ReceiverLiveness
-from echo.transport.logbuffer import compute_fragmented_length, compute_position, i32
-from echo.transport.retransmit import RetransmitHandler, resend_length
-from echo.transport.scanner import Emit, TermScanner
+from echo.transport.core.liveness import ReceiverLiveness
+from echo.transport.core.logbuffer import compute_fragmented_length, compute_position, i32
+from echo.transport.core.retransmit import RetransmitHandler, resend_length
+from echo.transport.core.scanner import Emit, TermScanner
 
 _T = TypeVar("_T")
 

@@ -7,19 +7,19 @@ message an application sends, so it lives here, compiled, rather than in the dri
 interpreted channel object: `api.Publication.offer` is `OfferGate.offer` itself, one compiled
 call per message instead of three interpreted frames (api, channel, clock).
 
-Pure in the sense of the rest of the core: no trio. The clock and the driver's two actions
-(`flush`, `wake`) are passed in; the driver owns `Ticker` and each send socket's `Burst` and
-updates them as it runs (driver.py).
+Pure as the rest of the core: no trio, no clock of its own. The clock (the driver's: the run's
+trio clock, a MockClock under tests) and the driver's two actions (`flush`, `wake`) are passed
+in; the driver owns `Ticker` and each send socket's `Burst` and updates them as it runs
+(driver/loop.py).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from time import perf_counter
 from typing import Any, Final
 
-from echo.transport.publication import NetworkPublication
+from echo.transport.core.publication import NetworkPublication
 
 #: offers closer together than this are a burst: batch them instead of sending each at once
 #: (Driver.flush)
@@ -50,24 +50,6 @@ class Burst:
         return tick == self.flush_tick and now - self.last_flush < BURST_GAP
 
 
-class Clock:
-    """The driver's clock, read on every offer. trio's system clock is `offset + perf_counter()`
-    (read here without a call into its interpreted method); any other clock (a MockClock under
-    tests) is called."""
-
-    __slots__ = ("_offset", "_read", "_system")
-
-    def __init__(self, read: Callable[[], float], offset: float | None) -> None:
-        self._read = read
-        self._system = offset is not None
-        self._offset = 0.0 if offset is None else offset
-
-    def now(self) -> float:
-        if self._system:
-            return self._offset + perf_counter()
-        return self._read()
-
-
 class OfferGate:
     """One publication's offer path: its pure state, its socket and the driver's hooks."""
 
@@ -89,7 +71,7 @@ class OfferGate:
         burst: Burst,
         pending: set[Any],
         ticker: Ticker,
-        clock: Clock,
+        clock: Callable[[], float],
         flush: Callable[[Any, NetworkPublication, float], None],
         wake: Callable[[Any], None],
     ) -> None:
@@ -105,7 +87,7 @@ class OfferGate:
 
     def offer(self, data: bytes | bytearray | memoryview, flush: bool = True) -> int:
         """Append one message; the new position (> 0) or one of Aeron's negative codes."""
-        now = self._clock.now()
+        now = self._clock()
         result = self._publication.offer(data, now)
         if result > 0:
             socket = self._socket

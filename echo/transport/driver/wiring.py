@@ -9,33 +9,31 @@ closes it.
 from __future__ import annotations
 
 import ipaddress
+import random
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
-from echo.transport import response_wiring
-from echo.transport.channels import ImageLink, PublicationChannel, SubscriptionChannel
-from echo.transport.config import TransportConfig
-from echo.transport.flow_control import make_flow_control
-from echo.transport.logbuffer import check_term_length
-from echo.transport.receiver import ReceiveEndpoint, StreamInterest
-from echo.transport.response import RequestPublication, ResponsePublication
-from echo.transport.sender import NetworkPublication, SendEndpoint, SendMode
-from echo.transport.sockets import ReceiveSocket, SendSocket
-from echo.transport.uri import (
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.flow_control import make_flow_control
+from echo.transport.core.logbuffer import check_term_length
+from echo.transport.core.receiver import ReceiveEndpoint, StreamInterest
+from echo.transport.core.response import RequestPublication, ResponsePublication
+from echo.transport.core.sender import NetworkPublication, SendEndpoint, SendMode
+from echo.transport.core.uri import (
     ChannelUri,
     ControlMode,
     UriAddress,
     UriError,
     parse_channel_uri,
 )
-
-if TYPE_CHECKING:
-    import random
-
-    from echo.transport.driver import Driver
+from echo.transport.core.validation import CookieJar
+from echo.transport.driver import response_wiring
+from echo.transport.driver.channels import ImageLink, PublicationChannel, SubscriptionChannel
+from echo.transport.driver.response_wiring import ResponseDriver
+from echo.transport.driver.sockets import DriverSocket, ReceiveSocket, SendSocket
 
 #: candidates `next_session_id` tries before it declares the id space full
 _SESSION_ID_TRIES = 1 << 16
@@ -136,7 +134,7 @@ def _wildcard(family: int) -> tuple[str, int]:
     return ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
 
 
-async def _send_socket(driver: Driver, uri: ChannelUri) -> tuple[SendSocket, bool]:
+async def _send_socket(driver: WiringDriver, uri: ChannelUri) -> tuple[SendSocket, bool]:
     """The send socket a publication on `uri` goes out of (shared by key), and whether the
     channel is multi-destination."""
     if uri.control_mode is ControlMode.DYNAMIC:
@@ -187,7 +185,7 @@ async def _send_socket(driver: Driver, uri: ChannelUri) -> tuple[SendSocket, boo
 
 
 async def _publication_socket(
-    driver: Driver, uri: ChannelUri, channel: str
+    driver: WiringDriver, uri: ChannelUri, channel: str
 ) -> tuple[SendSocket, bool, ImageLink | None]:
     """The socket a publication goes out of, whether it is multi-destination, and for a
     response publication (control-mode=response) the image it answers."""
@@ -215,7 +213,7 @@ def _session_id(ids: StreamIds, uri: ChannelUri, channel: str) -> int:
 
 
 def _publication_state(
-    driver: Driver,
+    driver: WiringDriver,
     uri: ChannelUri,
     stream_id: int,
     session_id: int,
@@ -256,7 +254,33 @@ def _publication_state(
     )
 
 
-async def open_publication(driver: Driver, channel: str, stream_id: int) -> PublicationChannel:
+class WiringDriver(ResponseDriver, Protocol):
+    """What wiring asks of the driver (loop.Driver is one): its sockets by key, the clock, ids
+    and the generator, and the socket services. A protocol, so that this module does not
+    import the driver, which builds on it."""
+
+    @property
+    def ids(self) -> StreamIds: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    @property
+    def cookies(self) -> CookieJar | None: ...
+
+    @property
+    def sockets(self) -> list[DriverSocket]: ...
+
+    def unregister(self, udp: DriverSocket) -> None: ...
+
+    def service(self, udp: DriverSocket, now: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+async def open_publication(
+    driver: WiringDriver, channel: str, stream_id: int
+) -> PublicationChannel:
     uri = parse_channel_uri(channel)
     uri.check_publication()
     check_term_length(uri.term_length or driver.config.term_length)
@@ -275,7 +299,7 @@ async def open_publication(driver: Driver, channel: str, stream_id: int) -> Publ
     return publication
 
 
-async def _receive_socket(driver: Driver, uri: ChannelUri) -> ReceiveSocket:
+async def _receive_socket(driver: WiringDriver, uri: ChannelUri) -> ReceiveSocket:
     """The receive socket a subscription on `uri` reads (shared by key: the same endpoint
     and control address, or a response channel's)."""
     control: tuple[str, int] | None = None
@@ -311,7 +335,9 @@ async def _receive_socket(driver: Driver, uri: ChannelUri) -> ReceiveSocket:
     return udp
 
 
-async def open_subscription(driver: Driver, channel: str, stream_id: int) -> SubscriptionChannel:
+async def open_subscription(
+    driver: WiringDriver, channel: str, stream_id: int
+) -> SubscriptionChannel:
     uri = parse_channel_uri(channel)
     uri.check_subscription()
     if uri.is_response and uri.control is None:
@@ -342,7 +368,7 @@ async def open_subscription(driver: Driver, channel: str, stream_id: int) -> Sub
     return subscription
 
 
-def release_publication(driver: Driver, publication: PublicationChannel) -> None:
+def release_publication(driver: WiringDriver, publication: PublicationChannel) -> None:
     udp = publication.socket
     response_wiring.stop_answering(publication.state)
     udp.endpoint.remove(publication.state)
@@ -353,7 +379,7 @@ def release_publication(driver: Driver, publication: PublicationChannel) -> None
         driver.unregister(udp)
 
 
-def release_subscription(driver: Driver, subscription: SubscriptionChannel) -> None:
+def release_subscription(driver: WiringDriver, subscription: SubscriptionChannel) -> None:
     udp = subscription.socket
     udp.endpoint.remove_interest(subscription.stream_id, udp.send, subscription.session_id)
     response_wiring.forget_response_subscription(driver, subscription)
@@ -364,7 +390,7 @@ def release_subscription(driver: Driver, subscription: SubscriptionChannel) -> N
         driver.unregister(udp)
 
 
-def shut_down(driver: Driver) -> None:
+def shut_down(driver: WiringDriver) -> None:
     """Close everything at once, telling peers: EOS heartbeats and EOS status messages."""
     for udp in driver.sockets:
         if isinstance(udp, SendSocket):

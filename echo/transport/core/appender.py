@@ -18,14 +18,14 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
-from echo.transport.frames import (
+from echo.transport.core.frames import (
     DATA_HEADER_LENGTH,
     DATA_HEADER_STRUCT,
     FRAME_ALIGNMENT,
     UNFRAGMENTED_FLAGS,
     FrameType,
 )
-from echo.transport.logbuffer import (
+from echo.transport.core.logbuffer import (
     PARTITION_COUNT,
     TermBuffers,
     append_message,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import random
 
-from echo.transport.config import ReceiverTimers
-from echo.transport.logbuffer import PARTITION_COUNT, TermBuffers, scan_for_gap
+from echo.transport.core.config import ReceiverTimers
+from echo.transport.core.logbuffer import PARTITION_COUNT, TermBuffers, scan_for_gap
 
 #: gaps with their own NAK timer per image (Aeron NAKs one at a time; see LossDetector.scan):
 #: a bound on the work a forged frame far ahead can cause, and on the NAKs of one scan

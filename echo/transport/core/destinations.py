@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from echo.transport.config import DEFAULTS
+from echo.transport.core.config import DEFAULTS
 
 Address = Any  # a socket address tuple as returned by recvfrom: (host, port[, flow, scope])
 

@@ -19,16 +19,18 @@ from typing import Any
 import structlog
 import trio
 
-from echo.transport.channels import PublicationChannel, SubscriptionChannel
-from echo.transport.config import TransportConfig
-from echo.transport.counters import Counters
-from echo.transport.destinations import Address
-from echo.transport.lending import LendingDriver
-from echo.transport.offering import BURST_GAP, Clock, Ticker
-from echo.transport.readiness import Readiness, open_readiness
-from echo.transport.receiver import ReceiveEndpoint
-from echo.transport.sender import NetworkPublication, SendEndpoint
-from echo.transport.sockets import (
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.counters import Counters
+from echo.transport.core.destinations import Address
+from echo.transport.core.offering import BURST_GAP, Ticker
+from echo.transport.core.receiver import PublicationImage, ReceiveEndpoint
+from echo.transport.core.sender import NetworkPublication, SendEndpoint
+from echo.transport.core.timerheap import TimerHeap
+from echo.transport.core.validation import CookieJar, RateLimiter
+from echo.transport.driver.channels import PublicationChannel, SubscriptionChannel
+from echo.transport.driver.lending import LendingDriver
+from echo.transport.driver.readiness import Readiness, open_readiness
+from echo.transport.driver.sockets import (
     GRO_CMSG_SPACE,
     DriverSocket,
     ReceiveSocket,
@@ -38,9 +40,7 @@ from echo.transport.sockets import (
     more_waiting,
     open_udp_socket,
 )
-from echo.transport.timerheap import TimerHeap
-from echo.transport.validation import CookieJar, RateLimiter
-from echo.transport.wiring import (
+from echo.transport.driver.wiring import (
     StreamIds,
     open_publication,
     open_subscription,
@@ -60,16 +60,6 @@ _RECV_BUFFER = 65536
 _LOGGED_INTERNAL_ERRORS = 10
 
 
-def _clock_reading(clock: trio.abc.Clock) -> tuple[Callable[[], float], float | None]:
-    """How to read `clock`: trio's own system clock is its offset plus perf_counter, which the
-    compiled offer path adds itself (offering.Clock); any other is called."""
-    system = getattr(trio._core._run, "SystemClock", None)
-    offset = getattr(clock, "offset", None)
-    if system is not None and type(clock) is system and isinstance(offset, float):
-        return clock.current_time, offset
-    return clock.current_time, None
-
-
 class Driver(LendingDriver):
     def __init__(
         self,
@@ -83,7 +73,7 @@ class Driver(LendingDriver):
         self.counters = Counters()
         self.rng = random.Random(config.seed) if config.seed is not None else random.SystemRandom()
         #: socket deadlines and lend checks, and the alarm of the one timer loop
-        self.timers = TimerHeap()
+        self.timers: TimerHeap[DriverSocket] = TimerHeap()
         # One receive buffer for every socket: a datagram is handled (copied into a term or
         # dropped) before the next is read, so the readers can share it, and a server with
         # 2,000 sockets does not hold 2,000 x 64 KiB of buffers.
@@ -91,10 +81,10 @@ class Driver(LendingDriver):
         self._view = memoryview(self._buffer)
         #: the buffer as recvmsg_into takes it (a list, made once rather than on every read)
         self._buffers = [self._buffer]
-        #: the run's clock (a MockClock under tests, so virtual time works the same), read on
-        #: every datagram and offer: trio's system clock without a call into its method
-        self.clock = Clock(*_clock_reading(trio.lowlevel.current_clock()))
-        self.now: Callable[[], float] = self.clock.now
+        #: the run's clock, read on every datagram and offer: `trio.current_time()` without the
+        #: look-up of the run on every read (trio's public clock interface; a MockClock under
+        #: tests, so virtual time works the same). The core is given the time, never a clock.
+        self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
         self._dirty: set[DriverSocket] = set()
         #: the same set, read by the offer path (PublicationChannel.offer): a socket in it is
         #: serviced on the timer loop's next pass, so an offer in a burst need not call `wake`
@@ -184,6 +174,7 @@ class Driver(LendingDriver):
             for udp in self.endpoints.values()
             if isinstance(udp, SendSocket)
             for publication in udp.channels
+            if isinstance(publication, PublicationChannel)
         ]
 
     def subscriptions(self) -> list[SubscriptionChannel]:
@@ -193,6 +184,7 @@ class Driver(LendingDriver):
             for udp in self.endpoints.values()
             if isinstance(udp, ReceiveSocket)
             for subscription in udp.subscriptions.values()
+            if isinstance(subscription, SubscriptionChannel)
         ]
 
     # ---------------------------------------------------------------- scheduling
@@ -248,17 +240,29 @@ class Driver(LendingDriver):
             udp.endpoint.poll(now, udp.send)
             udp.notify_channels()
         elif isinstance(udp, ReceiveSocket):
+            # The receive side is pull-based: the core answers what to send (status messages,
+            # NAKs, setup elicitations: small frames; one the socket cannot take now is lost
+            # as UDP loses one and sent again on its timer) and what happened (image events).
             endpoint = udp.endpoint
-            endpoint.poll(now, udp.send)
-            if endpoint.events:
-                events = endpoint.events[:]
-                endpoint.events.clear()
-                udp.dispatch(events)
+            send = udp.send
+            for datagram, address in endpoint.datagrams_to_send(now):
+                send(datagram, address)
+            if endpoint.has_events:
+                udp.dispatch(endpoint.take_events())
                 if udp.lending.borrowed:
                     # An image came or went while an application task waits on the socket.
                     self.wake_borrower(udp)
             udp.notify_subscriptions()
         self._schedule(udp, now)
+
+    def consumed(self, udp: ReceiveSocket, images: list[PublicationImage]) -> None:
+        """An application's poll consumed past the status-message threshold of `images`
+        (window/4, or a sender waiting at the window's edge): their SMs go out now, not after
+        a pass of the timer loop (the sender may be idle until they come)."""
+        endpoint = udp.endpoint
+        for image in images:
+            endpoint.touch(image.session_id, image.stream_id)
+        self.service(udp, self.now())
 
     def _schedule(self, udp: DriverSocket, now: float) -> None:
         if udp.blocked:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from echo.transport.config import DEFAULTS, SenderTimers
-from echo.transport.counters import Counters
-from echo.transport.destinations import Address, DynamicDestinations, ManualDestinations
-from echo.transport.frames import (
+from echo.transport.core.config import DEFAULTS, SenderTimers
+from echo.transport.core.counters import Counters
+from echo.transport.core.destinations import Address, DynamicDestinations, ManualDestinations
+from echo.transport.core.frames import (
     SM_LENGTH,
     ErrorFrame,
     FrameError,
@@ -25,7 +25,8 @@ from echo.transport.frames import (
     StatusMessage,
     parse_datagram_untrusted,
 )
-from echo.transport.publication import (
+from echo.transport.core.outbox import NOTHING, Datagram, Outbox
+from echo.transport.core.publication import (
     ADMIN_ACTION,
     BACK_PRESSURED,
     CLOSED,
@@ -36,8 +37,8 @@ from echo.transport.publication import (
     NetworkPublication,
     PublicationState,
 )
-from echo.transport.scanner import Emit
-from echo.transport.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
+from echo.transport.core.scanner import Emit
+from echo.transport.core.validation import SM_COOKIE_FLAG, CookieJar, RateLimiter
 
 _T = TypeVar("_T")
 
@@ -63,6 +64,7 @@ __all__ = [
     "SendEndpoint",
     "SendMode",
     "SenderTimers",
+    "response_setup_from",
 ]
 
 
@@ -124,6 +126,9 @@ class SendEndpoint:
         self.manual = ManualDestinations() if mode is SendMode.MANUAL else None
         self._emit_send: Send | None = None
         self._emit: Emit = self._no_emit
+        #: what handle_timer decided to send, until datagrams_to_send takes it
+        self._outbox = Outbox()
+        self._queue: Send = self._outbox.send
 
     @staticmethod
     def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> int:
@@ -224,13 +229,12 @@ class SendEndpoint:
                 publication.on_error_frame(frame, now)
         elif isinstance(frame, ResponseSetup):
             counters.response_setups_received += 1
-            from echo.transport.response import response_setup_from  # it builds on this module
-
             request = response_setup_from(self.publications, frame, source, self.remote)
-            if request is None or request.on_response_setup is None:
+            answer = getattr(request, "on_response_setup", None)
+            if request is None or answer is None:
                 counters.unknown_session_drops += 1
                 return
-            request.on_response_setup(request.response_correlation_id, frame.response_session_id)
+            answer(getattr(request, "response_correlation_id", 0), frame.response_session_id)
         else:
             # DATA, SETUP and the rest flow towards subscriptions, never into a publication.
             counters.invalid("unexpected_on_send_channel")
@@ -317,6 +321,22 @@ class SendEndpoint:
             self.counters.rate_limited += 1
         return False
 
+    def handle_timer(self, now: float) -> None:
+        """Act on what is due at `now` (heartbeats, setups, retransmits, data offered and not
+        yet sent, replies); what that sends waits for `datagrams_to_send`."""
+        self.poll(now, self._queue)
+
+    def datagrams_to_send(self, now: float) -> Sequence[Datagram]:
+        """Everything to send as of `now`, oldest first, each datagram copied out of the term
+        buffer: what `handle_timer` queued, and what is due at `now`. (The trio driver sends
+        through `poll(now, send)` instead: runs straight from the term buffer, GSO, and the
+        socket's back-pressure, which leaves unsent data in the term for later.)"""
+        outbox = self._outbox
+        self.poll(now, self._queue)
+        if not outbox.queued:
+            return NOTHING
+        return outbox.take()
+
     def poll(self, now: float, send: Send) -> None:
         if self._replies:
             counters = self.counters
@@ -373,3 +393,23 @@ class SendEndpoint:
                 # An entry expires strictly after its timeout (DynamicDestinations.expire).
                 deadline = min(deadline, math.nextafter(expiry, math.inf))
         return deadline
+
+
+def response_setup_from(
+    publications: dict[tuple[int, int], NetworkPublication],
+    frame: ResponseSetup,
+    source: Address,
+    remote: Address | None,
+) -> NetworkPublication | None:
+    """The request publication an RSP_SETUP (untrusted) is for, or None to drop it.
+
+    It must name a request publication of this endpoint (response.RequestPublication: one
+    with a `response_correlation_id`) and come from the address that publication sends to: an
+    RSP_SETUP is the server image's answer to our SETUP. (Here, not in response.py, which
+    builds on this module: the two would import each other.)"""
+    publication = publications.get((frame.session_id, frame.stream_id))
+    if publication is None or not hasattr(publication, "response_correlation_id"):
+        return None
+    if remote is not None and source[:2] != remote[:2]:
+        return None
+    return publication

@@ -4,7 +4,7 @@ A `SendSocket` carries the publications of one send channel endpoint (`sender.Se
 a `ReceiveSocket` the subscriptions of one receive channel endpoint (`receiver.ReceiveEndpoint`)
 and the `Lending` record of who reads it. Each has its `send` function (sendto, or sendmsg with
 UDP GSO for runs of datagrams) that counts what it sends and reports a full socket buffer. The
-driver (driver.py) schedules them and reads them; channels.py hands them to the api.
+driver (loop.py) schedules them and reads them; channels.py hands them to the api.
 """
 
 from __future__ import annotations
@@ -14,19 +14,37 @@ import math
 import socket
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
-from echo.transport.counters import Counters
-from echo.transport.destinations import Address
-from echo.transport.offering import Burst
-from echo.transport.receiver import ImageEvent, ReceiveEndpoint
-from echo.transport.response import ResponseSendEndpoint
-from echo.transport.sender import WOULD_BLOCK, NetworkPublication, Send, SendEndpoint
+from echo.transport.core.counters import Counters
+from echo.transport.core.destinations import Address
+from echo.transport.core.offering import Burst
+from echo.transport.core.receiver import ImageEvent, ReceiveEndpoint
+from echo.transport.core.response import ResponseSendEndpoint
+from echo.transport.core.sender import WOULD_BLOCK, NetworkPublication, Send, SendEndpoint
 
-if TYPE_CHECKING:
-    from echo.transport.channels import PublicationChannel, SubscriptionChannel
+
+class PublicationListener(Protocol):
+    """What a send socket knows of a publication's channel (channels.PublicationChannel):
+    told after each service, and its state announced at shut-down. (A protocol, so that this
+    module does not import channels.py, which builds on it.)"""
+
+    state: NetworkPublication
+    session_id: int
+
+    def notify(self) -> None: ...
+
+
+class SubscriptionListener(Protocol):
+    """What a receive socket knows of a subscription's channel (channels.SubscriptionChannel)."""
+
+    def notify(self) -> None: ...
+
+    def on_image_event(self, event: ImageEvent) -> None: ...
+
+    def detach(self) -> None: ...
 
 # UDP generic segmentation and receive offload (Linux 4.18 / 5.0; linux/udp.h).
 SOL_UDP = 17
@@ -41,7 +59,7 @@ _NOTHING_QUEUED = bytes(4)
 # sendmsg errors that mean "no runs on this route", after which datagrams go one by one
 _NO_GSO_ERRORS = frozenset((errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.EMSGSIZE))
 
-#: Lending (see driver.py): the socket goes back to its reader task once nobody has waited on
+#: Lending (see loop.py): the socket goes back to its reader task once nobody has waited on
 #: it for LEND_IDLE. Checks start LEND_IDLE apart and back off (x LEND_BACKOFF) to
 #: LEND_CHECK_MAX while the borrower keeps coming back.
 LEND_IDLE = 0.001
@@ -305,11 +323,11 @@ class SendSocket(DriverSocket):
         #: when an offer last sent from this socket at once (Driver.flush, offering.OfferGate)
         self.burst = Burst()
         #: told each time the endpoint has been serviced (a publication's waiters)
-        self.channels: list[PublicationChannel] = []
+        self.channels: list[PublicationListener] = []
         #: the channels a task waits on now (PublicationChannel.wait): a service tells only
         #: those, not every publication of a server's shared port (1,000 response
         #: publications: telling each one cost O(publications) per status message)
-        self.waiting: set[PublicationChannel] = set()
+        self.waiting: set[PublicationListener] = set()
 
     def deadline_after_flush(
         self, publication: NetworkPublication, now: float
@@ -460,11 +478,11 @@ class ReceiveSocket(DriverSocket):
         self.lending: Lending = Lending()
         #: the subscriptions on this socket by (stream id, session id or None for all
         #: sessions): image events and notifications
-        self.subscriptions: dict[tuple[int, int | None], SubscriptionChannel] = {}
+        self.subscriptions: dict[tuple[int, int | None], SubscriptionListener] = {}
         #: all-sessions subscriptions a task waits on now (SubscriptionChannel.wait): with
         #: many session-specific ones on the socket, a service tells these and the sessions
         #: that got data, without looking at every subscription
-        self.waiting_all: set[SubscriptionChannel] = set()
+        self.waiting_all: set[SubscriptionListener] = set()
 
     def enable_offload(self) -> None:
         try:

@@ -12,18 +12,48 @@ The rules of DriverConductor (aeron-io/aeron 1.48+), with its messages:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import socket
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from echo.transport.channels import ImageLink, SubscriptionChannel
-from echo.transport.response import RequestPublication, ResponsePublication, ResponseSendEndpoint
-from echo.transport.sockets import SendSocket
-from echo.transport.uri import ChannelUri, UriError
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.counters import Counters
+from echo.transport.core.response import (
+    RequestPublication,
+    ResponsePublication,
+    ResponseSendEndpoint,
+)
+from echo.transport.core.uri import ChannelUri, UriError
+from echo.transport.core.validation import RateLimiter
+from echo.transport.driver.channels import ChannelDriver, ImageLink, SubscriptionChannel
+from echo.transport.driver.sockets import DriverSocket, SendSocket
 
-if TYPE_CHECKING:
-    from echo.transport.driver import Driver
+
+class ResponseDriver(ChannelDriver, Protocol):
+    """What response wiring asks of the driver (loop.Driver is one). A protocol, so that this
+    module does not import the driver, which builds on it."""
+
+    now: Callable[[], float]
+    endpoints: dict[Any, DriverSocket]
+    response_subscriptions: dict[int, SubscriptionChannel]
+
+    @property
+    def config(self) -> TransportConfig: ...
+
+    @property
+    def counters(self) -> Counters: ...
+
+    @property
+    def limiter(self) -> RateLimiter: ...
+
+    def subscriptions(self) -> list[SubscriptionChannel]: ...
+
+    def open_socket(self, bind: tuple[str, int], family: int) -> socket.socket: ...
+
+    def register(self, udp: DriverSocket) -> None: ...
 
 
-def find_request_image(driver: Driver, uri: ChannelUri) -> ImageLink:
+def find_request_image(driver: ResponseDriver, uri: ChannelUri) -> ImageLink:
     """The image a response publication on `uri` answers (findResponsePublicationImage)."""
     correlation_id = uri.response_correlation_id
     if correlation_id is None:
@@ -42,7 +72,7 @@ def find_request_image(driver: Driver, uri: ChannelUri) -> ImageLink:
     raise UriError(f"image.correlationId={correlation_id} not found")
 
 
-def check_response_subscription(driver: Driver, uri: ChannelUri) -> None:
+def check_response_subscription(driver: ResponseDriver, uri: ChannelUri) -> None:
     """A request publication names a response subscription of this transport."""
     correlation_id = uri.response_correlation_id
     if correlation_id not in driver.response_subscriptions:
@@ -51,7 +81,7 @@ def check_response_subscription(driver: Driver, uri: ChannelUri) -> None:
         )
 
 
-def response_socket(driver: Driver, bind: tuple[str, int], family: int) -> SendSocket:
+def response_socket(driver: ResponseDriver, bind: tuple[str, int], family: int) -> SendSocket:
     """The server's control socket of a response channel, shared by its response publications."""
     key = ("pub-response", bind)
     udp = driver.endpoints.get(key)
@@ -68,7 +98,7 @@ def response_socket(driver: Driver, bind: tuple[str, int], family: int) -> SendS
     return udp
 
 
-def start_answering(driver: Driver, state: ResponsePublication, link: ImageLink) -> None:
+def start_answering(driver: ResponseDriver, state: ResponsePublication, link: ImageLink) -> None:
     """The image sends RSP_SETUP from now on, at once (requestNextSmDeadlineReset)."""
     state.answer(driver.now())
     udp = link.subscription_socket
@@ -82,7 +112,7 @@ def stop_answering(state: object) -> None:
         state.connected()
 
 
-def route_response_setups(driver: Driver, state: RequestPublication) -> None:
+def route_response_setups(driver: ResponseDriver, state: RequestPublication) -> None:
     """An RSP_SETUP for `state` arms the response subscription it names."""
 
     def on_response_setup(correlation_id: int, response_session_id: int) -> None:
@@ -96,9 +126,11 @@ def route_response_setups(driver: Driver, state: RequestPublication) -> None:
     state.on_response_setup = on_response_setup
 
 
-def register_response_subscription(driver: Driver, subscription: SubscriptionChannel) -> None:
+def register_response_subscription(
+    driver: ResponseDriver, subscription: SubscriptionChannel
+) -> None:
     driver.response_subscriptions[subscription.registration_id] = subscription
 
 
-def forget_response_subscription(driver: Driver, subscription: SubscriptionChannel) -> None:
+def forget_response_subscription(driver: ResponseDriver, subscription: SubscriptionChannel) -> None:
     driver.response_subscriptions.pop(subscription.registration_id, None)
