@@ -4,7 +4,7 @@ sessions, their CPU over fixed idle windows, and the datagrams that CPU went on.
     python -m bench.idle                                  # 1,000 sessions, lobby timers, 5 x 10 s
     python -m bench.idle --sessions 1200 --timers echo --ports shared
     python -m bench.idle --smoke                          # seconds: it runs at all
-    python -m bench.idle --profile /tmp/idle-prof         # py-spy --native of both sides, 1 window
+    python -m bench.idle --profile /tmp/idle-prof         # py-spy of both sides, 1 window
 
 A lobby server of thousands of mostly idle members (the lobby's L1), or an echo server of
 thousands of quiet clients (B4), spends its CPU on the transport's idle traffic:
@@ -274,7 +274,10 @@ class Child:
         self.eof = False
         assert self.proc.stdout is not None and self.proc.stderr is not None
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
-        threading.Thread(target=self._errors, args=(self.proc.stderr,), daemon=True).start()
+        self._error_reader = threading.Thread(
+            target=self._errors, args=(self.proc.stderr,), daemon=True
+        )
+        self._error_reader.start()
 
     def _read(self, stream: IO[str]) -> None:
         for line in stream:
@@ -323,13 +326,17 @@ class Child:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.send_signal(signal.SIGKILL)
                 self.proc.wait()
+        # (Every line of its stderr read: a caller looks there for why it ended.)
+        self._error_reader.join(timeout=5)
 
 
 def _free_base(ports: str, sessions: int) -> int:
-    """A base port with room for the server's ports, chosen at random among high ports (the
-    machine is shared: another run may hold a fixed one)."""
+    """A base port with room for the server's ports, chosen at random below Linux's ephemeral
+    range (where the kernel puts every client socket) when it fits there (the machine is
+    shared: another run may hold a fixed one)."""
     span = 2 + (2 if ports == "shared" else 2 * (2 * sessions + 16))
-    return random.randrange(20000, 60000 - span, 2)
+    high = 32768 if span < 6000 else 60000
+    return random.randrange(20000, high - span, 2)
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -466,7 +473,7 @@ def _start_profiles(
         name = child.label.replace(" ", "")
         started.append(
             subprocess.Popen(
-                [spy, "record", "--native", "-r", "1000", "-d", str(int(seconds)),
+                [spy, "record", "--nonblocking", "-r", "250", "-d", str(int(seconds)),
                  "-f", "raw", "-o", f"{directory}/{name}.txt", "-p", str(child.pid)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -529,7 +536,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--connect-timeout", type=float, default=300.0)
     parser.add_argument("--interpreted", action="store_true",
                         help="children import the sources even where a build exists")
-    parser.add_argument("--profile", metavar="DIR", help="py-spy --native of every process, "
+    parser.add_argument("--profile", metavar="DIR", help="py-spy of every process (sampled "
+                        "without pausing it: a paused process lets idle sessions time out), "
                         "over the first window (raw collapsed stacks, one file per process)")
     parser.add_argument("--json", metavar="FILE", help="also write the result here")
     parser.add_argument("--smoke", action="store_true",

@@ -124,6 +124,10 @@ class SendEndpoint:
         self.manual = ManualDestinations() if mode is SendMode.MANUAL else None
         self._emit_send: Send | None = None
         self._emit: Emit = self._no_emit
+        #: something read since the last poll may need one (a timer, a reply, a channel to
+        #: wake); an idle stream's repeated status message does not (docs/transport.md, "The
+        #: idle cadence"), so the driver skips the service after it
+        self.news = False
 
     @staticmethod
     def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> int:
@@ -182,6 +186,8 @@ class SendEndpoint:
     def on_datagram(self, data: bytes | memoryview, source: Address, now: float) -> None:
         """Handle one datagram from the network (untrusted)."""
         counters = self.counters
+        news = self.news
+        self.news = True
         try:
             frame = parse_datagram_untrusted(data)
         except FrameError as error:
@@ -202,7 +208,8 @@ class SendEndpoint:
             if publication is None:
                 counters.unknown_session_drops += 1
                 return
-            publication.on_status_message(frame, now)
+            if not publication.on_status_message(frame, now):
+                self.news = news  # the same status again: nothing for a poll to do
         elif isinstance(frame, Nak):
             counters.naks_received += 1
             if not self._validated(source):
@@ -317,7 +324,12 @@ class SendEndpoint:
             self.counters.rate_limited += 1
         return False
 
+    def quiet(self) -> bool:
+        """Did the datagrams since the last poll leave nothing to do before the next timer?"""
+        return not self.news
+
     def poll(self, now: float, send: Send) -> None:
+        self.news = False
         if self._replies:
             counters = self.counters
             for datagram, address, counter in self._replies:
