@@ -316,9 +316,9 @@ class NetworkPublication:
         sm_position = max(0, min(sm_position, self.sender_position))
         limit = self.sender_limit
         self.sender_limit = self.flow_control.on_status_message(sm, sm_position, limit, now)
-        news = self.sender_limit != limit or sm_position > self._acknowledged
-        news = news or sm.receiver_window != self._receiver_window or self._setup_pending
-        news = news or self.state is not PublicationState.ACTIVE or self.receiver_left
+        news = self.sender_limit != limit or sm_position > self._acknowledged or self._setup_pending
+        news = news or sm.receiver_window != self._receiver_window or self.receiver_left
+        news = news or self.state is not PublicationState.ACTIVE or not self.liveness.is_alive(now)
         news = news or sm.receiver_id not in self.liveness.receivers
         if sm.is_end_of_stream and self._announcing_end:
             # The receiver answers our end-of-stream: Aeron sends the EOS flag once its image

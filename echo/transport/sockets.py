@@ -169,8 +169,8 @@ class DriverSocket:
         #: than `scheduled`. A deadline that moves later leaves the entry where it is and the
         #: driver moves it when it comes up (Driver._schedule_at): no heap work per offer.
         self.queued = math.inf
-        #: that entry is in the timer heap's lazy slots (timerheap.LAZY_AHEAD)
-        self.queued_lazy = False
+        #: the timer heap's tier that entry is in (timerheap.PRECISE, LAZY or IDLE)
+        self.queued_tier = 0
         #: when the driver last read the socket (driver._drain: a quiet one is read once)
         self.read_at = -math.inf
         #: the socket buffer was full: nothing is sent until it is writable again

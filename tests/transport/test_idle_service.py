@@ -145,4 +145,8 @@ def test_a_repeated_status_message_is_no_news_and_a_moved_window_is() -> None:
     assert pub.on_status_message(sm(0, window=TERM), 0.4)  # the window grew
     assert not pub.on_status_message(sm(0, window=TERM), 0.6)
     assert pub.on_status_message(sm(0, receiver_id=RECEIVER + 1), 0.8)  # a new receiver
+    # silent for the connection timeout: the next SM connects it again, news for its waiters
+    assert not pub.is_connected(0.8 + pub.timers.connection_timeout + 0.01)  # (not expired yet)
+    later = 0.8 + pub.timers.connection_timeout + 0.01
+    assert pub.on_status_message(sm(0, receiver_id=RECEIVER + 1), later)
     assert pub.on_status_message(sm(0, flags=SM_EOS_FLAG), 1.0)  # end-of-stream: it left
