@@ -130,7 +130,8 @@ class TimerHeap:
         """`deadline` (> now) is when `udp` must next be serviced: its whole deadline."""
         udp.scheduled = deadline
         queued = udp.queued
-        tier = tier_of(deadline - now)
+        ahead = deadline - now  # (tier_of, inline: this runs for many offers)
+        tier = PRECISE if ahead < LAZY_AHEAD else LAZY if ahead < IDLE_AHEAD else IDLE
         if deadline < queued or udp.queued_tier > tier:
             # (Moved later, but from an entry with more slack to a deadline that must be met
             # sooner: a probe after the data that pushed an idle heartbeat on. Its own tier.)
