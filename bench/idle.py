@@ -337,12 +337,32 @@ class Child:
 
 
 def _free_base(ports: str, sessions: int) -> int:
-    """A base port with room for the server's ports, chosen at random below Linux's ephemeral
-    range (where the kernel puts every client socket) when it fits there (the machine is
-    shared: another run may hold a fixed one)."""
+    """A base port with room for the server's ports, all of them free when probed (the
+    machine is shared: other runs and test suites hold ports in the same ranges; one taken
+    between the probe and the server's bind is tried again by `run`)."""
     span = 2 + (2 if ports == "shared" else 2 * (2 * sessions + 16))
-    high = 32768 if span < 6000 else 60000
-    return random.randrange(20000, high - span, 2)
+    for _ in range(50):
+        base = random.randrange(20000, 60000 - span, 2)
+        if _all_free(base, span):
+            return base
+    raise RuntimeError(f"no {span} free ports found in 20000-60000")
+
+
+def _all_free(base: int, span: int) -> bool:
+    import socket
+
+    socks: list[socket.socket] = []
+    try:
+        for port in range(base, base + span):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(sock)
+            sock.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    finally:
+        for sock in socks:
+            sock.close()
+    return True
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -403,7 +423,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env["ECHO_INTERPRETED"] = "1"
     load_before = os.getloadavg()
     _raise_nofile()
-    for attempt in range(3):  # (a random base port another program holds: another one)
+    for attempt in range(5):  # (a port taken between the probe and the bind: another base)
         base = _free_base(args.ports, args.sessions)
         common = [
             "--sessions", str(args.sessions), "--timers", args.timers, "--ports", args.ports,
@@ -415,7 +435,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             break
         except RuntimeError:
             server.stop()
-            if attempt == 2 or not any("cannot bind" in line for line in server.errors):
+            if attempt == 4 or not any("cannot bind" in line for line in server.errors):
                 raise
     clients: list[Child] = []
     try:
