@@ -4,7 +4,8 @@ sessions, their CPU over fixed idle windows, and the datagrams that CPU went on.
     python -m bench.idle                                  # 1,000 sessions, lobby timers, 5 x 10 s
     python -m bench.idle --sessions 1200 --timers echo --ports shared
     python -m bench.idle --smoke                          # seconds: it runs at all
-    python -m bench.idle --profile /tmp/idle-prof         # py-spy --native of both sides, 1 window
+    python -m bench.idle --profile /tmp/idle-prof         # py-spy of both sides, 1 window
+    python -m bench.idle --repeat 3 --write               # bench/results/idle.json (the page)
 
 A lobby server of thousands of mostly idle members (the lobby's L1), or an echo server of
 thousands of quiet clients (B4), spends its CPU on the transport's idle traffic:
@@ -28,7 +29,10 @@ lobby_client_timers), `--timers echo` is `echo.session.timers.echo_timers` on bo
 each end; shared: two for all on the server). The load average before and after is recorded:
 this machine is shared, and only runs taken close together (interleaved) compare.
 `ECHO_INTERPRETED=1` in the environment (or `--interpreted`) runs the children on the sources
-where a compiled build exists.
+where a compiled build exists. `--write` records the run in bench/results/idle.json (through
+bench/results.py, each window a repeat) for the generated benchmark page: the server's CPU per
+idle session-second against its target (15 µs), its datagrams, the clients' CPU, and the
+sessions that dropped (none may).
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ from pathlib import Path
 from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[1]
+#: the goal for the server's CPU per idle session-second (µs)
+TARGET_US_PER_SESSION_SECOND = 15.0
 #: handshakes each client process runs at once while the sessions open
 CONNECT_CONCURRENCY = 40
 #: tries of each session's handshake
@@ -274,7 +280,10 @@ class Child:
         self.eof = False
         assert self.proc.stdout is not None and self.proc.stderr is not None
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
-        threading.Thread(target=self._errors, args=(self.proc.stderr,), daemon=True).start()
+        self._error_reader = threading.Thread(
+            target=self._errors, args=(self.proc.stderr,), daemon=True
+        )
+        self._error_reader.start()
 
     def _read(self, stream: IO[str]) -> None:
         for line in stream:
@@ -323,13 +332,37 @@ class Child:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.send_signal(signal.SIGKILL)
                 self.proc.wait()
+        # (Every line of its stderr read: a caller looks there for why it ended.)
+        self._error_reader.join(timeout=5)
 
 
 def _free_base(ports: str, sessions: int) -> int:
-    """A base port with room for the server's ports, chosen at random among high ports (the
-    machine is shared: another run may hold a fixed one)."""
+    """A base port with room for the server's ports, all of them free when probed (the
+    machine is shared: other runs and test suites hold ports in the same ranges; one taken
+    between the probe and the server's bind is tried again by `run`)."""
     span = 2 + (2 if ports == "shared" else 2 * (2 * sessions + 16))
-    return random.randrange(20000, 60000 - span, 2)
+    for _ in range(50):
+        base = random.randrange(20000, 60000 - span, 2)
+        if _all_free(base, span):
+            return base
+    raise RuntimeError(f"no {span} free ports found in 20000-60000")
+
+
+def _all_free(base: int, span: int) -> bool:
+    import socket
+
+    socks: list[socket.socket] = []
+    try:
+        for port in range(base, base + span):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(sock)
+            sock.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    finally:
+        for sock in socks:
+            sock.close()
+    return True
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -390,7 +423,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env["ECHO_INTERPRETED"] = "1"
     load_before = os.getloadavg()
     _raise_nofile()
-    for attempt in range(3):  # (a random base port another program holds: another one)
+    for attempt in range(5):  # (a port taken between the probe and the bind: another base)
         base = _free_base(args.ports, args.sessions)
         common = [
             "--sessions", str(args.sessions), "--timers", args.timers, "--ports", args.ports,
@@ -402,7 +435,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             break
         except RuntimeError:
             server.stop()
-            if attempt == 2 or not any("cannot bind" in line for line in server.errors):
+            if attempt == 4 or not any("cannot bind" in line for line in server.errors):
                 raise
     clients: list[Child] = []
     try:
@@ -466,7 +499,7 @@ def _start_profiles(
         name = child.label.replace(" ", "")
         started.append(
             subprocess.Popen(
-                [spy, "record", "--native", "-r", "1000", "-d", str(int(seconds)),
+                [spy, "record", "--nonblocking", "-r", "250", "-d", str(int(seconds)),
                  "-f", "raw", "-o", f"{directory}/{name}.txt", "-p", str(child.pid)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -513,6 +546,58 @@ def format_result(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def result_record(result: dict[str, Any], argv: Sequence[str]) -> Any:
+    """The run as bench/results/idle.json: each window a repeat."""
+    import shlex
+
+    from bench import results as result_files
+    from bench.harness import Result
+
+    sessions = result["sessions"]
+    repeats = []
+    for window in result["windows"]:
+        server, clients = window["server"], window["clients"]
+        figures = [
+            Result("idle_server", "CPU per session-second", server["us_per_session_second"],
+                   "µs", lower_is_better=True,
+                   target=("<=", TARGET_US_PER_SESSION_SECOND, "value")),
+            Result("idle_server", "CPU per datagram", server["us_per_datagram"], "µs",
+                   lower_is_better=True),
+            Result("idle_server", "datagrams out per session-second",
+                   server["sent_per_session_second"], "", lower_is_better=True),
+            Result("idle_server", "datagrams in per session-second",
+                   server["received_per_session_second"], "", lower_is_better=True),
+            Result("idle_clients", "CPU per session-second", clients["us_per_session_second"],
+                   "µs", lower_is_better=True),
+            Result("idle_sessions", "dropped", sessions - min(
+                window["server_sessions"], window["client_sessions"]), "",
+                lower_is_better=True, target=("<=", 0, "value")),
+        ]  # fmt: skip
+        repeats.append({(figure.name, figure.metric): figure for figure in figures})
+    names = ("loadavg_1m", "loadavg_5m", "loadavg_15m")
+    load_before = dict(zip(names, result["load_before"], strict=True))
+    load_after = dict(zip(names, result["load_after"], strict=True))
+    build = "interpreted" if result["interpreted"] else result_files.echo_build()
+    machine = {**result_files.machine_info(load_before, load_after), "echo_build": build}
+    record, left_out = result_files.from_repeats(
+        bench_id="idle",
+        label="",
+        title=f"Idle sessions: what {sessions} idle sessions (lobby timers) cost a SessionServer "
+        "per session-second, in CPU and datagrams",
+        command=shlex.join(["python", "-m", "bench.idle", *argv]),
+        own=list(repeats[0]),
+        repeats=repeats,
+        machine=machine,
+        settings={
+            key: result[key]
+            for key in ("sessions", "timers", "ports", "client_procs", "seconds", "interpreted")
+        },
+    )
+    for note in left_out:
+        print(f"left out of idle.json: {note}", file=sys.stderr)
+    return record
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.idle", description=(__doc__ or "").split("\n")[0]
@@ -529,9 +614,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--connect-timeout", type=float, default=300.0)
     parser.add_argument("--interpreted", action="store_true",
                         help="children import the sources even where a build exists")
-    parser.add_argument("--profile", metavar="DIR", help="py-spy --native of every process, "
+    parser.add_argument("--profile", metavar="DIR", help="py-spy of every process (sampled "
+                        "without pausing it: a paused process lets idle sessions time out), "
                         "over the first window (raw collapsed stacks, one file per process)")
     parser.add_argument("--json", metavar="FILE", help="also write the result here")
+    parser.add_argument("--write", action="store_true",
+                        help="record the run in bench/results/idle.json (the benchmark page)")
     parser.add_argument("--smoke", action="store_true",
                         help="20 sessions, 2 windows of 1 s: it runs at all")
     parser.add_argument("--quiet", action="store_true", help="no line per window")
@@ -554,6 +642,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_result(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if args.write:
+        record = result_record(result, sys.argv[1:] if argv is None else list(argv))
+        if record is not None:
+            print(f"wrote {record.write()}")
     return 0
 
 

@@ -20,7 +20,14 @@ import trio
 import trio.testing
 
 from echo.transport import TransportConfig, open_transport
-from echo.transport.core.timerheap import LAZY_AHEAD, SLACK, TimerHeap
+from echo.transport.core.timerheap import (
+    IDLE_AHEAD,
+    IDLE_SLACK,
+    LAZY_AHEAD,
+    SLACK,
+    TimerHeap,
+    tier_of,
+)
 from echo.transport.driver.loop import Driver
 from echo.transport.driver.sockets import DriverSocket, Lending, TimerHandle
 from echo.transport.testing import MemoryNetwork
@@ -110,9 +117,9 @@ def test_the_loop_never_sleeps_towards_a_deadline_that_moved_later() -> None:
     udp = _FakeSocket()
     now = 100.0
     timers.schedule(udp, now + 1.0, now)  # type: ignore[arg-type]
-    assert timers.next_alarm() == now + 1.0 + SLACK  # (lazy: set a second ahead)
+    assert timers.next_alarm() == now + 1.0 + IDLE_SLACK  # (idle: set a second ahead)
     timers.schedule(udp, now + 3.0, now)  # type: ignore[arg-type]
-    assert timers.next_alarm() == now + 3.0 + SLACK
+    assert timers.next_alarm() == now + 3.0 + IDLE_SLACK
     assert timers.due(now + 2.0) == []
     assert timers.due(now + 3.0) == [udp]
     assert udp.scheduled == math.inf
@@ -143,15 +150,19 @@ def test_a_sleeping_loops_alarm_moves_with_the_deadline() -> None:
     timers.schedule(udp, now + 10.0, now)  # type: ignore[arg-type]
     alarm = trio.CancelScope(deadline=timers.next_alarm())  # what the loop sleeps in
     timers.sleeping(alarm)
-    # Nearer: the alarm comes forward at once (lazy deadlines, set seconds ahead: SLACK late).
+    # Nearer: the alarm comes forward at once (idle deadlines, set seconds ahead: IDLE_SLACK
+    # late).
     timers.schedule(udp, now + 5.0, now)  # type: ignore[arg-type]
-    assert alarm.deadline == now + 5.0 + SLACK
+    assert alarm.deadline == now + 5.0 + IDLE_SLACK
     # Later, but the old time is still far off compared to the move: left alone (another
     # offer will most likely move it again first), and moved once it is near.
     timers.schedule(udp, now + 5.5, now)  # type: ignore[arg-type]
-    assert alarm.deadline == now + 5.0 + SLACK
+    assert alarm.deadline == now + 5.0 + IDLE_SLACK
     timers.schedule(udp, now + 9.0, now + 2.0)  # type: ignore[arg-type]
-    assert alarm.deadline == now + 9.0 + SLACK
+    assert alarm.deadline == now + 9.0 + IDLE_SLACK
+    # A lazy one (set 0.2 s ahead: Aeron's status message interval): SLACK late.
+    timers.schedule(udp, now + 8.2, now + 8.0)  # type: ignore[arg-type]
+    assert alarm.deadline == now + 8.2 + SLACK
     # A precise deadline (set closer than LAZY_AHEAD): on time.
     timers.schedule(udp, now + 8.01, now + 8.0)  # type: ignore[arg-type]
     assert alarm.deadline == now + 8.01
@@ -182,30 +193,44 @@ def test_one_wake_up_serves_lazy_deadlines_within_slack_precise_ones_on_time() -
     timers = TimerHeap()
     now = 100.0
     idle = [_FakeSocket() for _ in range(5)]
-    # Five idle heartbeats set a second ahead, 1 ms apart: one wake-up, SLACK after the
+    # Five idle heartbeats set a second ahead, 5 ms apart: one wake-up, IDLE_SLACK after the
     # first, serves them all.
     for index, udp in enumerate(idle):
-        timers.schedule(udp, now + 1.0 + index * 0.001, now)  # type: ignore[arg-type]
+        timers.schedule(udp, now + 1.0 + index * 0.005, now)  # type: ignore[arg-type]
     alarm = timers.next_alarm()
-    assert alarm == now + 1.0 + SLACK
+    assert alarm == now + 1.0 + IDLE_SLACK
     assert set(timers.due(alarm)) == set(idle)
-    # A probe 2 ms ahead among lazy deadlines: the loop wakes for it on time, and serves
-    # only what has come by then.
+    # A probe 2 ms ahead among lazy deadlines (Aeron's cadence, 0.2 s ahead): the loop wakes
+    # for it on time, and serves only what has come by then.
     probe = _FakeSocket()
     later = [_FakeSocket() for _ in range(2)]
     now = 200.0
-    timers.schedule(later[0], now + 0.5, now)  # type: ignore[arg-type]
-    timers.schedule(probe, now + 0.499, now + 0.497)  # type: ignore[arg-type]
-    timers.schedule(later[1], now + 0.501, now)  # type: ignore[arg-type]
-    assert timers.next_alarm() == now + 0.499
-    assert timers.due(now + 0.499) == [probe]
-    assert timers.next_alarm() == now + 0.5 + SLACK
-    assert set(timers.due(now + 0.5 + SLACK)) == set(later)
+    timers.schedule(later[0], now + 0.2, now)  # type: ignore[arg-type]
+    timers.schedule(probe, now + 0.199, now + 0.197)  # type: ignore[arg-type]
+    timers.schedule(later[1], now + 0.201, now)  # type: ignore[arg-type]
+    assert timers.next_alarm() == now + 0.199
+    assert timers.due(now + 0.199) == [probe]
+    assert timers.next_alarm() == now + 0.2 + SLACK
+    assert set(timers.due(now + 0.2 + SLACK)) == set(later)
     # A lazy deadline pushed on by data to a precise one (the probe after it): on time.
     timers.schedule(probe, now + 1.5, now + 0.5)  # type: ignore[arg-type]
     timers.schedule(probe, now + 1.502, now + 1.5)  # type: ignore[arg-type]
     assert timers.next_alarm() == now + 1.502
     assert LAZY_AHEAD > 0.002 > 0  # (a probe's delay is precise)
+    assert timers.due(now + 1.502) == [probe]
+    # An idle heartbeat pushed on to a lazy deadline: SLACK late at most, not IDLE_SLACK.
+    timers.schedule(probe, now + 3.0, now + 2.0)  # type: ignore[arg-type]
+    assert timers.next_alarm() == now + 3.0 + IDLE_SLACK
+    timers.schedule(probe, now + 3.1, now + 3.0)  # type: ignore[arg-type]
+    assert timers.next_alarm() == now + 3.1 + SLACK
+
+
+def test_the_tiers_by_how_far_ahead_a_deadline_is_set() -> None:
+    # Aeron's own cadence (a heartbeat 100 ms, an SM 200 ms ahead) is lazy, a session's or a
+    # lobby's (0.5 s and more) idle, a probe, a NAK delay or a retransmit precise; the slack
+    # stretches an interval by at most a tenth (lazy) and a sixteenth (idle).
+    assert [tier_of(ahead) for ahead in (0.002, 0.1, 0.2, 0.5, 0.8, 1.5)] == [0, 1, 1, 2, 2, 2]
+    assert SLACK / LAZY_AHEAD <= 0.1 and IDLE_SLACK / IDLE_AHEAD <= 1 / 16
 
 
 
@@ -219,13 +244,13 @@ def test_a_deadline_rescheduled_unchanged_adds_no_heap_entry() -> None:
     now = 100.0
     for _ in range(1000):
         timers.schedule(udp, now + 1.0, now)  # type: ignore[arg-type]
-    assert len(timers._heap) + len(timers._lazy) == 1
+    assert sum(map(len, timers._heaps)) == 1
     # ... and a socket with nothing due that is told so again holds no entry at all (one at
     # infinity never falls due: the heap would only grow).
     idle = _FakeSocket()
     for _ in range(1000):
         timers.schedule(idle, math.inf, now)  # type: ignore[arg-type]
-    assert len(timers._heap) + len(timers._lazy) == 1
+    assert sum(map(len, timers._heaps)) == 1
     assert timers.due(now + 1.0) == [udp]
 
 
@@ -267,14 +292,14 @@ def test_the_alarm_is_the_earlier_of_a_socket_deadline_and_a_lend_check() -> Non
     udp = _FakeSocket()
     lent = _FakeSocket(Lending())
     now = 100.0
-    # (A deadline 2 s ahead is lazy: the alarm for it is SLACK later.)
+    # (A deadline 2 s ahead is idle: the alarm for it is IDLE_SLACK later.)
     timers.schedule(udp, now + 2.0, now)  # type: ignore[arg-type]
     timers.queue_lend_check(lent, now + 5.0)  # type: ignore[arg-type]
-    assert timers.next_alarm() == now + 2.0 + SLACK
+    assert timers.next_alarm() == now + 2.0 + IDLE_SLACK
     timers.queue_lend_check(lent, now + 1.0)  # type: ignore[arg-type]
     assert timers.next_alarm() == now + 1.0
     assert timers.lend_checks_due(now + 1.0) == [lent]
-    assert timers.next_alarm() == now + 2.0 + SLACK
+    assert timers.next_alarm() == now + 2.0 + IDLE_SLACK
 
 
 def test_a_lend_check_brings_a_sleeping_loops_alarm_forward() -> None:
@@ -317,7 +342,7 @@ class _FakeSocket:
     def __init__(self, lending: Lending | None = None) -> None:
         self.scheduled = math.inf
         self.queued = math.inf
-        self.queued_lazy = False
+        self.queued_tier = 0
         self.lending = lending
         self.timer_handle = TimerHandle(self)  # type: ignore[arg-type]
 
@@ -333,7 +358,7 @@ def test_every_deadline_is_served_in_time_under_random_rescheduling() -> None:
     timers = TimerHeap()
     sockets = [_FakeSocket() for _ in range(40)]
     wanted: dict[int, float] = {}  # id(socket) -> its deadline (what the driver last set)
-    lazy_of: dict[int, bool] = {}
+    slack_of: dict[int, float] = {}
     now = 1000.0
     for _ in range(3000):
         for udp in rng.sample(sockets, 3):
@@ -344,7 +369,7 @@ def test_every_deadline_is_served_in_time_under_random_rescheduling() -> None:
                 wanted.pop(id(udp), None)
             else:
                 wanted[id(udp)] = deadline
-                lazy_of[id(udp)] = ahead >= LAZY_AHEAD
+                slack_of[id(udp)] = (0.0, SLACK, IDLE_SLACK)[tier_of(ahead)]
         alarm = timers.next_alarm()
         earliest = min(wanted.values(), default=math.inf)
         assert alarm >= earliest or alarm == math.inf or earliest == math.inf
@@ -357,11 +382,10 @@ def test_every_deadline_is_served_in_time_under_random_rescheduling() -> None:
         for udp in timers.due(now):
             deadline = wanted.pop(id(udp))
             assert deadline <= now
-            if exact:  # on time: a precise deadline at the alarm, a lazy one within SLACK
-                assert now - deadline <= (SLACK if lazy_of[id(udp)] else 0.0) + 1e-9
+            if exact:  # on time: a precise deadline at the alarm, the others within slack
+                assert now - deadline <= slack_of[id(udp)] + 1e-9
         for udp in sockets:
             deadline = wanted.get(id(udp))
-            if deadline is not None and not lazy_of[id(udp)]:
-                assert deadline > now  # a precise deadline that came was served
-            if deadline is not None and lazy_of[id(udp)]:
-                assert deadline + SLACK > now  # a lazy one within SLACK of it
+            if deadline is not None:
+                # a precise deadline that came was served, the others within their slack
+                assert deadline + slack_of[id(udp)] > now or deadline > now

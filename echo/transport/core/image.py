@@ -194,9 +194,12 @@ class PublicationImage:
         return self._on_inserted(position, position + length, now, whole_data)
 
     def _on_heartbeat(self, position: int, flags: int, now: float) -> bool:
-        """A heartbeat at `position`: where the sender stopped (end-of-stream with its flags)."""
+        """A heartbeat at `position`: where the sender stopped (end-of-stream with its flags).
+        True if `poll` has something to do: not for an idle stream's heartbeat, which only
+        moves the image's liveness on (docs/transport.md, "The idle cadence")."""
         self.counters.heartbeats_received += 1
         status = self.status
+        news = False
         window_end = status.last_sm_position + self.term_length // _WINDOW_TERM_DIVISOR
         # A sender passes the window's edge by a term-end PAD it skips whole (its header fits,
         # the rest of the term does not), and then waits at the next term's start. Ignored,
@@ -209,13 +212,17 @@ class PublicationImage:
             if position > self.hwm:
                 self.hwm = position
                 self.loss.dirty = True
+                news = True
             if flags & EOS_FLAG:  # the EOS bit alone, as Aeron's receiver tests it
+                news = True
                 if flags & REVOKED_FLAG:
                     self._revoke(position)
                 elif self.eos_position is None:
                     self.eos_position = position
+        deadline = status.deadline
         status.on_heartbeat(position, self.subscriber_position, now)
-        return True
+        # (A status message brought forward: the poll that sends it must come sooner.)
+        return news or status.deadline < deadline
 
     def _revoke(self, position: int) -> None:
         """The publisher revoked the stream (Aeron 1.48): what it had not sent is gone, so the

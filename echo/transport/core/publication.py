@@ -297,12 +297,14 @@ class NetworkPublication:
             self._setup_pending = True
             self._last_setup = -math.inf
 
-    def on_status_message(self, sm: StatusMessage, now: float) -> None:
+    def on_status_message(self, sm: StatusMessage, now: float) -> bool:
+        """Take a status message; False if it changed nothing a poll or a waiting channel
+        acts on (an idle receiver's periodic SM: only its liveness moved on)."""
         if sm.is_setup_eliciting:
             # A setup-eliciting SM carries no position (term 0, offset 0, window 0): feeding it to
             # flow control would move the limit to garbage, so it only asks for a SETUP.
             self.trigger_setup()
-            return
+            return True
         sm_position = compute_position(
             sm.consumption_term_id, sm.consumption_term_offset, self.bits, self.initial_term_id
         )
@@ -312,9 +314,12 @@ class NetworkPublication:
         # lets the sender pass its limit, so an honest SM can fall just outside, and dropping
         # it stalled a stream at 20 % loss. docs/transport.md.)
         sm_position = max(0, min(sm_position, self.sender_position))
-        self.sender_limit = self.flow_control.on_status_message(
-            sm, sm_position, self.sender_limit, now
-        )
+        limit = self.sender_limit
+        self.sender_limit = self.flow_control.on_status_message(sm, sm_position, limit, now)
+        news = self.sender_limit != limit or sm_position > self._acknowledged or self._setup_pending
+        news = news or sm.receiver_window != self._receiver_window or self.receiver_left
+        news = news or self.state is not PublicationState.ACTIVE or not self.liveness.is_alive(now)
+        news = news or sm.receiver_id not in self.liveness.receivers
         if sm.is_end_of_stream and self._announcing_end:
             # The receiver answers our end-of-stream: Aeron sends the EOS flag once its image
             # has seen end-of-stream with nothing missing up to it (PublicationImage:
@@ -326,13 +331,14 @@ class NetworkPublication:
         if sm.is_end_of_stream:
             self.liveness.forget(sm.receiver_id)
             self.receiver_left = True
-            return
+            return True
         self.receiver_left = False
         self.liveness.on_status_message(sm.receiver_id, sm_position, now)
         self._receiver_window = sm.receiver_window
-        if not self.has_initial_connection:
-            self.has_initial_connection = True
+        news = news or not self.has_initial_connection
+        self.has_initial_connection = True
         self._setup_pending = False
+        return news
 
     def on_error_frame(self, frame: ErrorFrame, now: float) -> None:
         # The receiver refused the image: treat it as gone (Aeron marks it end-of-stream).

@@ -149,6 +149,10 @@ class ReceiveEndpoint:
         #: news for the application (nothing to poll), so they do not count: an idle stream's
         #: heartbeats wake no subscriber (docs/profile-b4.txt).
         self.fresh: set[tuple[int, int]] = set()
+        #: something read since the last poll may need one; an idle stream's heartbeat, which
+        #: only moves its image's liveness on, does not (docs/transport.md, "The idle
+        #: cadence"): the driver skips the service after it
+        self.news = False
         #: data datagrams handed to images, ever: a task that read the socket itself
         #: (channels.SubscriptionChannel.wait) compares it to know whether anything came
         self.data_received = 0
@@ -223,6 +227,8 @@ class ReceiveEndpoint:
 
     def on_datagram(self, data: bytes | memoryview, source: Address, now: float) -> None:
         """Handle one datagram from the network (untrusted)."""
+        news = self.news
+        self.news = True
         try:
             fields = parse_data_untrusted(data)
             frame = parse_datagram_untrusted(data) if fields is None else None
@@ -245,6 +251,8 @@ class ReceiveEndpoint:
                     self.data_received += 1
                 if image.on_data(heartbeat, flags, term_offset, term_id, data, now) or starved:
                     self._touched.add(key)
+                elif heartbeat:
+                    self.news = news  # only the image's liveness moved on
                 return
             finished = self._finished.get(key)
             if finished is not None:
@@ -281,6 +289,7 @@ class ReceiveEndpoint:
         """Datagrams of `segment` bytes read together (UDP GRO), untrusted: handled as one if
         they continue one another on an image we have; returns how many, 0 if not handled
         (the caller then hands them to `on_datagram` one by one)."""
+        self.news = True
         fields = parse_data_run_untrusted(data, segment)
         if fields is None:
             return 0
@@ -411,6 +420,7 @@ class ReceiveEndpoint:
         return outbox.take()
 
     def poll(self, now: float, send: Send) -> None:
+        self.news = False
         if (
             self.control is not None
             and self.interests

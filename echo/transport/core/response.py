@@ -214,6 +214,9 @@ class ResponseSendEndpoint(SendEndpoint):
     def announce_end(self, publication: NetworkPublication, send: Send) -> None:
         publication.announce_end(self.emit_for(publication, send))
 
+    def quiet(self) -> bool:
+        return False  # (its own on_datagram: every datagram is serviced)
+
     def poll(self, now: float, send: Send) -> None:
         """Poll the publications that heard something, were offered to or closed, or whose
         deadline came: a control port with 1,000 response publications must not cost

@@ -129,6 +129,10 @@ class SendEndpoint:
         #: what handle_timer decided to send, until datagrams_to_send takes it
         self._outbox = Outbox()
         self._queue: Send = self._outbox.send
+        #: something read since the last poll may need one (a timer, a reply, a channel to
+        #: wake); an idle stream's repeated status message does not (docs/transport.md, "The
+        #: idle cadence"), so the driver skips the service after it
+        self.news = False
 
     @staticmethod
     def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> int:
@@ -187,6 +191,8 @@ class SendEndpoint:
     def on_datagram(self, data: bytes | memoryview, source: Address, now: float) -> None:
         """Handle one datagram from the network (untrusted)."""
         counters = self.counters
+        news = self.news
+        self.news = True
         try:
             frame = parse_datagram_untrusted(data)
         except FrameError as error:
@@ -207,7 +213,8 @@ class SendEndpoint:
             if publication is None:
                 counters.unknown_session_drops += 1
                 return
-            publication.on_status_message(frame, now)
+            if not publication.on_status_message(frame, now):
+                self.news = news  # the same status again: nothing for a poll to do
         elif isinstance(frame, Nak):
             counters.naks_received += 1
             if not self._validated(source):
@@ -336,8 +343,12 @@ class SendEndpoint:
         if not outbox.queued:
             return NOTHING
         return outbox.take()
+    def quiet(self) -> bool:
+        """Did the datagrams since the last poll leave nothing to do before the next timer?"""
+        return not self.news
 
     def poll(self, now: float, send: Send) -> None:
+        self.news = False
         if self._replies:
             counters = self.counters
             for datagram, address, counter in self._replies:

@@ -187,8 +187,8 @@ class DriverSocket:
         #: than `scheduled`. A deadline that moves later leaves the entry where it is and the
         #: driver moves it when it comes up (Driver._schedule_at): no heap work per offer.
         self.queued = math.inf
-        #: that entry is in the timer heap's lazy slots (timerheap.LAZY_AHEAD)
-        self.queued_lazy = False
+        #: the timer heap's tier that entry is in (timerheap.PRECISE, LAZY or IDLE)
+        self.queued_tier = 0
         #: when the driver last read the socket (driver._drain: a quiet one is read once)
         self.read_at = -math.inf
         #: the socket buffer was full: nothing is sent until it is writable again
@@ -352,6 +352,11 @@ class SendSocket(DriverSocket):
             return endpoint.next_deadline(now), True
         return publication.next_deadline(now), False
 
+    def quiet_after_read(self) -> bool:
+        # Status messages that only repeated what the publications knew (an idle receiver's):
+        # nothing is due before the next timer and no offering task has news.
+        return self.endpoint.quiet()
+
     def notify_channels(self) -> None:
         """The endpoint was serviced: wake the tasks waiting on its publications."""
         waiting = self.waiting
@@ -493,9 +498,13 @@ class ReceiveSocket(DriverSocket):
 
     def quiet_after_read(self) -> bool:
         # An application task reads the lent socket and the datagrams were data in order: no
-        # SM or NAK is due, no image came or went, nobody else to wake.
+        # SM or NAK is due, no image came or went, nobody else to wake. Or nobody reads it
+        # and they were an idle stream's heartbeats: nothing due, no data to tell anyone of.
         lending = self.lending
-        return lending.lent and not lending.waiters and self.endpoint.quiet()
+        endpoint = self.endpoint
+        if lending.lent:
+            return not lending.waiters and endpoint.quiet()
+        return not endpoint.news and endpoint.quiet()
 
     def dispatch(self, events: list[ImageEvent]) -> None:
         subscriptions = self.subscriptions
