@@ -53,7 +53,7 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "wire"],
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
-        "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
+        "gameloop", "games", "heldchat", "hello", "home", "identity", "keys", "limits", "listings",
         "matchmaker", "protocol", "queue_wire", "queues", "replica", "results", "resume",
         "state", "timers",
     ],

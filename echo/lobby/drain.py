@@ -18,7 +18,10 @@ On SIGTERM, or ``POST /drain`` on its ``--metrics`` port, `echo-lobby` drains (`
 
 The members of the lobbies it homed are on the next server of the ring within a second or
 two of the signal, with every seat (the replicas carry them), and every chat line a member
-sent reaches every other member (docs/operations.md, "Draining a lobby server").
+sent reaches every other member (docs/operations.md, "Draining a lobby server"). They do not
+all arrive at once: a line said on the new home before the others of its lobby got there (the
+request left without a reply, asked again) waits for each in its kept seat
+(`echo.lobby.heldchat`) and reaches it with the lobby's state.
 """
 
 from __future__ import annotations

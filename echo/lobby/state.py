@@ -56,6 +56,7 @@ import structlog
 from echo.lobby import gameloop
 from echo.lobby.gameloop import RunningGame, random_match_id
 from echo.lobby.games import GameServerDirectory
+from echo.lobby.heldchat import HeldChat
 from echo.lobby.limits import LobbyConfig, RateLimit, TokenBucket
 from echo.lobby.listings import ListingBoard, ListingGone
 from echo.lobby.protocol import (
@@ -314,6 +315,8 @@ class LobbyRegistry:
         self._listed: list[int] = []
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._reconnecting: dict[str, float] = {}  # member id -> end of its grace period
+        # Chat said while a seated member was away, for its return (echo.lobby.heldchat).
+        self.held_chat = HeldChat(self.config.held_chat_bytes)
         self.refusals: Counter[ErrorCode] = Counter()
         self.counters: Counter[str] = Counter()
         # Filled while one operation runs; handed out in its result.
@@ -847,7 +850,11 @@ class LobbyRegistry:
         audience = lobby.audience()
         self.counters["chat_lines"] += 1
         self.counters["chat_deliveries"] += len(audience)
-        self._out.append(Send(audience, ChatLine(lobby.lobby_id, member_id, req.text)))
+        line = ChatLine(lobby.lobby_id, member_id, req.text)
+        self._out.append(Send(audience, line))
+        away = [m.member_id for m in lobby.members.values() if m.presence is Presence.RECONNECTING]
+        self.counters["chat_held"] += len(away)
+        self.counters["chat_held_dropped"] += self.held_chat.keep(away, line)
         return Done(req.request_id)
 
     def _start(self, member_id: str, req: StartGame, now: float) -> Reply:
@@ -1122,6 +1129,7 @@ class LobbyRegistry:
         for gone, seat in current.items():
             if gone not in kept:
                 self._where.pop(gone, None)
+                self.held_chat.forget(gone)
                 self._reconnecting.pop(gone, None)
                 if seat.presence is Presence.CONNECTED:
                     banned_here.append(gone)  # only a ban in a copy removes an arrived member
@@ -1182,6 +1190,7 @@ class LobbyRegistry:
         audience = lobby.audience()
         del lobby.members[member_id]
         self._where.pop(member_id, None)
+        self.held_chat.forget(member_id)
         self._reconnecting.pop(member_id, None)
         lobby.version += 1
         # The member itself is told too (if it can hear): a kicked member learns why.
@@ -1247,6 +1256,9 @@ class LobbyRegistry:
         tags = self._seat_tags(lobby)
         if tags.tags and to:
             self._out.append(Send(to, tags))
+        for member_id in to:  # a member back from away: the chat it missed, after the state
+            for line in self.held_chat.take(member_id, lobby.lobby_id):
+                self._out.append(Send((member_id,), line))
 
     @staticmethod
     def _seat_tags(lobby: _Lobby, only: str | None = None) -> SeatTags:

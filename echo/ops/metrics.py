@@ -278,6 +278,9 @@ LOBBY_COUNTERS: dict[str, str] = {
     "searches": "Searches",
     "chat_lines": "Chat lines accepted",
     "chat_deliveries": "Chat lines delivered (one per member it went to)",
+    "chat_held": "Chat lines kept for a member away from its seat, for its return",
+    "chat_held_dropped": "Chat lines kept for an away member and dropped again: its held "
+    "chat was full",
     "games_started": "Games started",
     "tickets_issued": "Game tickets issued (one per connected member of a started game)",
     "tickets_reissued": "Fresh tickets for a running game (a player who crashed came back)",
