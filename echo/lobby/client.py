@@ -461,6 +461,10 @@ class LobbyClient:
                 self._fail_pending(link)
                 if self._link is link:
                     self._link = None
+                    # Recovering from now on, not from when `_recover` first runs: a request
+                    # made meanwhile (a chat loop) would connect to any server instead of
+                    # waiting, and `_recover`, finding a link, would never re-home the lobby.
+                    self._recovering = True
                     self._nursery.start_soon(self._recover, link)
             self._notify()
 
@@ -548,6 +552,14 @@ class LobbyClient:
             await self._request(JoinLobby(0, lobby_id))
 
     async def _recover(self, link: _Link) -> None:
+        """`_recover_link`, and the requests waiting for it let go whichever way it ends."""
+        try:
+            await self._recover_link(link)
+        finally:
+            self._recovering = False
+            self._notify()
+
+    async def _recover_link(self, link: _Link) -> None:
         """The session dropped. Back to the same server if it answers (the seat is kept for
         the grace period); else, with a lobby, to the next server of its ring, re-creating it
         from the replica."""
