@@ -58,7 +58,7 @@ PURE: dict[str, list[str]] = {
         "state", "timers",
     ],
     # the JSON form of the lobby's messages, derived from the binary table
-    "echo.lobby.web": ["__init__", "jsonwire"],
+    "echo.lobby.web": ["__init__", "jsonwire", "moving"],
     # the lobby page (a docstring) and its HTTP answers
     "echo.lobby.webpage": ["__init__", "pages"],
     # the package (a docstring); the Agones SDK client's state machine

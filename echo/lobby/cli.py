@@ -330,7 +330,7 @@ def server_main(
         ticket_ttl=ticket_ttl,
         identity=_identity(auth_key_path, auth_issuer, auth_audience),
     )
-    door = web_door_config(address)
+    door = web_door_config(address, ring)
     door_class = door_type(door)  # --web: the door serves the lobby page too
     try:
         events = EventLog(events_path, server_id=name) if events_path else None
@@ -432,9 +432,7 @@ async def _serve(
             log.info("shutting_down", signal=reason)
             if ops is not None:
                 ops.health.draining()
-            if door is not None:
-                await door.stop()  # WebSocket members: close 1001, before the UDP members move
-            await hand_off(server, reason)
+            await hand_off(server, reason, door)  # WebSocket members too: `moved`, then 1001
             nursery.cancel_scope.cancel()
 
 

@@ -14,6 +14,9 @@ On SIGTERM, or ``POST /drain`` on its ``--metrics`` port, `echo-lobby` drains (`
    (the re-creation path that a dead home takes, on purpose here), where the other members
    meet it, and asks again there the request that got no reply (nothing is lost: a request
    without a reply before the goodbye was not carried out);
+   Its WebSocket members (`echo.lobby.web.door.WebDoor.hand_off`) are told the same in
+   JSON: a ``moved`` message naming the server and WebSocket URL their lobby goes to, behind
+   everything already queued for them, then the close 1001 (`echo.lobby.web.moving`);
 4. it exits 0.
 
 The members of the lobbies it homed are on the next server of the ring within a second or
@@ -27,7 +30,7 @@ request left without a reply, asked again) waits for each in its kept seat
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -37,8 +40,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("echo.lobby")
 
 
-async def hand_off(server: LobbyServer, reason: str) -> dict[str, int | float]:
-    """Drain `server` (see the module's text) and stop it; what it handed off."""
+async def hand_off(server: LobbyServer, reason: str, door: Any = None) -> dict[str, int | float]:
+    """Drain `server` (see the module's text) and stop it; what it handed off. `door`: its
+    WebSocket door (`echo.lobby.web.door.WebDoor`), if it has one."""
     started = time.monotonic()
     lobbies = len(server.registry)
     members = len(server.conns)
@@ -46,11 +50,15 @@ async def hand_off(server: LobbyServer, reason: str) -> dict[str, int | float]:
     server.handing_off = True  # requests from now on are left to the next server
     log.info("lobby_draining", reason=reason, lobbies=lobbies, members=members)
     server._flush()  # whatever was carried out goes before the goodbye
+    told = 0
+    if door is not None:  # the WebSocket members: where to go, then 1001
+        told = await door.hand_off()
     # The goodbye to every member (their cue to move now), then the stop.
     await server.stop(reason=reason)
     report: dict[str, int | float] = {
         "lobbies": lobbies,
         "members": members,
+        "ws_members_moved": told,
         "seconds": round(time.monotonic() - started, 3),
     }
     log.info("lobby_drained", **report)
