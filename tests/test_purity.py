@@ -54,8 +54,8 @@ PURE: dict[str, list[str]] = {
     "echo.topics": ["codec", "ring", "server"],
     "echo.lobby": [
         "gameloop", "games", "heldchat", "hello", "home", "identity", "keys", "limits", "listings",
-        "matchmaker", "protocol", "queue_wire", "queues", "replica", "results", "resume",
-        "state", "timers",
+        "matchmaker", "protocol", "queue_stats", "queue_wire", "queues", "replica", "results",
+        "resume", "state", "timers",
     ],
     # the JSON form of the lobby's messages, derived from the binary table
     "echo.lobby.web": ["__init__", "jsonwire", "moving"],
@@ -93,7 +93,9 @@ DRIVERS: dict[str, list[str]] = {
     "echo.lobby.webpage": ["cli", "files", "paged", "serve"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
-    "echo.ops": ["agones_driver", "cli", "http", "httpclient", "memdebug", "metrics"],
+    "echo.ops": [
+        "agones_driver", "cli", "http", "httpclient", "memdebug", "metrics", "queue_metrics",
+    ],
 }  # fmt: skip
 
 # Which packages of echo each package may import (besides itself): downward only.

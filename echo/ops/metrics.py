@@ -374,6 +374,9 @@ class LobbyCollector(Collector):
             refusals,
             (code.name.lower() for code in ErrorCode),
         )
+        from echo.ops.queue_metrics import queue_metrics
+
+        yield from queue_metrics(server.queues)  # the matchmaker's
         from echo.lobby.identity import REASONS
 
         yield _labelled_counter(
