@@ -33,6 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
+import trio
 
 if TYPE_CHECKING:
     from echo.lobby.server import LobbyServer
@@ -50,15 +51,21 @@ async def hand_off(server: LobbyServer, reason: str, door: Any = None) -> dict[s
     server.handing_off = True  # requests from now on are left to the next server
     log.info("lobby_draining", reason=reason, lobbies=lobbies, members=members)
     server._flush()  # whatever was carried out goes before the goodbye
-    told = 0
-    if door is not None:  # the WebSocket members: where to go, then 1001
-        told = await door.hand_off()
-    # The goodbye to every member (their cue to move now), then the stop.
-    await server.stop(reason=reason)
+    told: list[int] = []
+
+    async def websocket_members() -> None:  # where to go, then 1001 (a client may take 2 s)
+        told.append(await door.hand_off())
+
+    # The goodbye to every member (their cue to move now), then the stop; the WebSocket
+    # members' at the same time, so a slow one delays no UDP member.
+    async with trio.open_nursery() as nursery:
+        if door is not None:
+            nursery.start_soon(websocket_members)
+        await server.stop(reason=reason)
     report: dict[str, int | float] = {
         "lobbies": lobbies,
         "members": members,
-        "ws_members_moved": told,
+        "ws_members_moved": sum(told),
         "seconds": round(time.monotonic() - started, 3),
     }
     log.info("lobby_drained", **report)
