@@ -60,8 +60,9 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "receiving", "sending", "state", "wire"],
     "echo.topics": ["client_core", "codec", "ring", "server"],
     "echo.lobby": [
-        "agreement", "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
-        "matchmaker", "queue_wire", "queues", "replica", "results", "resume", "timers",
+        "agreement", "gameloop", "games", "heldchat", "hello", "home", "identity", "keys",
+        "limits", "listings", "matchmaker", "queue_stats", "queue_wire", "queues", "replica",
+        "results", "resume", "timers",
     ],
     # the lobby's messages by family (records, requests, replies, updates), their field codecs
     # and the message table with its codec
@@ -79,7 +80,7 @@ PURE: dict[str, list[str]] = {
     ],
     # the JSON form of the lobby's messages, derived from the binary table (the forms of its
     # field codecs, the messages, the hello, the schema)
-    "echo.lobby.web": ["__init__", "jsonforms", "jsonwire"],
+    "echo.lobby.web": ["__init__", "jsonforms", "jsonwire", "moving"],
     # the lobby page (a docstring) and its HTTP answers
     "echo.lobby.webpage": ["__init__", "pages"],
     # the package (a docstring); the Agones SDK client's state machine
@@ -138,7 +139,9 @@ DRIVERS: dict[str, list[str]] = {
     "echo.lobby.webpage": ["cli", "files", "paged", "serve"],
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
-    "echo.ops": ["agones_driver", "cli", "http", "httpclient", "memdebug", "metrics"],
+    "echo.ops": [
+        "agones_driver", "cli", "http", "httpclient", "memdebug", "metrics", "queue_metrics",
+    ],
 }  # fmt: skip
 
 # Which packages of echo each package may import (besides itself): downward only.

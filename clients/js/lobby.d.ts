@@ -111,6 +111,12 @@ export type LobbyEvent =
   | { type: 'disconnected'; code: number; reason: string }
   | { type: 'resumed'; lobby_id: U64 }
   | { type: 'resume_failed' }
+  /** The server drains: this member's lobby (null: in none) goes to `server`, door `url`; the close (1001) follows. */
+  | { type: 'moved'; lobby_id: U64 | null; server: string; url: string }
+  /** Followed a `moved`: connected to `url`, in the lobby again (re-created from this client's copy, or joined). */
+  | { type: 'rehomed'; lobby_id: U64 | null; server: string; url: string }
+  /** A `moved` could not be followed within `resumeFor`: the client is closed. */
+  | { type: 'rehome_failed'; url: string }
   | { type: 'protocol_error'; text: string };
 
 export type EventType = LobbyEvent['type'];
@@ -126,7 +132,7 @@ export interface ClientOptions {
   requestTimeout?: number;
   /** Connect again by itself after a dropped connection. Default true. */
   resume?: boolean;
-  /** Milliseconds to keep trying to connect again. Default 30000. */
+  /** Milliseconds to keep trying to connect again (or to follow a `moved`). Default 30000. */
   resumeFor?: number;
   /** A resume token kept by an earlier client of this member (a reloaded page): take that seat back. */
   resumeToken?: string;
@@ -141,6 +147,7 @@ export declare class LobbyClient {
   static connect(url: string, options: ClientOptions): Promise<LobbyClient>;
   constructor(url: string, options: ClientOptions);
 
+  /** The door this client talks to (a `moved` changes it). */
   readonly url: string;
   readonly member: string;
   /** The id of the lobby server that welcomed this client. */
@@ -151,12 +158,14 @@ export declare class LobbyClient {
   readonly lobby: Lobby | null;
   /** The latest resume token of this member's seat (null when not seated). */
   resumeToken: string | null;
+  /** This member's seat in its lobby (base64, from `lobby_joined`): it re-creates the lobby elsewhere. */
+  readonly seat: string | null;
   /** True once closed for good (by close(), a refused resume, or a final close code). */
   readonly closed: boolean;
   /** Whether this member owns its lobby. */
   readonly isOwner: boolean;
 
-  open(resumeToken?: string | null): Promise<{ type: 'welcome'; v: 1; server_id: string }>;
+  open(resumeToken?: string | null, seat?: string | null): Promise<{ type: 'welcome'; v: 1; server_id: string }>;
   /** Close for good (the seat is kept for the lobby's reconnection grace period). */
   close(): void;
   /** Drop the connection as a network would (the client then connects again). */

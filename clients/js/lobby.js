@@ -8,7 +8,10 @@
 // from the server's snapshot and updates (exactly the next version is applied; a gap asks for
 // a snapshot again); events come as an async iterator (`client.events()`) or callbacks
 // (`client.on(type, fn)`). A dropped connection is resumed automatically with the seat's resume
-// token, as the Python client does over UDP.
+// token, as the Python client does over UDP. When the server drains it says where the lobby goes
+// (`moved`, then the close 1001): the client follows, re-creates its lobby there from its copy
+// (or joins it, if another member's copy got there first) and sends again the requests that had
+// no reply, as the Python client does when its lobby server says goodbye.
 
 export const PROTOCOL_VERSION = 1;
 
@@ -168,12 +171,15 @@ export class LobbyClient {
     this._queues = new Set();
     this._welcome = null;
     this._resuming = null;
+    /** This member's seat in its lobby (from `lobby_joined`): re-creates the lobby elsewhere. */
+    this.seat = null;
+    this._moved = null; // the server's `moved`, until the connection closes
   }
 
   // ------------------------------------------------------------------ connection
 
-  /** Open the WebSocket and say hello (with the resume token, if one is held). */
-  async open(resumeToken = null) {
+  /** Open the WebSocket and say hello (with the resume token or the seat, if given). */
+  async open(resumeToken = null, seat = null) {
     const socket = new this.WebSocket(this.url);
     this._socket = socket;
     await new Promise((resolve, reject) => {
@@ -191,6 +197,7 @@ export class LobbyClient {
     const hello = { type: 'hello', v: PROTOCOL_VERSION, member_id: this.member, secret: this.secret };
     if (this.identityToken) hello.token = this.identityToken;
     if (resumeToken) hello.resume = resumeToken;
+    else if (seat) hello.seat = seat;
     const welcome = new Promise((resolve, reject) => { this._welcome = { resolve, reject }; });
     this._send(hello);
     const timer = setTimeout(() => {
@@ -249,6 +256,15 @@ export class LobbyClient {
       this._welcome = null;
       return;
     }
+    if (type === 'lobby_joined' && message.seat) this.seat = message.seat;
+    if (type === 'moved') {
+      // The server drains. Closing from this side lets the server read all it was sent before
+      // it closes (so nothing resets the connection); then the client moves (`_closed`).
+      this._moved = message;
+      this._emit(message);
+      this._socket?.close(1000, 'moving');
+      return;
+    }
     if (message.request_id !== undefined && this._pending.has(message.request_id)) {
       const pending = this._pending.get(message.request_id);
       this._pending.delete(message.request_id);
@@ -294,6 +310,18 @@ export class LobbyClient {
     const error = new LobbyUnavailable(`the connection closed (${code}${reason ? ` ${reason}` : ''})`, code);
     this._welcome?.reject(error);
     this._welcome = null;
+    const moved = this._moved;
+    this._moved = null;
+    if (moved && !this.closed && !this._resuming && this.autoResume) {
+      // The server drained: it carried out none of the requests still without a reply (it
+      // answered what it carried out before its `moved`). They go again on the new server.
+      const unanswered = [...this._pending.values()];
+      for (const pending of unanswered) clearTimeout(pending.timer);
+      this._pending.clear();
+      this._emit({ type: 'disconnected', code, reason });
+      this._resuming = this._rehome(moved, unanswered);
+      return;
+    }
     this._failPending(error);
     if (this.closed || this._resuming) return; // a resume in progress tries again itself
     this._emit({ type: 'disconnected', code, reason });
@@ -336,6 +364,62 @@ export class LobbyClient {
     if (this._socket) this._socket.close(1000, 'the seat was not resumed');
     this._emit({ type: 'resume_failed' });
     this._endQueues();
+  }
+
+  async _rehome(moved, unanswered) {
+    const deadline = Date.now() + this.resumeFor;
+    const copy = this.lobby;
+    this.url = moved.url;
+    let delay = 100;
+    let failure = null;
+    while (!this.closed && Date.now() < deadline) {
+      try {
+        // With a lobby: the state there (after a re-creation from our copy, a join, or our
+        // seat taken back by the hello itself if another member re-created it already).
+        const snapshot = copy && this.waitFor(
+          (e) => e.type === 'lobby_snapshot' && String(e.lobby_id) === String(copy.lobby_id),
+          this.requestTimeout,
+        );
+        snapshot?.catch(() => {});
+        await this.open(null, copy ? this.seat : null);
+        if (copy) {
+          try {
+            await this._call({ type: 'recreate_lobby', snapshot: copy, seat: this.seat ?? '' });
+          } catch (error) {
+            if (!(error instanceof LobbyError) || error.code !== 'recreate_refused') throw error;
+            await this._call({ type: 'join_lobby', lobby_id: copy.lobby_id }); // it lives there
+          }
+          await snapshot;
+        }
+        this._resuming = null;
+        this._emit({ type: 'rehomed', lobby_id: copy ? copy.lobby_id : null, server: moved.server, url: moved.url });
+        for (const pending of unanswered) this._again(pending);
+        return;
+      } catch (error) {
+        failure = error;
+        if (error instanceof LobbyError || FINAL_CLOSES.has(error.closeCode)) break;
+        if (this._socket) this._socket.close(1000, 'moving again');
+        this._socket = null;
+        await sleep(delay);
+        delay = Math.min(delay * 2, 2000);
+      }
+    }
+    this._resuming = null;
+    const error = new LobbyUnavailable(`could not follow the lobby to ${moved.url}: ${failure?.message ?? 'closed'}`);
+    for (const pending of unanswered) pending.reject(error);
+    this.lobby = null;
+    this.resumeToken = null;
+    this.closed = true;
+    if (this._socket) this._socket.close(1000, 'the lobby was not followed');
+    this._emit({ type: 'rehome_failed', url: moved.url });
+    this._endQueues();
+  }
+
+  // A request the drained server did not carry out, sent on the new server: the caller's
+  // promise settles with the new reply.
+  _again(pending) {
+    const { request_id: _, ...message } = pending.request;
+    this._call(message).then(pending.resolve, pending.reject);
   }
 
   _failPending(error) {
@@ -420,6 +504,11 @@ export class LobbyClient {
   async request(message) {
     if (this._resuming) await this._resuming;
     if (this.closed) throw new LobbyUnavailable('the client is closed');
+    return this._call(message);
+  }
+
+  // One request on the connection as it is now (no wait for a resume or a move).
+  _call(message) {
     const request_id = this._nextRequest++;
     const request = { ...message, request_id };
     return new Promise((resolve, reject) => {
@@ -431,6 +520,7 @@ export class LobbyClient {
       try {
         this._send(request);
       } catch (error) {
+        if (this._moved) return; // the server closes after its `moved`: sent on the new one
         clearTimeout(timer);
         this._pending.delete(request_id);
         reject(error);

@@ -88,6 +88,9 @@ class LobbyConfig:
     # After a lobby is recreated here from a member's copy, further copies are merged into it
     # for this long (members re-create within 5 s of losing the home).
     recreate_window: float = 10.0
+    # Chat text kept for each member away from its seat (reconnecting, or not yet arrived on
+    # a re-created lobby's new home), handed to it when it is back (echo.lobby.heldchat).
+    held_chat_bytes: int = 16 * 1024
     create_limit: RateLimit = RateLimit(rate=2 / 6, burst=2)
     update_limit: RateLimit = RateLimit(rate=1.0, burst=5)
     search_limit: RateLimit = RateLimit(rate=1.0, burst=3)
@@ -123,6 +126,8 @@ class LobbyConfig:
             raise ValueError("names, keys and member ids travel as str8: at most 255 bytes")
         if self.max_metadata_keys > 255 or self.max_attribute_keys > 255:
             raise ValueError("a map holds at most 255 keys on the wire")
+        if self.held_chat_bytes < 0:
+            raise ValueError("held_chat_bytes cannot be negative")
         if self.reconnect_grace < 0 or self.recreate_window < 0:
             raise ValueError("grace periods cannot be negative")
         if self.game_life <= 0:

@@ -210,6 +210,12 @@ class Matchmaker:
     def tickets(self) -> list[Ticket]:
         return list(self._tickets.values())
 
+    def queued(self) -> list[tuple[str, str, int]]:
+        """(mode, region, players) of every ticket and every party still gathering."""
+        out = [(t.mode, t.region, len(t.members)) for t in self._tickets.values()]
+        out += [(g.first.mode, g.first.region, len(g.skills)) for g in self._gathering.values()]
+        return out
+
     # --- entries ------------------------------------------------------------------------------
 
     def enqueue(self, entry: Entry, now: float) -> int:

@@ -27,6 +27,7 @@ import structlog
 from echo.lobby.limits import RateLimit, TokenBucket
 from echo.lobby.matchmaker import Entry, Match, Matchmaker, MatchRules, QueueError
 from echo.lobby.protocol import Done, ErrorCode, GameStarting, LobbyJoined, Refusal, StartGame
+from echo.lobby.queue_stats import WaitHistogram
 from echo.lobby.queue_wire import CancelMatch, EnqueueMatch, Matched, Queued, QueueLeft
 from echo.lobby.state import Handled, LobbyRegistry, Seats, Send
 
@@ -65,6 +66,8 @@ class QueueDesk:
         self._buckets: dict[str, TokenBucket] = {}
         self._secrets: dict[str, bytes] = {}  # queued member -> its session's hello secret
         self.counters: Counter[str] = Counter()
+        self.refusals: Counter[ErrorCode] = Counter()  # queue requests refused, by code
+        self.waits = WaitHistogram()  # how long each matched player waited (echo.ops metrics)
 
     def __len__(self) -> int:
         return len(self.matchmaker)
@@ -140,6 +143,7 @@ class QueueDesk:
         self, request: EnqueueMatch | CancelMatch, code: ErrorCode, message: str
     ) -> Handled:
         self.counters["queue_refusals"] += 1
+        self.refusals[code] += 1
         return Handled(Refusal(request.request_id, code, message), ())
 
     # --- sessions and time --------------------------------------------------------------------
@@ -155,6 +159,7 @@ class QueueDesk:
         """Drop parties that did not gather, form the matches, seat each in a new lobby."""
         sends: list[Send] = []
         for dropped in self.matchmaker.expire(now):
+            self.counters["parties_dropped"] += 1
             self.counters["queue_expired"] += len(dropped.members)
             for m in dropped.members:
                 self._secrets.pop(m, None)
@@ -176,6 +181,7 @@ class QueueDesk:
             members, now, name=f"{first.mode} match"[:64], metadata=metadata, ready=match.start
         )
         for t in match.tickets:
+            self.waits.observe(t.waited(now), len(t.members))
             waited_ms = min(2**32 - 1, round(t.waited(now) * 1000))
             sends.append(Send(t.members, Matched(t.ticket_id, lobby_id, waited_ms)))
         for m in members:

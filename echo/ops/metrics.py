@@ -279,6 +279,9 @@ LOBBY_COUNTERS: dict[str, str] = {
     "searches": "Searches",
     "chat_lines": "Chat lines accepted",
     "chat_deliveries": "Chat lines delivered (one per member it went to)",
+    "chat_held": "Chat lines kept for a member away from its seat, for its return",
+    "chat_held_dropped": "Chat lines kept for an away member and dropped again: its held "
+    "chat was full",
     "games_started": "Games started",
     "tickets_issued": "Game tickets issued (one per connected member of a started game)",
     "tickets_reissued": "Fresh tickets for a running game (a player who crashed came back)",
@@ -372,6 +375,9 @@ class LobbyCollector(Collector):
             refusals,
             (code.name.lower() for code in ErrorCode),
         )
+        from echo.ops.queue_metrics import queue_metrics
+
+        yield from queue_metrics(server.queues)  # the matchmaker's
         from echo.lobby.identity import REASONS
 
         yield _labelled_counter(

@@ -124,8 +124,13 @@ async def test_a_lobby_server_process_with_a_websocket_door(tmp_path: Path, tls:
         (["--ws-port", "9000", "--ws-max-connections", "0"], "--ws-max-connections"),
         (["--ws-port", "9000", "--ws-tls-cert", "/nonexistent", "--ws-tls-key", "/nonexistent"],
          "--ws-tls-cert"),
+        (["--lobby-ws-urls", "ws://127.0.0.1:9000"], "--lobby-ws-urls"),
+        (["--ws-port", "9000", "--lobby-ws-urls", "ws://127.0.0.1:9000,ws://127.0.0.1:9001"],
+         "--lobby-ws-urls"),  # two URLs for a ring of one
+        (["--ws-port", "9000", "--lobby-ws-urls", "http://127.0.0.1:9000"], "--lobby-ws-urls"),
     ],
-    ids=["cert-alone", "key-alone", "address-alone", "port-0", "max-0", "missing-cert"],
+    ids=["cert-alone", "key-alone", "address-alone", "port-0", "max-0", "missing-cert",
+         "urls-alone", "urls-count", "urls-scheme"],
 )  # fmt: skip
 def test_wrong_door_options_exit_2(args: list[str], names: str) -> None:
     result = run([*LOBBY, *args])
@@ -146,5 +151,5 @@ def test_a_door_port_in_use_exits_1() -> None:
 def test_the_help_names_the_door_options() -> None:
     text = run([*LOBBY, "--help"]).stdout
     for option in ("--ws-port", "--ws-address", "--ws-tls-cert", "--ws-tls-key",
-                   "--ws-max-connections"):
+                   "--ws-max-connections", "--lobby-ws-urls"):
         assert option in text

@@ -228,7 +228,7 @@ def server_main(
         name, lobby_servers, topics, indexed_keys, reconnect_grace, seat_key_path,
         ticket_key_path, ticket_ttl, auth_key_path, auth_issuer, auth_audience,
     )  # fmt: skip
-    door = web_door_config(address)
+    door = web_door_config(address, config.lobby_servers)
     door_class = door_type(door)  # --web: the door serves the lobby page too
     try:
         events = EventLog(events_path, server_id=name) if events_path else None
@@ -387,9 +387,7 @@ async def _serve(
             log.info("shutting_down", signal=reason)
             if ops is not None:
                 ops.health.draining()
-            if door is not None:
-                await door.stop()  # WebSocket members: close 1001, before the UDP members move
-            await hand_off(server, reason)
+            await hand_off(server, reason, door)  # WebSocket members too: `moved`, then 1001
             nursery.cancel_scope.cancel()
 
 

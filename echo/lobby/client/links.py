@@ -135,6 +135,10 @@ class _Links(_Base):
                 self._fail_pending(link)
                 if self._link is link:
                     self._link = None
+                    # Recovering from now on, not from when `_recover` first runs: a request
+                    # made meanwhile (a chat loop) would connect to any server instead of
+                    # waiting, and `_recover`, finding a link, would never re-home the lobby.
+                    self._recovering = True
                     self._nursery.start_soon(self._recover, link)
             self._notify()
 

@@ -53,6 +53,14 @@ class _Rehome(_Requests):
             await self._request(JoinLobby(0, lobby_id))
 
     async def _recover(self, link: _Link) -> None:
+        """`_recover_link`, and the requests waiting for it let go whichever way it ends."""
+        try:
+            await self._recover_link(link)
+        finally:
+            self._recovering = False
+            self._notify()
+
+    async def _recover_link(self, link: _Link) -> None:
         """The session dropped. Back to the same server if it answers (the seat is kept for
         the grace period); else, with a lobby, to the next server of its ring, re-creating it
         from the replica."""

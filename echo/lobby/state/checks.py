@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from echo.lobby.games import GameServerDirectory
+from echo.lobby.heldchat import HeldChat
 from echo.lobby.limits import LobbyConfig, RateLimit, TokenBucket
 from echo.lobby.listings import ListingBoard
 from echo.lobby.protocol import (
@@ -58,6 +59,7 @@ class _State:
     _listed: list[int]
     _buckets: dict[tuple[str, str], TokenBucket]
     _reconnecting: dict[str, float]
+    held_chat: HeldChat
     _out: list[Send]
     _secret: bytes
 

@@ -57,6 +57,7 @@ class _Members(_Search):
         audience = lobby.audience()
         del lobby.members[member_id]
         self._where.pop(member_id, None)
+        self.held_chat.forget(member_id)
         self._reconnecting.pop(member_id, None)
         lobby.version += 1
         # The member itself is told too (if it can hear): a kicked member learns why.
@@ -122,6 +123,9 @@ class _Members(_Search):
         tags = self._seat_tags(lobby)
         if tags.tags and to:
             self._out.append(Send(to, tags))
+        for member_id in to:  # a member back from away: the chat it missed, after the state
+            for line in self.held_chat.take(member_id, lobby.lobby_id):
+                self._out.append(Send((member_id,), line))
 
     @staticmethod
     def _seat_tags(lobby: _Lobby, only: str | None = None) -> SeatTags:

@@ -306,5 +306,9 @@ class _Operations(_Members):
         audience = lobby.audience()
         self.counters["chat_lines"] += 1
         self.counters["chat_deliveries"] += len(audience)
-        self._out.append(Send(audience, ChatLine(lobby.lobby_id, member_id, req.text)))
+        line = ChatLine(lobby.lobby_id, member_id, req.text)
+        self._out.append(Send(audience, line))
+        away = [m.member_id for m in lobby.members.values() if m.presence is Presence.RECONNECTING]
+        self.counters["chat_held"] += len(away)
+        self.counters["chat_held_dropped"] += self.held_chat.keep(away, line)
         return Done(req.request_id)

@@ -339,6 +339,7 @@ class _Recreate(_Operations):
         for gone, seat in current.items():
             if gone not in kept:
                 self._where.pop(gone, None)
+                self.held_chat.forget(gone)
                 self._reconnecting.pop(gone, None)
                 if seat.presence is Presence.CONNECTED:
                     banned_here.append(gone)  # only a ban in a copy removes an arrived member

@@ -17,6 +17,7 @@ import structlog
 from echo.lobby import gameloop
 from echo.lobby.gameloop import RunningGame, random_match_id
 from echo.lobby.games import GameServerDirectory
+from echo.lobby.heldchat import HeldChat
 from echo.lobby.limits import LobbyConfig, TokenBucket
 from echo.lobby.listings import ListingBoard, ListingGone
 from echo.lobby.protocol import (
@@ -112,6 +113,8 @@ class LobbyRegistry(_Recreate):
         self._listed: list[int] = []
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._reconnecting: dict[str, float] = {}  # member id -> end of its grace period
+        # Chat said while a seated member was away, for its return (echo.lobby.heldchat).
+        self.held_chat = HeldChat(self.config.held_chat_bytes)
         self.refusals: Counter[ErrorCode] = Counter()
         self.counters: Counter[str] = Counter()
         # Filled while one operation runs; handed out in its result.

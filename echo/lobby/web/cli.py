@@ -1,9 +1,9 @@
 """`echo-lobby`'s WebSocket door options (--ws-port, --ws-address, --ws-tls-cert,
---ws-tls-key, --ws-max-connections), read into a `WebDoorConfig`."""
+--ws-tls-key, --ws-max-connections, --lobby-ws-urls), read into a `WebDoorConfig`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -65,22 +65,35 @@ def web_door_options(f: F) -> F:
             help="WebSocket connections held at once (each is a file descriptor: raise "
             "ulimit -n to match); one more is closed with 1013.",
         ),
+        click.option(
+            "--lobby-ws-urls",
+            default=None,
+            expose_value=False,
+            callback=_store,
+            metavar="URL,...",
+            help="The WebSocket door of every server of --lobby-servers, in its order "
+            "(ws://HOST:PORT or wss://..., '-' for a server without one): when this server "
+            "drains, each WebSocket member is told the URL its lobby moves to "
+            "[default: members hear only the close 1001].",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
     return f
 
 
-def web_door_config(address: str) -> Any:
-    """The `WebDoorConfig` of the command line's options, or None without --ws-port.
-    A bad combination or an unusable certificate is a usage error (status 2)."""
+def web_door_config(address: str, ring: Sequence[str] = ()) -> Any:
+    """The `WebDoorConfig` of the command line's options, or None without --ws-port; `ring`:
+    the --lobby-servers list. A bad combination, an unusable certificate or a URL list that
+    does not match the ring is a usage error (status 2)."""
     from echo.lobby.web.door import WebDoorConfig, tls_context
+    from echo.lobby.web.moving import ws_urls_for
 
     given = click.get_current_context().meta.get(_KEY, {})
     port = given.get("ws_port")
     cert, key = given.get("ws_tls_cert"), given.get("ws_tls_key")
     if port is None:
-        for name in ("ws_address", "ws_tls_cert", "ws_tls_key"):
+        for name in ("ws_address", "ws_tls_cert", "ws_tls_key", "lobby_ws_urls"):
             if given.get(name) is not None:
                 flag = "--" + name.replace("_", "-")
                 raise click.BadParameter("needs --ws-port", param_hint=flag)
@@ -96,9 +109,17 @@ def web_door_config(address: str) -> Any:
             context = tls_context(cert, key)
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--ws-tls-cert") from None
+    ring_urls: dict[str, str] = {}
+    if given.get("lobby_ws_urls") is not None:
+        urls = [u.strip() for u in given["lobby_ws_urls"].split(",") if u.strip()]
+        try:
+            ring_urls = ws_urls_for(ring, urls)
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--lobby-ws-urls") from None
     return WebDoorConfig(
         port=port,
         address=given.get("ws_address") or address,
         ssl_context=context,
         max_connections=given["ws_max_connections"],
+        ring_urls=ring_urls,
     )

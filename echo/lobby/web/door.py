@@ -32,6 +32,7 @@ import collections
 import contextlib
 import functools
 import ssl
+from collections.abc import Mapping
 from typing import Any, cast
 
 import attrs
@@ -64,6 +65,7 @@ from echo.lobby.web.jsonwire import (
     parse_request_text_untrusted,
     request_id_of,
 )
+from echo.lobby.web.moving import moved_for
 
 log = structlog.get_logger("echo.lobby.web")
 
@@ -97,6 +99,9 @@ class WebDoorConfig:
     ping_interval: float = 15.0
     ping_timeout: float = 20.0
     close_timeout: float = 2.0  # for the closing handshake; then the TCP connection is cut
+    # The ring's WebSocket doors by server name (--lobby-ws-urls): where a member is sent when
+    # this server drains (echo.lobby.web.moving). Empty: members hear only the 1001.
+    ring_urls: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:
@@ -145,6 +150,7 @@ class _Outbox:
         self.lanes = {ch: _Lane(self, ch) for ch in Channel}
         self.queue: collections.deque[tuple[_Lane, str, int]] = collections.deque()
         self.wake = trio.Event()
+        self.emptied = trio.Event()  # set each time the writer has sent all it held
 
     def __getitem__(self, ch: Channel) -> _Lane:
         return self.lanes[ch]
@@ -166,6 +172,18 @@ class _Outbox:
                 await ws.send_message(text)
                 self.queue.popleft()
                 lane.queued -= size
+            self.emptied.set()
+            self.emptied = trio.Event()
+
+    def push(self, text: str) -> None:
+        """A message of the door's own (not the server's) behind everything queued."""
+        self.queue.append((self.lanes[Channel.UPDATES], text, 0))
+        self.flush_nowait()
+
+    async def sent(self) -> None:
+        """Until everything queued now has been handed to the WebSocket."""
+        while self.queue:
+            await self.emptied.wait()
 
 
 class _Member:
@@ -177,6 +195,9 @@ class _Member:
         self.hello = hello
         self.admitted = False
         self.cancel = trio.CancelScope()
+        self.conn: _Conn | None = None  # once let in
+        self.outbox: _Outbox | None = None
+        self.gone = trio.Event()  # its connection's handling has ended
 
     async def receive(self) -> bytes:
         return self.hello
@@ -247,6 +268,45 @@ class WebDoor:
             for member in list(self._members):
                 nursery.start_soon(member.close, reason)
 
+    async def hand_off(self, reason: str = "server shutting down") -> int:
+        """The drain (`echo.lobby.drain`, once the server carries out no more requests): each
+        member is told where to go (``moved``, behind everything already queued for it, when
+        its next server has a door), and nothing after it; the client closes the connection
+        itself on ``moved`` (so the closing handshake reads whatever it was still sending: a
+        server that closed with requests unread would reset the connection, and the ``moved``
+        with it). One that does not within `close_timeout`, or was not told, is closed with
+        1001. How many were told."""
+        told = 0
+        async with trio.open_nursery() as nursery:
+            for member in list(self._members):
+                moved = self._moved(member)
+                if moved is not None:
+                    told += 1
+                nursery.start_soon(self._send_off, member, moved, reason)
+        return told
+
+    def _moved(self, member: _Member) -> str | None:
+        conn, server = member.conn, self.server
+        if conn is None or member.outbox is None or not self.config.ring_urls:
+            return None
+        message = moved_for(
+            server.ring,
+            server.server_id,
+            self.config.ring_urls,
+            server.registry.lobby_of(conn.member_id),
+            conn.member_id,
+        )
+        return None if message is None else dumps(message)
+
+    async def _send_off(self, member: _Member, moved: str | None, reason: str) -> None:
+        if moved is not None and member.outbox is not None and member.conn is not None:
+            member.outbox.push(moved)
+            member.conn.closing = reason  # nothing more is sent to it (`LobbyServer._send_to`)
+            with trio.move_on_after(self.config.close_timeout):
+                await member.outbox.sent()
+                await member.gone.wait()  # it closes on `moved`
+        await member.close(reason)
+
     async def close(self, ws: WebSocketConnection, code: int, reason: str) -> None:
         """Close with `code` and `reason` (at most 123 bytes: the close frame's room), cutting
         the connection if the peer does not take the close frame in time."""
@@ -301,6 +361,7 @@ class WebDoor:
             await self._admit(member)
         finally:
             self._members.discard(member)
+            member.gone.set()
 
     async def _admit(self, member: _Member) -> None:
         server, ws = self.server, member.ws
@@ -311,6 +372,7 @@ class WebDoor:
         old = server.conns.get(hello.member_id)
         server.conns[hello.member_id] = conn
         outbox = _Outbox(self)
+        member.conn, member.outbox = conn, outbox
         try:
             with member.cancel:
                 await ws.send_message(dumps(dump_welcome(server.server_id)))

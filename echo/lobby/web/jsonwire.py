@@ -259,10 +259,13 @@ def _welcome_schema() -> dict[str, Any]:
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (2020-12) of every message: ``$defs`` has one per ``type``,
     ``client_message`` and ``server_message`` each side's, the root either."""
+    from echo.lobby.web.moving import moved_schema  # (the door's own message: a drain's)
+
     defs: dict[str, Any] = {"hello": _hello_schema(), "welcome": _welcome_schema()}
     defs |= {name: form.schema() for name, form in _BY_TYPE.items()}
+    defs["moved"] = moved_schema()
     client = ["hello", *(n for n in _BY_TYPE if n in REQUEST_TYPES)]
-    server = ["welcome", *(n for n in _BY_TYPE if n in SERVER_TYPES)]
+    server = ["welcome", *(n for n in _BY_TYPE if n in SERVER_TYPES), "moved"]
     defs["client_message"] = {"oneOf": [{"$ref": f"#/$defs/{n}"} for n in client]}
     defs["server_message"] = {"oneOf": [{"$ref": f"#/$defs/{n}"} for n in server]}
     return {
