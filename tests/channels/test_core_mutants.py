@@ -1,0 +1,130 @@
+"""ChannelPeer's local API at its edges (echo.channels.core): declarations, streams, withdraw,
+absolve, has_output and the one-failure rule, each pinned where a slip would show."""
+
+from __future__ import annotations
+
+import pytest
+
+from echo.channels import wire
+from echo.channels.core import (
+    ChannelClosedError,
+    ChannelPeer,
+    ChannelSpec,
+    ChannelUsageError,
+    OutState,
+)
+from echo.channels.wire import Absolve, Guarantee, LimitSending
+from tests.channels.pair import peers, settle, step
+
+
+def frames(peer: ChannelPeer, stream: int = 0) -> list[wire.Frame]:
+    return list(wire.decode_frames(peer.data_to_send(1 << 16, stream)))
+
+
+def test_a_channel_id_declared_twice_is_refused() -> None:
+    with pytest.raises(ChannelUsageError, match=r"^duplicate channel id$"):
+        ChannelPeer([ChannelSpec(3, capacity=1), ChannelSpec(3, capacity=2)])
+
+
+def test_each_own_stream_channel_gets_the_next_stream_in_id_order() -> None:
+    peer = ChannelPeer(
+        [
+            ChannelSpec(7, capacity=8, own_stream=True),
+            ChannelSpec(0, capacity=8),
+            ChannelSpec(4, capacity=8, own_stream=True),
+        ]
+    )
+    assert peer.streams == 3
+    assert peer.stream_of == {0: 0, 4: 1, 7: 2}
+    assert len(peer.controls) == 3
+    assert ChannelPeer([ChannelSpec(0, capacity=8)]).streams == 1
+
+
+def test_a_message_over_max_message_is_refused_with_the_sizes() -> None:
+    peer = ChannelPeer([ChannelSpec(5, capacity=64, max_message=8)])
+    peer.send(5, b"x" * 8)
+    with pytest.raises(
+        ChannelUsageError, match=r"^a message of 9 bytes on channel 5, whose max_message is 8$"
+    ):
+        peer.send(5, b"x" * 9)
+
+
+def test_a_peer_fails_once_and_counts_one_protocol_error() -> None:
+    peer = ChannelPeer([ChannelSpec(0, capacity=10)])
+    peer.receive(wire.encode(Guarantee(9, 1)))
+    first = peer.failure
+    assert first is not None and "unknown channel 9" in first
+    peer.receive(wire.encode(Guarantee(8, 1)))
+    assert peer.failure == first
+    assert peer.counters["protocol_errors"] == 1
+
+
+def test_has_output_by_stream_and_after_failure() -> None:
+    specs = [ChannelSpec(0, capacity=0), ChannelSpec(1, capacity=0, own_stream=True)]
+    peer = ChannelPeer(specs)
+    assert not peer.has_output()
+    assert not peer.has_output(0) and not peer.has_output(1)
+    # a guaranteed message without guarantees waits: nothing to send
+    peer.send(1, b"abc")
+    assert not peer.has_output() and not peer.has_output(1)
+    # an optimistic one goes now, on its channel's stream only
+    peer.send(1, b"def", optimistic=True)
+    assert not peer.has_output()  # the head of the queue is the guaranteed one
+    other = ChannelPeer(specs)
+    other.send(1, b"def", optimistic=True)
+    assert other.has_output() and other.has_output(1) and not other.has_output(0)
+    # a control frame counts as output on its own stream
+    other.limit_sending(0, 5)
+    assert other.has_output(0)
+    other.receive(wire.encode(Guarantee(9, 1)))  # a violation: failed
+    assert other.failure is not None
+    assert not other.has_output() and not other.has_output(0) and not other.has_output(1)
+
+
+def test_withdraw_takes_back_only_a_queued_data_message() -> None:
+    client, server = peers(10, auto_issue=True)
+    out = client.send(0, b"abcd")  # no guarantees yet: it waits in the queue
+    assert client.withdraw(out) is True
+    assert client.outgoing[0].queued_bytes == 0
+    assert not client.outgoing[0].queue
+    assert client.withdraw(out) is False  # not there any more
+    settle(client, server)
+    sent = client.send(0, b"efgh")
+    assert step(client, server)
+    assert sent.state is not OutState.QUEUED
+    assert client.withdraw(sent) is False  # gone out already
+    assert server.take(0) is not None
+
+
+def test_withdraw_refuses_a_bind() -> None:
+    client, _server = peers(10, handles=True)
+    client.bind(0, b"v")
+    bind = client.outgoing[0].queue[0]
+    assert bind.handle is not None
+    assert client.withdraw(bind) is False
+    assert list(client.outgoing[0].queue) == [bind]
+
+
+def test_absolve_within_the_guarantees_held() -> None:
+    client, server = peers(10, auto_issue=True)
+    settle(client, server)
+    assert client.guarantees(0) == 10
+    with pytest.raises(ChannelUsageError, match=r"^can absolve 1\.\.10, not 0$"):
+        client.absolve(0, 0)
+    with pytest.raises(ChannelUsageError, match=r"^can absolve 1\.\.10, not 11$"):
+        client.absolve(0, 11)
+    client.absolve(0, 10)  # all of them
+    assert client.guarantees(0) == 0
+    assert client.outgoing[0].absolved == 10
+    assert frames(client) == [Absolve(0, 10)]
+
+
+def test_absolve_past_the_own_sending_bound_is_refused() -> None:
+    client, server = peers(10, auto_issue=True)
+    settle(client, server)
+    client.limit_sending(0, 4)
+    assert frames(client) == [LimitSending(0, 4)]
+    client.absolve(0, 4)  # exactly the bound
+    with pytest.raises(ChannelClosedError, match=r"^absolution past our own sending bound$"):
+        client.absolve(0, 1)
+    assert client.guarantees(0) == 6
