@@ -13,12 +13,13 @@ from echo.channels.core import (
     ChannelUsageError,
     OutState,
 )
-from echo.channels.wire import Absolve, Guarantee, LimitSending
+from echo.channels.wire import Absolve, Guarantee, HandleRef, LimitSending
 from tests.channels.pair import peers, settle, step
 
 
 def frames(peer: ChannelPeer, stream: int = 0) -> list[wire.Frame]:
-    return list(wire.decode_frames(peer.data_to_send(1 << 16, stream)))
+    data = peer.data_to_send(1 << 16, stream)
+    return list(wire.decode_frames(data)) if data else []
 
 
 def test_a_channel_id_declared_twice_is_refused() -> None:
@@ -128,3 +129,118 @@ def test_absolve_past_the_own_sending_bound_is_refused() -> None:
     with pytest.raises(ChannelClosedError, match=r"^absolution past our own sending bound$"):
         client.absolve(0, 1)
     assert client.guarantees(0) == 6
+
+
+# --- usage errors name the mistake --------------------------------------------------------
+
+
+def test_usage_errors_say_what_was_wrong() -> None:
+    peer = ChannelPeer([ChannelSpec(0, capacity=4), ChannelSpec(2, capacity=4, handles=True)])
+    with pytest.raises(ChannelUsageError, match=r"^unknown channel 9$"):
+        peer.send(9, b"x")
+    with pytest.raises(ChannelUsageError, match=r"^use bind\(\) on a handle channel$"):
+        peer.send(2, b"x")
+    with pytest.raises(
+        ChannelUsageError, match=r"^a handle channel is read through process_binds$"
+    ):
+        peer.take(2)
+    with pytest.raises(ChannelUsageError, match=r"^target must be >= 0$"):
+        peer.plead(0, -1)
+    peer.plead(0, 0)  # zero is a target
+
+
+def test_channel_spec_bounds_are_inclusive() -> None:
+    assert ChannelSpec(wire.MAX_VARINT, capacity=1).channel_id == wire.MAX_VARINT
+    with pytest.raises(ChannelUsageError, match=r"out of range"):
+        ChannelSpec(wire.MAX_VARINT + 1, capacity=1)
+    assert ChannelSpec(0, capacity=1, max_message=1).max_message == 1
+    with pytest.raises(ChannelUsageError, match=r"^max_message must be >= 1$"):
+        ChannelSpec(0, capacity=1, max_message=0)
+
+
+def test_a_freed_handle_cannot_be_referred_to() -> None:
+    specs = [ChannelSpec(0, capacity=16), ChannelSpec(2, capacity=16, handles=True)]
+    client, server = ChannelPeer(specs), ChannelPeer(specs)
+    settle(client, server)
+    handle = client.bind(2, b"value")
+    assert client.handle_value(2, handle, mine=True) == b"value"
+    with pytest.raises(ChannelUsageError, match=rf"^no handle {handle} of type 2$"):
+        client.handle_value(2, handle, mine=False)
+    client.free(2, handle, mine=True)
+    with pytest.raises(ChannelUsageError, match=rf"^handle {handle} of type 2 is freed$"):
+        client.send(0, b"x", refs=[HandleRef(2, handle, True)])
+
+
+# --- the receive path's shortcut against the general decoder ------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 127, 128, 200, 255, 256, 16383, 16384, 16385, 20000])
+def test_every_length_arrives_whole(size: int) -> None:
+    client, server = peers(2 * size + 8, auto_issue=True)
+    settle(client, server)
+    payload = bytes(i % 251 for i in range(size))
+    client.send(0, payload)
+    client.send(0, b"after")
+    settle(client, server)
+    first, second = server.take(0), server.take(0)
+    assert first is not None and first.data == payload and first.size == size
+    assert second is not None and second.data == b"after"
+    assert server.failure is None
+
+
+@pytest.mark.parametrize("channel", [127, 128, 300])
+def test_a_channel_id_past_one_byte_is_read_whole(channel: int) -> None:
+    specs = [ChannelSpec(0, capacity=64), ChannelSpec(channel, capacity=64)]
+    client, server = ChannelPeer(specs), ChannelPeer(specs)
+    settle(client, server)
+    client.send(channel, b"abc")
+    client.send(0, b"zero")
+    settle(client, server)
+    got = server.take(channel)
+    assert got is not None and (got.channel, got.data) == (channel, b"abc")
+    zero = server.take(0)
+    assert zero is not None and zero.data == b"zero"
+
+
+def test_a_message_past_the_receiving_bound_is_dropped_not_buffered() -> None:
+    client, server = peers(10)  # no guarantees issued: whatever comes is optimistic
+    server.limit_receiving(0, 3)
+    client.send(0, b"12345", optimistic=True)  # before the bound reached the client
+    assert step(client, server)
+    assert server.take(0) is None
+    assert server.incoming[0].accepted == 0
+    assert server.counters["messages_dropped"] == 1
+    assert server.failure is None
+
+
+def test_finished_receiving_counts_absolved_bytes_in_the_bound() -> None:
+    client, server = peers(10, auto_issue=True)
+    settle(client, server)
+    client.absolve(0, 2)
+    client.limit_sending(0, 3)  # sent 0 + absolved 2 + 3
+    client.send(0, b"abc")
+    settle(client, server)
+    assert not server.finished_receiving(0)  # the message is still buffered
+    delivery = server.take(0)
+    assert delivery is not None
+    server.release(delivery)
+    assert server.finished_receiving(0)
+
+
+@pytest.mark.parametrize(("capacity", "issued"), [(8, [Guarantee(0, 2)]), (9, [])])
+def test_a_release_issues_at_a_quarter_of_the_buffer(
+    capacity: int, issued: list[Guarantee]
+) -> None:
+    client, server = peers(capacity, auto_issue=True)
+    settle(client, server)
+    client.send(0, b"ab")
+    client.send(0, b"cd")
+    settle(client, server)
+    assert server.incoming[0].used == 4
+    delivery = server.take(0)
+    assert delivery is not None
+    server.release(delivery)
+    # one message is still buffered: a guarantee goes out only once a quarter is free
+    assert server.incoming[0].used == 2
+    assert server.incoming[0].issuable == (0 if issued else 2)
+    assert [f for f in frames(server) if isinstance(f, Guarantee)] == issued
