@@ -1,0 +1,48 @@
+"""The registry's read-outs (echo.lobby.state): the census the metrics scrape, listings and
+the running game of a lobby, with exact figures, so that a count that resets or adds twice
+shows (tests/ops reads them only through a networked server)."""
+
+from __future__ import annotations
+
+from echo.lobby.protocol import CreateLobby, JoinLobby, LobbyJoined, Presence, SetLocked
+from tests.lobby.lab import Lab
+
+
+def create(lab: Lab, owner: str, *, private: bool = False) -> int:
+    reply = lab.ok(owner, CreateLobby(lab.rid(), f"{owner}'s", 8, private, {}))
+    assert isinstance(reply, LobbyJoined)
+    return reply.lobby_id
+
+
+def test_the_census_counts_every_lobby_and_every_seat() -> None:
+    lab = Lab()
+    listed = [create(lab, "ann"), create(lab, "bob"), create(lab, "cy")]
+    private = [create(lab, "dee", private=True), create(lab, "eve", private=True)]
+    locked = create(lab, "fay", private=True)
+    lab.ok("fay", SetLocked(lab.rid(), locked, True))
+    for member, lobby in (("g1", listed[0]), ("g2", listed[0]), ("g3", listed[1])):
+        lab.ok(member, JoinLobby(lab.rid(), lobby))
+    lab.disconnect("g1")
+    lab.disconnect("dee")
+    lobbies, seats = lab.reg.census()
+    assert lobbies == {"listed": 3, "private": 2, "locked": 1}
+    assert seats == {Presence.CONNECTED: 7, Presence.RECONNECTING: 2}
+
+
+def test_an_empty_registry_counts_nothing() -> None:
+    lobbies, seats = Lab().reg.census()
+    assert lobbies == {"listed": 0, "private": 0, "locked": 0}
+    assert seats == {Presence.CONNECTED: 0, Presence.RECONNECTING: 0}
+
+
+def test_listing_and_game_of_a_lobby_by_its_id() -> None:
+    lab = Lab()
+    first = create(lab, "ann")
+    second = create(lab, "bob")
+    listing = lab.reg.listing(second)
+    assert listing is not None
+    assert (listing.lobby_id, listing.name, listing.member_count) == (second, "bob's", 1)
+    assert lab.reg.listing(first) is not None and lab.reg.listing(first).name == "ann's"
+    assert lab.reg.listing(12345) is None
+    assert lab.reg.game_of(first) is None  # no game started
+    assert lab.reg.game_of(12345) is None
