@@ -33,6 +33,9 @@ marked in its group's `equivalent` table in pyproject.toml, mutant name = one-li
 it is left out of the rate and listed apart with its reason. A mark on a mutant that was
 killed or no longer exists (its function changed) is reported, so that it can go.
 
+`--report` runs nothing: it prints the rates and survivors of the last run (of the same
+draw, given the same `--sample` and `--seed`), while a run is still going for instance.
+
 Prints, per module, the mutants killed out of those checked and the rate, then every survivor
 with its diff. A timeout counts as killed (the mutant hung the tests); "no tests" (no selected
 test runs that function) counts as survived. Exit status 0 unless mutmut itself failed, or
@@ -359,6 +362,28 @@ def report_marks(modules: list[str], statuses: dict[str, str], marked: dict[str,
         print("\n".join(stale))
 
 
+def last_results(group: str, modules: list[str], args: argparse.Namespace) -> dict[str, str]:
+    """The statuses of the last run, without running anything (--report); with --sample, of
+    the same draw (a module never run has no mutants yet: nothing is reported for it)."""
+    work = SCRATCH / group
+    if not (work / "mutants").exists():
+        return {}
+    statuses = results(work)
+    for module in modules:
+        meta = work / "mutants" / (module.replace(".", "/") + ".py.meta")
+        if args.sample is not None and meta.exists():
+            everything = sorted(json.loads(meta.read_text())["exit_code_by_key"])
+            SAMPLED[module] = (
+                set(sample(everything, args.sample, args.seed, module)),
+                len(everything),
+            )
+    for name in statuses:
+        module = name.split(".x")[0]
+        if module in SAMPLED and name not in SAMPLED[module][0]:
+            statuses[name] = "not checked"
+    return statuses
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="modules or groups (default: all)")
@@ -368,6 +393,7 @@ def main() -> int:
     parser.add_argument("--recheck", action="store_true", help="only last run's survivors")
     parser.add_argument("--sample", type=int, default=None, help="at most N mutants a module")
     parser.add_argument("--seed", type=int, default=0, help="the draw of --sample")
+    parser.add_argument("--report", action="store_true", help="the last run's rates, no run")
     args = parser.parse_args()
     if args.sample is not None and args.sample < 1:
         parser.error("--sample must be at least 1")
@@ -379,7 +405,10 @@ def main() -> int:
     works: dict[str, Path] = {}
     for group in groups():
         wanted = [m for m in modules if group_of(m) == group]
-        if wanted:
+        if wanted and args.report:
+            statuses.update(last_results(group, wanted, args))
+            works[group] = SCRATCH / group
+        elif wanted:
             found, group_failed = run_group(group, wanted, args)
             statuses.update(found)
             failed = failed or group_failed
