@@ -33,3 +33,12 @@ def test_two_servers_with_one_point_each_own_the_two_arcs() -> None:
     assert sum(shares.values()) == pytest.approx(1.0)
     assert all(0.0 < share < 1.0 for share in shares.values())
     assert sorted(ring.servers_for("x", 2)) == ["a:1", "b:1"]
+
+
+def test_the_default_is_a_thousand_points_per_server() -> None:
+    # every client and server must place the same points: the default is part of the format
+    ring = HashRing(SERVERS)
+    assert ring.points_per_server == 1000
+    explicit = HashRing(SERVERS, points_per_server=1000)
+    assert ring.shares() == explicit.shares()
+    assert ring.servers_for("lobby/eu", 3) == explicit.servers_for("lobby/eu", 3)
