@@ -4,7 +4,18 @@ shows (tests/ops reads them only through a networked server)."""
 
 from __future__ import annotations
 
-from echo.lobby.protocol import CreateLobby, JoinLobby, LobbyJoined, Presence, SetLocked
+from echo.lobby.protocol import (
+    CreateLobby,
+    FreeSlots,
+    JoinLobby,
+    LobbyJoined,
+    LobbyListing,
+    NumberRange,
+    Presence,
+    SetLocked,
+    StringEquals,
+)
+from echo.lobby.state import _listing_matches
 from tests.lobby.lab import Lab
 
 
@@ -17,7 +28,8 @@ def create(lab: Lab, owner: str, *, private: bool = False) -> int:
 def test_the_census_counts_every_lobby_and_every_seat() -> None:
     lab = Lab()
     listed = [create(lab, "ann"), create(lab, "bob"), create(lab, "cy")]
-    private = [create(lab, "dee", private=True), create(lab, "eve", private=True)]
+    create(lab, "dee", private=True)
+    create(lab, "eve", private=True)
     locked = create(lab, "fay", private=True)
     lab.ok("fay", SetLocked(lab.rid(), locked, True))
     for member, lobby in (("g1", listed[0]), ("g2", listed[0]), ("g3", listed[1])):
@@ -46,3 +58,20 @@ def test_listing_and_game_of_a_lobby_by_its_id() -> None:
     assert lab.reg.listing(12345) is None
     assert lab.reg.game_of(first) is None  # no game started
     assert lab.reg.game_of(12345) is None
+
+
+def test_another_servers_listing_is_filtered_like_a_local_lobby() -> None:
+    # the search over listings from the other servers of the ring (their indexed keys only)
+    listing = LobbyListing(7, "far", 3, 5, {"mode": "duel", "skill": 10})
+    assert _listing_matches(listing, ())
+    assert _listing_matches(listing, (NumberRange("skill", 10, 10),))  # both ends inclusive
+    assert _listing_matches(listing, (NumberRange("skill", 5, 10), NumberRange("skill", 10, 20)))
+    assert not _listing_matches(listing, (NumberRange("skill", 11, 20),))
+    assert not _listing_matches(listing, (NumberRange("skill", 0, 9),))
+    assert not _listing_matches(listing, (NumberRange("mode", 0, 9),))  # not a number
+    assert not _listing_matches(listing, (NumberRange("rank", 0, 9),))  # not there
+    assert _listing_matches(listing, (StringEquals("mode", "duel"),))
+    assert not _listing_matches(listing, (StringEquals("mode", "team"),))
+    assert _listing_matches(listing, (FreeSlots(2),))  # 5 - 3 free: exactly enough
+    assert not _listing_matches(listing, (FreeSlots(3),))
+    assert not _listing_matches(listing, (StringEquals("mode", "duel"), FreeSlots(3)))
