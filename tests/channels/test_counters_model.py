@@ -96,8 +96,8 @@ class CountersModel(BoundsModel):
 
 
 CountersModel.TestCase.settings = settings(
-    max_examples=40,
-    stateful_step_count=40,
+    max_examples=30,
+    stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
