@@ -135,7 +135,23 @@ def group_pyproject(group: str, modules: list[str] | None = None) -> str:
         "use_git_change_detection = false",
         'also_copy = ["examples"]',
     ]
-    return text[:start] + "\n" + "\n".join(table) + "\n" + (text[end:] if end > 0 else "")
+    scratch = text[:start] + "\n" + "\n".join(table) + "\n" + (text[end:] if end > 0 else "")
+    return _without_groups(scratch)
+
+
+def _without_groups(text: str) -> str:
+    """`text` without its `[tool.echo-mutate.*]` tables. mutmut forgets every verdict when its
+    pyproject.toml changes at all: a mark of equivalence, or a test added to another group,
+    would otherwise throw away a group's results (a run of hours for the lobby). The group's
+    own tests are in its `[tool.mutmut]` already."""
+    kept: list[str] = []
+    skipping = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("["):
+            skipping = line.startswith("[tool.echo-mutate")
+        if not skipping:
+            kept.append(line)
+    return "".join(kept)
 
 
 def prepare(group: str) -> Path:
