@@ -244,3 +244,61 @@ def test_a_release_issues_at_a_quarter_of_the_buffer(
     assert server.incoming[0].used == 2
     assert server.incoming[0].issuable == (0 if issued else 2)
     assert [f for f in frames(server) if isinstance(f, Guarantee)] == issued
+
+
+# --- pleas, bounds and growth ------------------------------------------------------------
+
+
+def test_a_plea_is_answered_down_to_its_target_and_no_further() -> None:
+    client, server = peers(10, auto_issue=True)
+    settle(client, server)
+    server.plead(0, 6)
+    assert step(server, client)
+    assert client.guarantees(0) == 6 and client.outgoing[0].absolved == 4
+    server.plead(0, 4)
+    assert step(server, client)
+    assert client.guarantees(0) == 4 and client.outgoing[0].absolved == 6
+    for target in (4, 9):  # the client has no more than that already: ignored
+        server.plead(0, target)
+        assert step(server, client)
+    assert list(client.control) == [Absolve(0, 4), Absolve(0, 2)]
+
+
+def test_a_plea_stops_at_the_senders_own_bound() -> None:
+    client, server = peers(10, auto_issue=True)
+    settle(client, server)
+    client.send(0, b"12345")  # queued, not yet on the wire
+    client.limit_sending(0, 3)  # 5 queued + 3 more: the bound is 8
+    server.plead(0, 0)
+    assert step(server, client)
+    assert [f for f in client.control if isinstance(f, Absolve)] == [Absolve(0, 3)]
+    server.plead(0, 0)  # nothing left under the bound: no empty ABSOLVE
+    assert step(server, client)
+    assert [f for f in client.control if isinstance(f, Absolve)] == [Absolve(0, 3)]
+    settle(client, server)
+    assert client.failure is None and server.failure is None
+
+
+def test_a_sending_bound_below_what_already_arrived_fails_the_peer() -> None:
+    def server_fed(bound: int) -> ChannelPeer:
+        server = ChannelPeer([ChannelSpec(0, capacity=10)])
+        server.receive(
+            wire.encode(wire.Data(0, b"abc"))
+            + wire.encode(Absolve(0, 4))
+            + wire.encode(LimitSending(0, bound))
+        )
+        return server
+
+    failed = server_fed(6)
+    assert failed.failure == "LIMIT_SENDING on channel 0 below bytes already sent"
+    assert server_fed(7).failure is None  # 3 accepted + 4 absolved: exactly the bound
+
+
+def test_growing_a_busy_buffer_issues_the_new_room_at_once() -> None:
+    client, server = peers(40, auto_issue=True)
+    settle(client, server)
+    client.send(0, b"abcd")
+    settle(client, server)  # buffered, not taken: guarantees would be aggregated
+    assert not server.control
+    server.resize(0, 44)
+    assert list(server.control) == [Guarantee(0, 4)]
