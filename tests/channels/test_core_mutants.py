@@ -302,3 +302,42 @@ def test_growing_a_busy_buffer_issues_the_new_room_at_once() -> None:
     assert not server.control
     server.resize(0, 44)
     assert list(server.control) == [Guarantee(0, 4)]
+
+
+# --- bytes in, bytes out ----------------------------------------------------------------
+
+
+def test_a_payload_is_taken_as_it_was_when_sent() -> None:
+    client, server = peers(64, auto_issue=True)
+    settle(client, server)
+    buffer = bytearray(b"abc")
+    client.send(0, buffer)
+    buffer[:] = b"xyz"  # the caller reuses its buffer before the message went out
+    settle(client, server)
+    got = server.take(0)
+    assert got is not None and got.data == b"abc" and type(got.data) is bytes
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+def test_a_session_message_of_any_buffer_type_delivers_bytes(kind: type) -> None:
+    client, server = peers(64, auto_issue=True)
+    settle(client, server)
+    client.send(0, b"hello")
+    client.send(0, b"there")
+    server.receive(kind(client.data_to_send()))
+    got = [server.take(0), server.take(0)]
+    assert [d.data for d in got if d is not None] == [b"hello", b"there"]
+    assert all(d is not None and type(d.data) is bytes for d in got)
+
+
+@pytest.mark.parametrize("first", [128, 129, 200])
+def test_a_two_byte_length_followed_by_another_message(first: int) -> None:
+    # a length read wrongly would still fall inside the session message and cut it elsewhere
+    client, server = peers(2048, auto_issue=True)
+    settle(client, server)
+    one, two = bytes([1]) * first, bytes([2]) * 300
+    client.send(0, one)
+    client.send(0, two)
+    assert step(client, server)
+    got = [server.take(0), server.take(0)]
+    assert [d.data for d in got if d is not None] == [one, two]
