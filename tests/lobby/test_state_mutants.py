@@ -75,3 +75,29 @@ def test_another_servers_listing_is_filtered_like_a_local_lobby() -> None:
     assert _listing_matches(listing, (FreeSlots(2),))  # 5 - 3 free: exactly enough
     assert not _listing_matches(listing, (FreeSlots(3),))
     assert not _listing_matches(listing, (StringEquals("mode", "duel"), FreeSlots(3)))
+
+
+def test_a_match_is_seated_in_a_private_full_lobby_owned_by_its_first_member() -> None:
+    lab = Lab()
+    old = create(lab, "bob")
+    lab.ok("cat", JoinLobby(lab.rid(), old))
+    members = {"ann": b"s-ann", "bob": b"s-bob", "cat": b"s-cat"}
+    lobby_id, sends = lab.reg.seat_match(
+        members, lab.now, name="ranked 3v3", metadata={"mode": "duel"}, ready=True
+    )
+    lab.deliver(sends)
+    assert lobby_id != old
+    assert lab.reg.snapshot(old) is None  # its last members left it for the match
+    snap = lab.reg.snapshot(lobby_id)
+    assert snap is not None
+    assert (snap.name, snap.max_members) == ("ranked 3v3", 3)
+    assert snap.private and not snap.locked
+    assert snap.owner == "ann" and snap.version == 1
+    assert dict(snap.metadata) == {"mode": "duel"}
+    assert [m.member_id for m in snap.members] == ["ann", "bob", "cat"]
+    assert all(m.ready for m in snap.members)
+    assert snap.bans == ()
+    for member in members:
+        assert lab.reg.lobby_of(member) == lobby_id
+        assert lab.replicas[member].lobby_id == lobby_id  # each was sent the lobby
+    assert lab.reg.counters["lobbies_matched"] == 1
