@@ -5,13 +5,17 @@ shows (tests/ops reads them only through a networked server)."""
 from __future__ import annotations
 
 from echo.lobby.protocol import (
+    BanMember,
     CreateLobby,
+    ErrorCode,
     FreeSlots,
     JoinLobby,
+    LeaveLobby,
     LobbyJoined,
     LobbyListing,
     NumberRange,
     Presence,
+    QuickJoin,
     SetLocked,
     StringEquals,
 )
@@ -101,3 +105,34 @@ def test_a_match_is_seated_in_a_private_full_lobby_owned_by_its_first_member() -
         assert lab.reg.lobby_of(member) == lobby_id
         assert lab.replicas[member].lobby_id == lobby_id  # each was sent the lobby
     assert lab.reg.counters["lobbies_matched"] == 1
+
+
+def test_quick_join_fills_the_fullest_lobby_then_the_lowest_id() -> None:
+    lab = Lab()
+    first, second, third = create(lab, "ann"), create(lab, "bob"), create(lab, "cy")
+    reply = lab.ok("dee", QuickJoin(lab.rid(), ()))
+    assert isinstance(reply, LobbyJoined) and reply.lobby_id == first  # a tie: lowest id
+    lab.ok("eve", JoinLobby(lab.rid(), third))
+    lab.ok("fay", JoinLobby(lab.rid(), third))
+    reply = lab.ok("gus", QuickJoin(lab.rid(), ()))
+    assert isinstance(reply, LobbyJoined) and reply.lobby_id == third  # the fullest
+    assert second < third
+
+
+def test_banning_what_is_not_a_member_id_is_a_bad_request() -> None:
+    lab = Lab()
+    lobby = create(lab, "ann")
+    lab.refused("ann", BanMember(lab.rid(), lobby, ""), ErrorCode.BAD_REQUEST)
+    too_long = "x" * (lab.reg.config.max_member_id_bytes + 1)
+    lab.refused("ann", BanMember(lab.rid(), lobby, too_long), ErrorCode.BAD_REQUEST)
+    longest = "x" * lab.reg.config.max_member_id_bytes
+    lab.ok("ann", BanMember(lab.rid(), lobby, longest))
+
+
+def test_every_deleted_lobby_is_counted() -> None:
+    lab = Lab()
+    lobbies = [create(lab, owner) for owner in ("ann", "bob", "cy")]
+    for owner, lobby in zip(("ann", "bob"), lobbies, strict=False):
+        lab.ok(owner, LeaveLobby(lab.rid(), lobby))
+    assert lab.reg.counters["lobbies_deleted"] == 2
+    assert lab.reg.lobby_ids() == [lobbies[2]]
