@@ -42,3 +42,8 @@ def test_the_default_is_a_thousand_points_per_server() -> None:
     explicit = HashRing(SERVERS, points_per_server=1000)
     assert ring.shares() == explicit.shares()
     assert ring.servers_for("lobby/eu", 3) == explicit.servers_for("lobby/eu", 3)
+
+
+def test_one_string_for_a_list_says_so() -> None:
+    with pytest.raises(TypeError, match=r"^servers must be a sequence of 'host:port' strings"):
+        HashRing("a.example:7000")
