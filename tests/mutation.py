@@ -22,6 +22,20 @@ written, say): a killed mutant stays killed when tests are added, so its earlier
 carried over, provided its module's source has not changed since (mutmut names mutants by
 function and number; an edited module gets a full run instead).
 
+`--sample N` checks at most N mutants of each module, drawn with a seeded generator
+(`--seed`, 0 by default; the same seed and source give the same sample, so `--recheck` after
+new tests re-runs the same draw): for the lobby's and channels' big modules, whose full runs
+take hours on a shared machine. The rate is then killed over checked in the sample, and the
+summary says how many of how many were drawn.
+
+An equivalent mutant (one no test can kill, because the program does the same with it) is
+marked in its group's `equivalent` table in pyproject.toml, mutant name = one-line reason:
+it is left out of the rate and listed apart with its reason. A mark on a mutant that was
+killed or no longer exists (its function changed) is reported, so that it can go.
+
+`--report` runs nothing: it prints the rates and survivors of the last run (of the same
+draw, given the same `--sample` and `--seed`), while a run is still going for instance.
+
 Prints, per module, the mutants killed out of those checked and the rate, then every survivor
 with its diff. A timeout counts as killed (the mutant hung the tests); "no tests" (no selected
 test runs that function) counts as survived. Exit status 0 unless mutmut itself failed, or
@@ -34,6 +48,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -63,6 +78,15 @@ def groups() -> dict[str, tuple[list[str], list[str]]]:
         name: ([path.removesuffix(".py").replace("/", ".") for path in paths], tests)
         for name, (paths, tests) in found.items()
     }
+
+
+def equivalent_mutants() -> dict[str, str]:
+    """Every mutant marked equivalent (`[tool.echo-mutate.GROUP.equivalent]`): its reason."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    marked: dict[str, str] = {}
+    for group in tool.get("echo-mutate", {}).values():
+        marked.update(group.get("equivalent", {}))
+    return marked
 
 
 def configured_modules() -> list[str]:
@@ -111,7 +135,23 @@ def group_pyproject(group: str, modules: list[str] | None = None) -> str:
         "use_git_change_detection = false",
         'also_copy = ["examples"]',
     ]
-    return text[:start] + "\n" + "\n".join(table) + "\n" + (text[end:] if end > 0 else "")
+    scratch = text[:start] + "\n" + "\n".join(table) + "\n" + (text[end:] if end > 0 else "")
+    return _without_groups(scratch)
+
+
+def _without_groups(text: str) -> str:
+    """`text` without its `[tool.echo-mutate.*]` tables. mutmut forgets every verdict when its
+    pyproject.toml changes at all: a mark of equivalence, or a test added to another group,
+    would otherwise throw away a group's results (a run of hours for the lobby). The group's
+    own tests are in its `[tool.mutmut]` already."""
+    kept: list[str] = []
+    skipping = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("["):
+            skipping = line.startswith("[tool.echo-mutate")
+        if not skipping:
+            kept.append(line)
+    return "".join(kept)
 
 
 def prepare(group: str) -> Path:
@@ -176,6 +216,32 @@ def mutmut(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+_NOTHING = "__echo_generate_only__"
+
+
+def _all_mutants(work: Path, group: str, module: str, jobs: int) -> list[str]:
+    """Every mutant of `module`, generating them first if need be (a run whose filter matches
+    no mutant makes mutmut generate the mutants and measure the tests, then stop)."""
+    meta = work / "mutants" / (module.replace(".", "/") + ".py.meta")
+    if not meta.exists():
+        configure(work, group, [m for m in groups()[group][0] if m == module or _mutated(work, m)])
+        done = mutmut(work, "run", "--max-children", str(jobs), f"{module}.{_NOTHING}")
+        if "nothing matches" not in done.stdout + done.stderr or not meta.exists():
+            raise SystemExit(
+                f"{module}: generating its mutants failed\n{done.stdout[-4000:]}"
+                f"{done.stderr[-4000:]}"
+            )
+    names: dict[str, object] = json.loads(meta.read_text())["exit_code_by_key"]
+    return sorted(names)
+
+
+def sample(names: list[str], size: int, seed: int, module: str) -> list[str]:
+    """At most `size` of `names`, the same for the same seed, module and names."""
+    if len(names) <= size:
+        return names
+    return sorted(random.Random(f"{seed}:{module}").sample(sorted(names), size))
+
+
 def _source_hashes(modules: list[str]) -> dict[str, str]:
     return {
         m: hashlib.sha256((ROOT / (m.replace(".", "/") + ".py")).read_bytes()).hexdigest()
@@ -208,6 +274,10 @@ def results(work: Path) -> dict[str, str]:
     return found
 
 
+#: module: (the mutants drawn, how many it has in all), for the modules run with --sample
+SAMPLED: dict[str, tuple[set[str], int]] = {}
+
+
 def run_group(
     group: str, modules: list[str], args: argparse.Namespace
 ) -> tuple[dict[str, str], bool]:
@@ -220,11 +290,17 @@ def run_group(
     failed = False
     for module in modules:
         targets = [f"{module}.*"]
+        if args.sample is not None:
+            everything = _all_mutants(work, group, module, args.jobs)
+            targets = sample(everything, args.sample, args.seed, module)
+            SAMPLED[module] = (set(targets), len(everything))
         if before and previous.get(module) == sources[module]:
             targets = [
                 name
                 for name, status in before.items()
-                if name.startswith(module + ".") and status not in KILLED
+                if name.startswith(module + ".")
+                and status not in KILLED
+                and (args.sample is None or name in targets)
             ]
             if not targets:
                 continue
@@ -255,7 +331,73 @@ def run_group(
             and (previous.get(module) == sources.get(module))
         ):
             statuses[name] = status  # carried over: killed by the earlier, smaller test set
+    for name in statuses:
+        module = name.split(".x")[0]
+        if module in SAMPLED and name not in SAMPLED[module][0]:
+            statuses[name] = "not checked"  # not drawn: an earlier run's verdict is not mixed in
     return statuses, failed
+
+
+def report(modules: list[str], statuses: dict[str, str], min_rate: float | None) -> bool:
+    """Prints each module's rate (equivalent mutants left out); whether one is below min_rate."""
+    below = False
+    print(f"\n{'module':<34} {'killed':>7} {'checked':>8} {'rate':>7}  other")
+    for module in modules:
+        mine = {k: v for k, v in statuses.items() if k.startswith(module + ".")}
+        counts = Counter(mine.values())
+        checked = sum(
+            n for status, n in counts.items() if status not in NOT_COUNTED | {"equivalent"}
+        )
+        killed = sum(n for status, n in counts.items() if status in KILLED)
+        rate = 100.0 * killed / checked if checked else 0.0
+        other = [f"{n} {s}" for s, n in sorted(counts.items()) if s not in KILLED]
+        if module in SAMPLED:
+            drawn, total = SAMPLED[module]
+            other.append(f"sample of {len(drawn)} / {total}")
+        print(f"{module:<34} {killed:>7} {checked:>8} {rate:>6.1f}%  {', '.join(other)}")
+        if min_rate is not None and rate < min_rate:
+            below = True
+    return below
+
+
+def report_marks(modules: list[str], statuses: dict[str, str], marked: dict[str, str]) -> None:
+    """Lists the equivalent mutants with their reasons, and the marks that should go."""
+    mine = [n for n in sorted(marked) if any(n.startswith(m + ".") for m in modules)]
+    equivalent = [n for n in mine if statuses.get(n) == "equivalent"]
+    if equivalent:
+        print(f"\n{len(equivalent)} equivalent mutants (marked in pyproject.toml):")
+        for name in equivalent:
+            print(f"  {name}: {marked[name]}")
+    stale = [
+        f"  {n}: {'killed' if statuses[n] in KILLED else 'no such mutant now'}"
+        for n in mine
+        if n not in statuses or statuses[n] in KILLED
+    ]
+    if stale:
+        print(f"\n{len(stale)} marks of equivalence to remove:")
+        print("\n".join(stale))
+
+
+def last_results(group: str, modules: list[str], args: argparse.Namespace) -> dict[str, str]:
+    """The statuses of the last run, without running anything (--report); with --sample, of
+    the same draw (a module never run has no mutants yet: nothing is reported for it)."""
+    work = SCRATCH / group
+    if not (work / "mutants").exists():
+        return {}
+    statuses = results(work)
+    for module in modules:
+        meta = work / "mutants" / (module.replace(".", "/") + ".py.meta")
+        if args.sample is not None and meta.exists():
+            everything = sorted(json.loads(meta.read_text())["exit_code_by_key"])
+            SAMPLED[module] = (
+                set(sample(everything, args.sample, args.seed, module)),
+                len(everything),
+            )
+    for name in statuses:
+        module = name.split(".x")[0]
+        if module in SAMPLED and name not in SAMPLED[module][0]:
+            statuses[name] = "not checked"
+    return statuses
 
 
 def main() -> int:
@@ -265,7 +407,12 @@ def main() -> int:
     parser.add_argument("--min-rate", type=float, default=None, help="per cent")
     parser.add_argument("--quiet", action="store_true", help="no survivor diffs")
     parser.add_argument("--recheck", action="store_true", help="only last run's survivors")
+    parser.add_argument("--sample", type=int, default=None, help="at most N mutants a module")
+    parser.add_argument("--seed", type=int, default=0, help="the draw of --sample")
+    parser.add_argument("--report", action="store_true", help="the last run's rates, no run")
     args = parser.parse_args()
+    if args.sample is not None and args.sample < 1:
+        parser.error("--sample must be at least 1")
     known = configured_modules()
     chosen = [m for text in args.modules for m in module_names(text, known)] or known
     modules = list(dict.fromkeys(chosen))
@@ -274,27 +421,24 @@ def main() -> int:
     works: dict[str, Path] = {}
     for group in groups():
         wanted = [m for m in modules if group_of(m) == group]
-        if wanted:
+        if wanted and args.report:
+            statuses.update(last_results(group, wanted, args))
+            works[group] = SCRATCH / group
+        elif wanted:
             found, group_failed = run_group(group, wanted, args)
             statuses.update(found)
             failed = failed or group_failed
             works[group] = SCRATCH / group
-    below = False
-    print(f"\n{'module':<34} {'killed':>7} {'checked':>8} {'rate':>7}  other")
-    for module in modules:
-        mine = {k: v for k, v in statuses.items() if k.startswith(module + ".")}
-        counts = Counter(mine.values())
-        checked = sum(n for status, n in counts.items() if status not in NOT_COUNTED)
-        killed = sum(n for status, n in counts.items() if status in KILLED)
-        rate = 100.0 * killed / checked if checked else 0.0
-        other = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s not in KILLED)
-        print(f"{module:<34} {killed:>7} {checked:>8} {rate:>6.1f}%  {other}")
-        if args.min_rate is not None and rate < args.min_rate:
-            below = True
+    marked = equivalent_mutants()
+    for name, status in statuses.items():
+        if name in marked and status not in KILLED | NOT_COUNTED:
+            statuses[name] = "equivalent"
+    below = report(modules, statuses, args.min_rate)
     survivors = [
         name
         for name, status in sorted(statuses.items())
-        if status not in KILLED | NOT_COUNTED and any(name.startswith(m + ".") for m in modules)
+        if status not in KILLED | NOT_COUNTED | {"equivalent"}
+        and any(name.startswith(m + ".") for m in modules)
     ]
     if survivors:
         print(f"\n{len(survivors)} surviving mutants:")
@@ -304,6 +448,7 @@ def main() -> int:
             module = next(m for m in modules if name.startswith(m + "."))
             shown = mutmut(works[group_of(module)], "show", name).stdout
             print("    " + "\n    ".join(shown.splitlines()[1:]))
+    report_marks(modules, statuses, marked)
     return 1 if failed or below else 0
 
 
