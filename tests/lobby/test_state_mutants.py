@@ -19,7 +19,7 @@ from echo.lobby.protocol import (
     SetLocked,
     StringEquals,
 )
-from echo.lobby.state import _listing_matches
+from echo.lobby.state.search import _listing_matches
 from tests.lobby.lab import Lab
 
 

@@ -18,9 +18,9 @@ from echo.session.timers import (
     MAX_BUDGETED_HEARTBEAT_RATIO,
     echo_timers,
 )
-from echo.transport.config import TransportConfig
-from echo.transport.frames import DATA_HEADER_LENGTH, SM_LENGTH
-from echo.transport.image import AMPLIFICATION_FACTOR
+from echo.transport.core.config import TransportConfig
+from echo.transport.core.frames import DATA_HEADER_LENGTH, SM_LENGTH
+from echo.transport.core.image import AMPLIFICATION_FACTOR
 
 
 def test_without_a_base_it_is_aerons_defaults_with_the_sessions_cadence() -> None:
