@@ -56,6 +56,7 @@ PURE: dict[str, list[str]] = {
         "gameloop", "games", "hello", "home", "identity", "keys", "limits", "listings",
         "matchmaker", "protocol", "queue_wire", "queues", "replica", "results", "resume",
         "state", "timers",
+        "search_index",
     ],
     # the JSON form of the lobby's messages, derived from the binary table
     "echo.lobby.web": ["__init__", "jsonwire"],

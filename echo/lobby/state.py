@@ -40,14 +40,13 @@ Pure module: no trio, no clock.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import hmac
 import math
 import secrets
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, NoReturn, Protocol
 
 import attrs
@@ -112,6 +111,7 @@ from echo.lobby.protocol import (
     Value,
 )
 from echo.lobby.queue_wire import Matched, QueueLeft
+from echo.lobby.search_index import SearchIndex
 from echo.tickets.core import RosterEntry
 
 log = structlog.get_logger("echo.lobby")
@@ -307,11 +307,10 @@ class LobbyRegistry:
         self._lobbies: dict[int, _Lobby] = {}
         self._by_code: dict[str, int] = {}
         self._where: dict[str, int] = {}  # member id -> the lobby it is in
-        # (indexed key, string value) -> lobbies: equality filters do not scan every lobby.
-        self._index: dict[tuple[str, str], set[int]] = {}
-        # Ids of the listed lobbies (public, unlocked), ascending: a page is a walk from the
-        # cursor that stops after `limit` matches, not a sort of every lobby per search.
-        self._listed: list[int] = []
+        # The listed lobbies' listings (public, unlocked, not ghosts), kept in step by every
+        # change that lists, unlists or alters one: search and quick-join narrow by it, and a
+        # page is a walk from the cursor that stops after `limit` matches.
+        self._index = SearchIndex()
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._reconnecting: dict[str, float] = {}  # member id -> end of its grace period
         self.refusals: Counter[ErrorCode] = Counter()
@@ -734,11 +733,11 @@ class LobbyRegistry:
             return self._join(member_id, seated, req.request_id, now)
         self._not_elsewhere(member_id, None)
         best: _Lobby | None = None
-        for lobby in self._candidates(req.filters):
+        # (FreeSlots(1): the index leaves the full lobbies out.)
+        for listing in self._index.matching((*req.filters, FreeSlots(1))):
+            lobby = self._lobbies[listing.lobby_id]
             if (
-                len(lobby.members) < lobby.max_members
-                and member_id not in lobby.bans
-                and self._matches(lobby, req.filters)
+                member_id not in lobby.bans
                 # Fill the fullest lobby first (players want a game soon), then lowest id.
                 and (
                     best is None
@@ -758,23 +757,15 @@ class LobbyRegistry:
             _refuse(ErrorCode.BAD_REQUEST, f"a page holds 1..{self.config.max_page} lobbies")
         self.counters["searches"] += 1
         after = req.cursor if req.cursor is not None else -1
-        local = (
-            (lobby.lobby_id, lobby)
-            for lobby in self._candidates(req.filters, after)
-            if self._matches(lobby, req.filters)
-        )
-        streams: list[Iterator[tuple[int, _Lobby | LobbyListing]]] = [local]
+        streams = [self._index.matching(req.filters, after)]
         if self._board is not None:
-            streams.append(
-                (listing.lobby_id, listing)
-                for listing in self._board.walk(after, now)
-                if _listing_matches(listing, req.filters)
-            )
-        page: list[_Lobby | LobbyListing] = []
+            streams.append(self._board.matching(req.filters, after, now))
+        page: list[LobbyListing] = []
         more = False
         last = after
         # Both streams ascend by id, so one cursor pages through this server and the others.
-        for lobby_id, found in heapq.merge(*streams, key=lambda pair: pair[0]):
+        for found in heapq.merge(*streams, key=_lobby_id):
+            lobby_id = found.lobby_id
             if lobby_id == last:
                 continue  # a stale remote listing of a lobby that now lives here
             if len(page) == req.limit:
@@ -783,8 +774,7 @@ class LobbyRegistry:
             page.append(found)
             last = lobby_id
         next_cursor = last if more else None
-        listings = tuple(x if isinstance(x, LobbyListing) else self._listing(x) for x in page)
-        return SearchResults(req.request_id, listings, next_cursor)
+        return SearchResults(req.request_id, tuple(page), next_cursor)
 
     def _set_metadata(self, member_id: str, req: SetMetadata, now: float) -> Reply:
         self._rate(member_id, "update", self.config.update_limit, now)
@@ -1314,10 +1304,6 @@ class LobbyRegistry:
         if lobby.join_code and self._by_code.get(lobby.join_code) is None:
             self._by_code[lobby.join_code] = lobby.lobby_id
         self._list_if_live(lobby)
-        for key in self.config.indexed_keys:
-            v = lobby.metadata.get(key)
-            if isinstance(v, str):
-                self._index.setdefault((key, v), set()).add(lobby.lobby_id)
 
     @staticmethod
     def _listable(lobby: _Lobby) -> bool:
@@ -1330,57 +1316,23 @@ class LobbyRegistry:
         )
 
     def _list_if_live(self, lobby: _Lobby) -> None:
-        """Keep `lobby` in the listed ids exactly while it is `_listable`."""
-        listed = self._listed
-        at = bisect.bisect_left(listed, lobby.lobby_id)
-        present = at < len(listed) and listed[at] == lobby.lobby_id
+        """Keep `lobby`'s listing in the index, current, exactly while it is `_listable`: every
+        change to what a listing shows (members, metadata, size, name) or to whether it is
+        listed comes through here."""
         if self._listable(lobby):
-            if not present:
-                listed.insert(at, lobby.lobby_id)
-        elif present:
-            del listed[at]
+            self._index.put(self._listing(lobby))
+        else:
+            self._index.remove(lobby.lobby_id)
 
     def _unindex(self, lobby: _Lobby) -> None:
         if lobby.join_code and self._by_code.get(lobby.join_code) == lobby.lobby_id:
             del self._by_code[lobby.join_code]
-        at = bisect.bisect_left(self._listed, lobby.lobby_id)
-        if at < len(self._listed) and self._listed[at] == lobby.lobby_id:
-            del self._listed[at]
-        for key in self.config.indexed_keys:
-            v = lobby.metadata.get(key)
-            if isinstance(v, str):
-                ids = self._index.get((key, v))
-                if ids is not None:
-                    ids.discard(lobby.lobby_id)
-                    if not ids:
-                        del self._index[(key, v)]
-
-    def _candidates(self, filters: Iterable[Filter], after: int = -1) -> Iterator[_Lobby]:
-        """Listed lobbies (public, unlocked, not ghosts) with ids above `after`, ascending, that
-        may match: narrowed by the index when there is an equality filter."""
-        smallest: set[int] | None = None
-        for f in filters:
-            if isinstance(f, StringEquals):
-                ids = self._index.get((f.key, f.value), set())
-                if smallest is None or len(ids) < len(smallest):
-                    smallest = ids
-        # A common value (an eighth of the listed lobbies or more) is found sooner by walking
-        # the listed ids than by sorting its whole set.
-        if smallest is None or len(smallest) * 8 >= len(self._listed):
-            listed = self._listed
-            for i in range(bisect.bisect_right(listed, after), len(listed)):
-                yield self._lobbies[listed[i]]
-            return
-        for lobby_id in sorted(i for i in smallest if i > after):
-            lobby = self._lobbies[lobby_id]
-            if self._listable(lobby):
-                yield lobby
+        self._index.remove(lobby.lobby_id)
 
     @staticmethod
     def _matches(lobby: _Lobby, filters: Iterable[Filter], *, own_seat: bool = False) -> bool:
         """`own_seat`: the asking member sits in `lobby`, so its seat counts as free."""
-        # Kept apart from _listing_matches (same rules): the local walk must not build a
-        # listing per lobby it merely looks at.
+        # The rules of search_index.listing_matches, on the lobby itself (with its own seat).
         taken = len(lobby.members) - (1 if own_seat else 0)
         for f in filters:
             if isinstance(f, StringEquals):
@@ -1410,13 +1362,14 @@ class LobbyRegistry:
         """What to publish on the listings topic since the last call: the listed lobbies that
         changed (or are new) and those no longer listed (deleted, locked, made private)."""
         changed: list[LobbyListing] = []
-        for lobby_id in self._listed:
-            lobby = self._lobbies[lobby_id]
-            if self._published.get(lobby_id) != lobby.version:
-                self._published[lobby_id] = lobby.version
-                changed.append(self._listing(lobby))
+        for listing in self._index.listings():
+            lobby_id = listing.lobby_id
+            version = self._lobbies[lobby_id].version
+            if self._published.get(lobby_id) != version:
+                self._published[lobby_id] = version
+                changed.append(listing)
         gone: list[ListingGone] = []
-        listed = set(self._listed)
+        listed = self._index
         for lobby_id in [i for i in self._published if i not in listed]:
             del self._published[lobby_id]
             gone.append(ListingGone(lobby_id, self.server_id))
@@ -1424,7 +1377,7 @@ class LobbyRegistry:
 
     def listings(self) -> list[LobbyListing]:
         """Every listed lobby: the periodic refresh that keeps the soft state alive."""
-        return [self._listing(self._lobbies[i]) for i in self._listed]
+        return list(self._index.listings())
 
     def _fresh_lobby_id(self) -> int:
         for _ in range(100):
@@ -1600,23 +1553,6 @@ def _same_tags(a: Mapping[str, bytes], b: Mapping[str, bytes]) -> bool:
     return a.keys() == b.keys() and all(hmac.compare_digest(a[k], b[k]) for k in a)
 
 
-def _listing_matches(listing: LobbyListing, filters: Iterable[Filter]) -> bool:
-    """`_matches` for another server's listing: filters name only indexed keys, which is what
-    a listing carries."""
-    for f in filters:
-        if isinstance(f, StringEquals):
-            if listing.metadata.get(f.key) != f.value:
-                return False
-        elif isinstance(f, NumberRange):
-            v = listing.metadata.get(f.key)
-            if not isinstance(v, int) or not f.low <= v <= f.high:
-                return False
-        elif isinstance(f, FreeSlots):
-            if listing.max_members - listing.member_count < f.minimum:
-                return False
-    return True
-
-
 def _merge_changes(
     current: Mapping[str, Value], changes: Mapping[str, Value | None]
 ) -> tuple[dict[str, Value], dict[str, Value | None]]:
@@ -1632,3 +1568,7 @@ def _merge_changes(
             merged[key] = v
             effective[key] = v
     return merged, effective
+
+
+def _lobby_id(listing: LobbyListing) -> int:
+    return listing.lobby_id
