@@ -764,7 +764,8 @@ class LobbyRegistry:
         more = False
         last = after
         # Both streams ascend by id, so one cursor pages through this server and the others.
-        for found in heapq.merge(*streams, key=_lobby_id):
+        merged = heapq.merge(*streams, key=_lobby_id) if len(streams) > 1 else streams[0]
+        for found in merged:
             lobby_id = found.lobby_id
             if lobby_id == last:
                 continue  # a stale remote listing of a lobby that now lives here
