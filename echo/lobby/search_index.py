@@ -13,12 +13,13 @@ lobby and keeps, next to them, sorted postings that a listing change updates in 
   (`FreeSlots`: the union of the buckets at or above the minimum, merged in id order).
 
 A search picks its driver, the narrowest of these for its filters: an ordered posting is walked
-from the cursor and stops as soon as the page is full; a range narrower than every ordered
-posting is gathered and sorted instead. Each candidate is then checked against every filter
-(`listing_matches`, the same rule a scan applies), so the choice of driver changes the cost and
-never the answer. The registry keeps one index for its own listed lobbies, and
-`echo.lobby.listings.ListingBoard` one for the other servers' listings, each updated by the
-listing change itself (a put or a remove), never rebuilt.
+from the cursor and stops as soon as the page is full; a range holding under a quarter of that
+posting's ids is gathered and sorted instead; a filter nothing can pass answers at once. Each
+candidate is then checked against every filter (`listing_matches`, the same rule a scan
+applies), so the choice of driver changes the cost and never the answer. The registry keeps
+one index for its own listed lobbies, and `echo.lobby.listings.ListingBoard` one for the other
+servers' listings, each updated by the listing change itself (a put or a remove), never
+rebuilt.
 
 Pure module: no trio, no clock.
 """
