@@ -965,6 +965,17 @@ FIGURES: tuple[tuple[str, str, bool, Callable[[dict[str, Any]], float | None]], 
     ("search p99", "ms", True, lambda r: r["search"]["latency_ms_p99"]),
     ("server CPU idle", "%", True, lambda r: r["idle"]["server_cpu_pct"]),
     ("server CPU chat", "%", True, lambda r: r["chat"]["server_cpu_pct"]),
+    # (per search answered: the phase's server CPU seconds over the searches that got a page)
+    (
+        "server CPU per search",
+        "ms",
+        True,
+        lambda r: (
+            1000 * r["search"]["server_cpu_s"] / r["search"]["searches"]
+            if r["search"]["searches"]
+            else None
+        ),
+    ),
     ("server RSS peak", "MiB", True, lambda r: r["server"]["rss_mib_peak"]),
 )
 ECHO_SUBJECT = "echo_lobby"

@@ -62,7 +62,7 @@ PURE: dict[str, list[str]] = {
     "echo.lobby": [
         "agreement", "gameloop", "games", "heldchat", "hello", "home", "identity", "keys",
         "limits", "listings", "matchmaker", "queue_stats", "queue_wire", "queues", "replica",
-        "results", "resume", "timers",
+        "results", "resume", "search_index", "timers",
     ],
     # the lobby's messages by family (records, requests, replies, updates), their field codecs
     # and the message table with its codec

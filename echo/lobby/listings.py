@@ -5,6 +5,8 @@ changes and again before `ttl` runs out (soft state, as in echo.topics), and a "
 lobby stops being listed. Every lobby server keeps a `ListingBoard` of the records it receives; its
 registry's search walks its own lobbies and the board together, in lobby-id order, so one
 cursor pages through both. A server that dies stops refreshing and its listings expire.
+Each record applies to the board's `SearchIndex` (echo.lobby.search_index) as it arrives: a
+search of the board narrows by the index, and nothing is rebuilt when a record comes.
 
 Topic record: u8 version 1, u8 kind; kind 0 is a listing (u64 id, str8 name, u16 members,
 u16 max, map indexed metadata, str8 home), kind 1 "gone" (u64 id, str8 home).
@@ -14,15 +16,16 @@ Pure module: no trio, no clock.
 
 from __future__ import annotations
 
-import bisect
+import heapq
 from collections.abc import Iterator
 from typing import Final, TypeAlias
 
 import attrs
 
-from echo.lobby.protocol import LobbyListing, LobbyProtocolError
+from echo.lobby.protocol import Filter, LobbyListing, LobbyProtocolError
 from echo.lobby.protocol.fields import _LISTING, _STR8, _U8, _U64, _reader, _Record, _Union
 from echo.lobby.protocol.table import _encode
+from echo.lobby.search_index import SearchIndex
 
 RECORD_VERSION: Final = 1
 _LISTED: Final = 0
@@ -83,7 +86,10 @@ class ListingBoard:
         self.self_id = self_id
         self.ttl = ttl
         self._held: dict[int, _Held] = {}
-        self._ids: list[int] = []  # sorted keys of _held
+        self._index = SearchIndex()  # the held listings, by id and by what searches ask
+        # (expiry, id) per apply, earliest first: `expire` pops what is due instead of looking
+        # at every listing; an entry a later refresh superseded is passed over.
+        self._due: list[tuple[float, int]] = []
 
     def __len__(self) -> int:
         return len(self._held)
@@ -98,23 +104,43 @@ class ListingBoard:
             if held is not None and held.listing.home == record.home:
                 self._drop(record.lobby_id)
             return
+        expires_at = now + self.ttl
         if held is None:
-            bisect.insort(self._ids, record.lobby_id)
-        self._held[record.lobby_id] = _Held(record, now + self.ttl)
+            self._held[record.lobby_id] = _Held(record, expires_at)
+            heapq.heappush(self._due, (expires_at, record.lobby_id))
+        else:
+            # Its entry (due no later than its old expiry) stands unless this one is earlier.
+            if expires_at < held.expires_at:
+                heapq.heappush(self._due, (expires_at, record.lobby_id))
+            held.listing, held.expires_at = record, expires_at
+        self._index.put(record)
 
     def expire(self, now: float) -> None:
-        for lobby_id in [i for i, h in self._held.items() if h.expires_at <= now]:
-            self._drop(lobby_id)
+        due = self._due
+        while due and due[0][0] <= now:
+            _, lobby_id = heapq.heappop(due)
+            held = self._held.get(lobby_id)
+            if held is None:
+                continue  # withdrawn or dropped already
+            if held.expires_at <= now:
+                self._drop(lobby_id)
+            else:
+                heapq.heappush(due, (held.expires_at, lobby_id))  # refreshed since
 
     def walk(self, after: int, now: float) -> Iterator[LobbyListing]:
         """Live listings with ids above `after`, ascending."""
-        ids = self._ids
-        for i in range(bisect.bisect_right(ids, after), len(ids)):
-            held = self._held.get(ids[i])
-            if held is not None and held.expires_at > now:
-                yield held.listing
+        return self.matching((), after, now)
+
+    def matching(
+        self, filters: tuple[Filter, ...], after: int, now: float
+    ) -> Iterator[LobbyListing]:
+        """Live listings with ids above `after` that pass every filter, ascending, narrowed by
+        the index. An expired listing the next `expire` will drop is skipped meanwhile."""
+        held = self._held
+        for listing in self._index.matching(filters, after):
+            if held[listing.lobby_id].expires_at > now:
+                yield listing
 
     def _drop(self, lobby_id: int) -> None:
         del self._held[lobby_id]
-        at = bisect.bisect_left(self._ids, lobby_id)
-        del self._ids[at]
+        self._index.remove(lobby_id)

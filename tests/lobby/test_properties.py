@@ -126,7 +126,9 @@ def check_invariants(lab: Lab) -> None:
             seen[m] = lobby_id
     for m in MEMBERS:
         assert reg.lobby_of(m) == seen.get(m)
-    assert reg._listed == brute_force(lab, ())  # the search walk's sorted list is in step
+    # the index holds exactly the listed lobbies, each listing current
+    assert list(reg._index.ids()) == brute_force(lab, ())
+    assert list(reg._index.listings()) == [reg.listing(i) for i in brute_force(lab, ())]
     lab.check_replicas()
     assert not lab.gaps
 

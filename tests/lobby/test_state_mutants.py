@@ -19,7 +19,7 @@ from echo.lobby.protocol import (
     SetLocked,
     StringEquals,
 )
-from echo.lobby.state.search import _listing_matches
+from echo.lobby.search_index import listing_matches as _listing_matches
 from tests.lobby.lab import Lab
 
 

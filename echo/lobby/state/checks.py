@@ -22,6 +22,7 @@ from echo.lobby.protocol import (
     StringEquals,
     Value,
 )
+from echo.lobby.search_index import SearchIndex
 from echo.lobby.state.records import (
     Seats,
     Send,
@@ -55,8 +56,7 @@ class _State:
     _lobbies: dict[int, _Lobby]
     _by_code: dict[str, int]
     _where: dict[str, int]
-    _index: dict[tuple[str, str], set[int]]
-    _listed: list[int]
+    _index: SearchIndex
     _buckets: dict[tuple[str, str], TokenBucket]
     _reconnecting: dict[str, float]
     held_chat: HeldChat

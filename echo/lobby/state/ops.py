@@ -14,6 +14,7 @@ from echo.lobby.protocol import (
     CreateLobby,
     Done,
     ErrorCode,
+    FreeSlots,
     JoinByCode,
     JoinLobby,
     KickMember,
@@ -158,11 +159,11 @@ class _Operations(_Members):
             return self._join(member_id, seated, req.request_id, now)
         self._not_elsewhere(member_id, None)
         best: _Lobby | None = None
-        for lobby in self._candidates(req.filters):
+        # (FreeSlots(1): the index leaves the full lobbies out.)
+        for listing in self._index.matching((*req.filters, FreeSlots(1))):
+            lobby = self._lobbies[listing.lobby_id]
             if (
-                len(lobby.members) < lobby.max_members
-                and member_id not in lobby.bans
-                and self._matches(lobby, req.filters)
+                member_id not in lobby.bans
                 # Fill the fullest lobby first (players want a game soon), then lowest id.
                 and (
                     best is None

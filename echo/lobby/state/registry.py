@@ -53,6 +53,7 @@ from echo.lobby.protocol import (
     TransferOwner,
     Value,
 )
+from echo.lobby.search_index import SearchIndex
 from echo.lobby.state.records import (
     Handled,
     Seats,
@@ -106,11 +107,10 @@ class LobbyRegistry(_Recreate):
         self._lobbies: dict[int, _Lobby] = {}
         self._by_code: dict[str, int] = {}
         self._where: dict[str, int] = {}  # member id -> the lobby it is in
-        # (indexed key, string value) -> lobbies: equality filters do not scan every lobby.
-        self._index: dict[tuple[str, str], set[int]] = {}
-        # Ids of the listed lobbies (public, unlocked), ascending: a page is a walk from the
-        # cursor that stops after `limit` matches, not a sort of every lobby per search.
-        self._listed: list[int] = []
+        # The listed lobbies' listings (public, unlocked, not ghosts), kept in step by every
+        # change that lists, unlists or alters one: search and quick-join narrow by it, and a
+        # page is a walk from the cursor that stops after `limit` matches.
+        self._index = SearchIndex()
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._reconnecting: dict[str, float] = {}  # member id -> end of its grace period
         # Chat said while a seated member was away, for its return (echo.lobby.heldchat).
@@ -170,13 +170,14 @@ class LobbyRegistry(_Recreate):
         """What to publish on the listings topic since the last call: the listed lobbies that
         changed (or are new) and those no longer listed (deleted, locked, made private)."""
         changed: list[LobbyListing] = []
-        for lobby_id in self._listed:
-            lobby = self._lobbies[lobby_id]
-            if self._published.get(lobby_id) != lobby.version:
-                self._published[lobby_id] = lobby.version
-                changed.append(self._listing(lobby))
+        for listing in self._index.listings():
+            lobby_id = listing.lobby_id
+            version = self._lobbies[lobby_id].version
+            if self._published.get(lobby_id) != version:
+                self._published[lobby_id] = version
+                changed.append(listing)
         gone: list[ListingGone] = []
-        listed = set(self._listed)
+        listed = self._index
         for lobby_id in [i for i in self._published if i not in listed]:
             del self._published[lobby_id]
             gone.append(ListingGone(lobby_id, self.server_id))
@@ -184,7 +185,7 @@ class LobbyRegistry(_Recreate):
 
     def listings(self) -> list[LobbyListing]:
         """Every listed lobby: the periodic refresh that keeps the soft state alive."""
-        return [self._listing(self._lobbies[i]) for i in self._listed]
+        return list(self._index.listings())
 
     def holds_secret(self, member_id: str, secret: bytes) -> bool:
         """Does `secret` (a hello's) match a tag of the seat `member_id` holds here? Then it is

@@ -1,15 +1,14 @@
-"""The lobby registry's table of lobbies and its search: the listed ids, the index of
-equality filters, the listings for the topic, and the search request that pages through
-this server's lobbies and the other servers' listings.
+"""The lobby registry's table of lobbies and its search: the listed lobbies' listings in a
+search index (`echo.lobby.search_index`), the listings for the topic, and the search request
+that pages through this server's lobbies and the other servers' listings.
 
 Pure module: no trio, no clock.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from echo.lobby.protocol import (
     ErrorCode,
@@ -51,10 +50,6 @@ class _Search(_Checks):
         if lobby.join_code and self._by_code.get(lobby.join_code) is None:
             self._by_code[lobby.join_code] = lobby.lobby_id
         self._list_if_live(lobby)
-        for key in self.config.indexed_keys:
-            v = lobby.metadata.get(key)
-            if isinstance(v, str):
-                self._index.setdefault((key, v), set()).add(lobby.lobby_id)
 
     @staticmethod
     def _listable(lobby: _Lobby) -> bool:
@@ -67,57 +62,23 @@ class _Search(_Checks):
         )
 
     def _list_if_live(self, lobby: _Lobby) -> None:
-        """Keep `lobby` in the listed ids exactly while it is `_listable`."""
-        listed = self._listed
-        at = bisect.bisect_left(listed, lobby.lobby_id)
-        present = at < len(listed) and listed[at] == lobby.lobby_id
+        """Keep `lobby`'s listing in the index, current, exactly while it is `_listable`: every
+        change to what a listing shows (members, metadata, size, name) or to whether it is
+        listed comes through here."""
         if self._listable(lobby):
-            if not present:
-                listed.insert(at, lobby.lobby_id)
-        elif present:
-            del listed[at]
+            self._index.put(self._listing(lobby))
+        else:
+            self._index.remove(lobby.lobby_id)
 
     def _unindex(self, lobby: _Lobby) -> None:
         if lobby.join_code and self._by_code.get(lobby.join_code) == lobby.lobby_id:
             del self._by_code[lobby.join_code]
-        at = bisect.bisect_left(self._listed, lobby.lobby_id)
-        if at < len(self._listed) and self._listed[at] == lobby.lobby_id:
-            del self._listed[at]
-        for key in self.config.indexed_keys:
-            v = lobby.metadata.get(key)
-            if isinstance(v, str):
-                ids = self._index.get((key, v))
-                if ids is not None:
-                    ids.discard(lobby.lobby_id)
-                    if not ids:
-                        del self._index[(key, v)]
-
-    def _candidates(self, filters: Iterable[Filter], after: int = -1) -> Iterator[_Lobby]:
-        """Listed lobbies (public, unlocked, not ghosts) with ids above `after`, ascending, that
-        may match: narrowed by the index when there is an equality filter."""
-        smallest: set[int] | None = None
-        for f in filters:
-            if isinstance(f, StringEquals):
-                ids = self._index.get((f.key, f.value), set())
-                if smallest is None or len(ids) < len(smallest):
-                    smallest = ids
-        # A common value (an eighth of the listed lobbies or more) is found sooner by walking
-        # the listed ids than by sorting its whole set.
-        if smallest is None or len(smallest) * 8 >= len(self._listed):
-            listed = self._listed
-            for i in range(bisect.bisect_right(listed, after), len(listed)):
-                yield self._lobbies[listed[i]]
-            return
-        for lobby_id in sorted(i for i in smallest if i > after):
-            lobby = self._lobbies[lobby_id]
-            if self._listable(lobby):
-                yield lobby
+        self._index.remove(lobby.lobby_id)
 
     @staticmethod
     def _matches(lobby: _Lobby, filters: Iterable[Filter], *, own_seat: bool = False) -> bool:
         """`own_seat`: the asking member sits in `lobby`, so its seat counts as free."""
-        # Kept apart from _listing_matches (same rules): the local walk must not build a
-        # listing per lobby it merely looks at.
+        # The rules of search_index.listing_matches, on the lobby itself (with its own seat).
         taken = len(lobby.members) - (1 if own_seat else 0)
         for f in filters:
             if isinstance(f, StringEquals):
@@ -164,23 +125,16 @@ class _Search(_Checks):
             _refuse(ErrorCode.BAD_REQUEST, f"a page holds 1..{self.config.max_page} lobbies")
         self.counters["searches"] += 1
         after = req.cursor if req.cursor is not None else -1
-        local = (
-            (lobby.lobby_id, lobby)
-            for lobby in self._candidates(req.filters, after)
-            if self._matches(lobby, req.filters)
-        )
-        streams: list[Iterator[tuple[int, _Lobby | LobbyListing]]] = [local]
+        streams = [self._index.matching(req.filters, after)]
         if self._board is not None:
-            streams.append(
-                (listing.lobby_id, listing)
-                for listing in self._board.walk(after, now)
-                if _listing_matches(listing, req.filters)
-            )
-        page: list[_Lobby | LobbyListing] = []
+            streams.append(self._board.matching(req.filters, after, now))
+        page: list[LobbyListing] = []
         more = False
         last = after
         # Both streams ascend by id, so one cursor pages through this server and the others.
-        for lobby_id, found in heapq.merge(*streams, key=lambda pair: pair[0]):
+        merged = heapq.merge(*streams, key=_lobby_id) if len(streams) > 1 else streams[0]
+        for found in merged:
+            lobby_id = found.lobby_id
             if lobby_id == last:
                 continue  # a stale remote listing of a lobby that now lives here
             if len(page) == req.limit:
@@ -189,22 +143,8 @@ class _Search(_Checks):
             page.append(found)
             last = lobby_id
         next_cursor = last if more else None
-        listings = tuple(x if isinstance(x, LobbyListing) else self._listing(x) for x in page)
-        return SearchResults(req.request_id, listings, next_cursor)
+        return SearchResults(req.request_id, tuple(page), next_cursor)
 
 
-def _listing_matches(listing: LobbyListing, filters: Iterable[Filter]) -> bool:
-    """`_matches` for another server's listing: filters name only indexed keys, which is what
-    a listing carries."""
-    for f in filters:
-        if isinstance(f, StringEquals):
-            if listing.metadata.get(f.key) != f.value:
-                return False
-        elif isinstance(f, NumberRange):
-            v = listing.metadata.get(f.key)
-            if not isinstance(v, int) or not f.low <= v <= f.high:
-                return False
-        elif isinstance(f, FreeSlots):
-            if listing.max_members - listing.member_count < f.minimum:
-                return False
-    return True
+def _lobby_id(listing: LobbyListing) -> int:
+    return listing.lobby_id
