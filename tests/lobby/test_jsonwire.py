@@ -20,6 +20,7 @@ from echo.lobby.protocol import fields as pf
 from echo.lobby.protocol import table as pt
 from echo.lobby.web import jsonforms
 from echo.lobby.web import jsonwire as j
+from echo.lobby.web.moving import moved_message
 from tests.lobby.test_protocol import EDGES, SAMPLES, messages
 
 SCHEMA_PATH = Path(j.__file__).with_name("schema.json")
@@ -251,5 +252,8 @@ def test_the_examples_of_the_docs_page_are_valid_messages() -> None:
             j.load_hello(obj)
         elif obj["type"] in j.REQUEST_TYPES:
             assert j.dump_message(j.load_request(obj)) == obj
+        elif obj["type"] == "moved":  # the door's own, on drain (echo.lobby.web.moving)
+            lobby = int(obj["lobby_id"]) if obj["lobby_id"] is not None else None
+            assert moved_message(lobby, obj["server"], obj["url"]) == obj
         elif obj["type"] != "welcome":
             assert j.dump_message(j.load_server_message(obj)) == obj
