@@ -64,13 +64,13 @@ async def test_an_idle_streams_heartbeats_and_status_messages_are_not_serviced(
         pub, sub = await pair(sender, receiver, port=PORT)
         await pub.send(b"settle")
         assert (await sub.receive()).data == b"settle"
-        await trio.sleep(1.0)
+        await trio.sleep(1.0)  # virtual time: the stream settles into its idle cadence
         sent = sender.counters.heartbeats_sent
         heard = receiver.counters.heartbeats_received
         sms = receiver.counters.status_messages_sent
         on_sender = count_services(sender)
         on_receiver = count_services(receiver)
-        await trio.sleep(10.0)
+        await trio.sleep(10.0)  # virtual time: ten idle seconds, counted
         heartbeats = receiver.counters.heartbeats_received - heard
         status_messages = receiver.counters.status_messages_sent - sms
         assert heartbeats >= 90  # every 100 ms
@@ -95,7 +95,7 @@ async def test_a_silent_peer_is_still_found_within_its_liveness_bounds(
         open_transport(socket_factory=net) as receiver,
     ):
         pub, sub = await pair(sender, receiver, port=PORT)
-        await trio.sleep(3.0)  # idle: nothing but heartbeats and SMs is serviced
+        await trio.sleep(3.0)  # virtual time, idle: nothing but heartbeats and SMs is serviced
         assert pub.is_connected and sub.is_connected
         net.set_link(Link(loss=1.0))  # both directions go silent
         silent_at = trio.current_time()

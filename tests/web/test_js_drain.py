@@ -66,7 +66,7 @@ def _listening(server: dict[str, Any]) -> bool:
             return False
         assert server["process"].poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
+        time.sleep(0.05)  # another process's log and port: nothing to await
     return True
 
 
