@@ -1,9 +1,10 @@
 """The repository stands alone: no product or test file reads or cites anything outside it.
 
-A clone into an empty folder must pass the suite, so nothing may reach beside the checkout
-(`../something`, a path climbing above the root from `__file__`, an absolute path into someone's
-machine), and comments cite the project's own `docs/architecture.md` or public sources by their
-titles, never a design note, a numbered source or an issue number that only its authors had.
+A clone into an empty folder must pass the suite, so nothing may reach beside the checkout (a
+relative path up to a parent folder, a path climbing above the root from `__file__`, an
+absolute path into someone's machine), and comments cite the project's own
+`docs/architecture.md` or public sources by their titles, never a design note, a numbered
+source or an issue number that only its authors had.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ SKIPPED_SUFFIXES = {".so", ".pyc", ".pcapng", ".png", ".svg", ".jar", ".class", 
 #: The engineers' background folder beside a checkout, named only as built here, so that this
 #: file itself (its patterns and its planted violations) names no path outside the repository.
 BG = "sha" + "red"
+#: The planted lines below build what they name from parts too (a parent folder, the
+#: background notes), so that this file itself names nothing outside the repository.
+UP = "." + "./"
 
 #: Absolute paths a file may name: the system's own, the same on every machine. Anything else
 #: rooted at / (a home directory, /work, /root, /srv, /opt, ...) is someone's machine.
@@ -68,18 +72,21 @@ ALLOWED_ROOTS = {
 
 #: Paths that escape the checkout however they are written.
 OUTSIDE_PATTERNS = (
-    (re.compile(r"(?<![\w.])\.\./"), "a relative path climbing out of its folder (../)"),
+    (re.compile(r"(?<![\w.])\.\./"), "a relative path climbing out of its folder"),
     (re.compile(rf"\b{BG}/(?:reference|seeds)\b"), "the engineers' background folder"),
 )
 
 #: Citations that mean nothing to a reader of the repository.
 CITATION_PATTERNS = (
     (re.compile(r"\bseed ?0\d\d\b", re.IGNORECASE), "a numbered source ('seed 00x')"),
-    (re.compile(r"\bseeds/"), "a numbered source's file"),
+    (re.compile(r"\bse" + "eds/"), "a numbered source's file"),
     (re.compile(r"\bseed(?:'s)? §", re.IGNORECASE), "a numbered source's section"),
     (re.compile(r"\bissues? ?#?\d+", re.IGNORECASE), "an issue number"),
-    (re.compile(r"\bDESIGN\.md\b"), "a design note that is not in the repository"),
-    (re.compile(r"\baeron-protocol\.md\b|\b[a-z-]+-anchors\.md\b"), "a reference note not here"),
+    (re.compile(r"\bDES" + r"IGN\.md\b"), "a design note that is not in the repository"),
+    (
+        re.compile(r"\baeron-" + r"protocol\.md\b|\b[a-z-]+-" + r"anchors\.md\b"),
+        "a reference note not here",
+    ),
     (re.compile(r"\breference §"), "a section of a reference note not here"),
 )
 
@@ -88,7 +95,7 @@ FILE_CLIMB = re.compile(
     r"Path\(__file__\)(?:\.resolve\(\)|\.absolute\(\))?"
     r"(?:\.parents\[(?P<index>\d+)\])?(?P<parents>(?:\.parent\b)*)"
 )
-#: A shell script's own folder, climbed: "$(dirname "$0")/../..".
+#: A shell script's own folder, climbed: "$(dirname "$0")" followed by parent steps.
 SCRIPT_CLIMB = re.compile(r"""\$\(dirname "?\$(?:0|\{BASH_SOURCE\[0\]\})"?\)(?P<ups>(?:/\.\.)*)""")
 #: An absolute path: a slash that starts a token (not "MB/s", "and/or", "a/b", "://", "{pid}/"),
 #: then a name that starts with a letter (not "/64", "/ 2") and a further slash.
@@ -170,9 +177,9 @@ TOP_FILE = PurePosixPath("setup.py")
         ("ROOT = Path(__file__).parent.parent.parent.parent", TESTS_FILE),
         ("HERE = Path(__file__).parents[0].parent.parent.parent", TESTS_FILE),
         ("ROOT = Path(__file__).resolve().parents[1]", TOP_FILE),
-        ('cd "$(dirname "$0")/../.."', PurePosixPath(".ci/run")),
-        (f'captures = "../{BG}/reference/aeron-captures"', TESTS_FILE),
-        ("open('../notes.txt')", TESTS_FILE),
+        (f'cd "$(dirname "$0")/{UP}.."', PurePosixPath(".ci/run")),
+        (f'captures = "{UP}{BG}/reference/aeron-captures"', TESTS_FILE),
+        (f"open('{UP}notes.txt')", TESTS_FILE),
         (f"# the captures in {BG}/reference/aeron-captures", TESTS_FILE),
         (f'DATA = "/work/{BG}/reference"', TESTS_FILE),
         ('KEYS = Path("/home/alice/keys")', TESTS_FILE),
@@ -181,14 +188,14 @@ TOP_FILE = PurePosixPath("setup.py")
         ('(f"/opt/data/{name}")', TESTS_FILE),
         ('"""Echo 2.0 server (seed 000 §4.5): config."""', TESTS_FILE),
         ("# Seed 002's three fixes", TESTS_FILE),
-        ("# seeds/004 flow control", TESTS_FILE),
+        ("# se" + "eds/004 flow control", TESTS_FILE),
         ("# (seed §4.3's spoofer)", TESTS_FILE),
         ("# issue 13 item 5", TESTS_FILE),
         ("# Issue 15: close() said", TESTS_FILE),
         ("# see issue #7", TESTS_FILE),
-        ('"""The public surface (DESIGN.md §4)."""', TESTS_FILE),
-        ("# (reference aeron-protocol.md §7.4)", TESTS_FILE),
-        ("# (reference lobby-anchors.md §1)", TESTS_FILE),
+        ('"""The public surface (DES' + 'IGN.md §4)."""', TESTS_FILE),
+        ("# (reference aeron-" + "protocol.md §7.4)", TESTS_FILE),
+        ("# (reference lobby-" + "anchors.md §1)", TESTS_FILE),
         ("# loss detection (reference §2.5)", TESTS_FILE),
     ],
 )
