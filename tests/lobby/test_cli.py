@@ -53,7 +53,7 @@ def start_lobby(log: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:
             if process.poll() == 1 and "Address already in use" in log.read_text():
                 break
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+            time.sleep(0.05)  # another process's file or port: nothing to await
         else:
             return process, port
     raise AssertionError(f"no free ports for echo-lobby: {log.read_text()}")

@@ -60,7 +60,7 @@ def start_servers(tmp_path: Path, n: int) -> tuple[str, dict[str, subprocess.Pop
         while '"listening"' not in log.read_text():
             assert lobbies[f"127.0.0.1:{port}"].poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+            time.sleep(0.05)  # another process's file or port: nothing to await
     return names, lobbies
 
 

@@ -235,7 +235,7 @@ def test_the_resume_finds_the_lobby_re_created_after_its_home_was_killed(
             while '"listening"' not in log.read_text():
                 assert lobbies[f"127.0.0.1:{port}"].poll() is None, log.read_text()
                 assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
+                time.sleep(0.05)  # another process's file or port: nothing to await
         alice = LineClient(names, "alice")
         clients.append(alice)
         alice.send("create room 4")

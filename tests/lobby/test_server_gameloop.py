@@ -205,7 +205,8 @@ async def test_a_player_back_in_its_seat_gets_a_fresh_ticket_for_the_running_gam
                 token = await _token(bob)
                 await owner.start()
                 first = await bob.next_event(GameStarting)
-            await trio.sleep(1.2)  # the first ticket has expired meanwhile
+            # A deadline let pass on purpose: the first ticket's 1 s lifetime runs out.
+            await trio.sleep(1.2)
             with pytest.raises(es.Rejected, match="expired"):
                 await play(first)
             async with echo.lobby.connect(c.names, member="bob", resume_token=token) as again:

@@ -54,7 +54,7 @@ def scrape_until(port: int, predicate: Callable[[Samples], bool], timeout: float
         if predicate(samples):
             return samples
         assert time.monotonic() < deadline, "metrics never showed it"
-        time.sleep(0.05)
+        time.sleep(0.05)  # another process's file or port: nothing to await
 
 
 def raw_exchange(port: int, data: bytes) -> bytes:

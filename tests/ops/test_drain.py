@@ -39,7 +39,7 @@ def wait_draining(metrics: int) -> None:
             assert body == "draining\n"
             return
         assert status == 200
-        time.sleep(0.05)
+        time.sleep(0.05)  # another process's file or port: nothing to await
     raise AssertionError("/readyz never said draining")
 
 
@@ -93,7 +93,7 @@ def test_the_drain_bound_or_a_second_signal_ends_the_wait(tmp_path: Path) -> Non
             server.send_signal(signal.SIGTERM)
             if second_signal:
                 while "server_draining" not in log.read_text():
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # another process's file or port: nothing to await
                 server.send_signal(signal.SIGTERM)
             assert server.wait(timeout=30) == 0
             _, err = client.communicate(timeout=30)

@@ -24,7 +24,7 @@ def wait_for(path: Path, timeout: float = 60.0) -> dict[str, object]:
             except json.JSONDecodeError:
                 pass  # still being written
         assert time.monotonic() < deadline, f"no {path}"
-        time.sleep(0.05)
+        time.sleep(0.05)  # another process's file or port: nothing to await
 
 
 def test_sigusr1_dumps_what_grew_since_start_up(

@@ -47,7 +47,7 @@ def running(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
         deadline = time.monotonic() + 30
         while '"listening"' not in log.read_text():
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+            time.sleep(0.05)  # another process's file or port: nothing to await
         yield process
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0, log.read_text()
