@@ -44,6 +44,7 @@ import trio
 
 import echo.lobby
 from bench import results as result_files
+from bench.harness import Target
 from echo.lobby.client import LobbyClient
 from echo.lobby.protocol import Presence
 
@@ -64,14 +65,6 @@ class Figure:
     lower_is_better: bool = True
     baseline: tuple[str, str] | None = None
     target: Any = None
-
-
-@attrs.frozen
-class Target:
-    op: str
-    threshold: float
-    of: str = "value"
-    note: str = ""
 
 
 def random_base() -> int:
