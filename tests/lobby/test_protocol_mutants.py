@@ -1,0 +1,154 @@
+"""The lobby protocol's message table, built afresh inside the test.
+
+The field codecs (`_Int("u16", ...)`, `_List(_U8, ...)`, `_Enum(ErrorCode, _U16, ...)`) and
+the table's entries (`_request`, `_lobby_op`, `_update`) are made when
+`echo.lobby.protocol.fields` and `table` are imported: a mutation tool that switches a mutant
+on after import never sees what they make, and every test of the imported table passes. Here
+both modules are executed again (under their own names, `table` reading the fresh `fields`),
+and the fresh codec must give the pinned wire bytes, read them back, refuse what does not fit
+with the same reasons, and tell requests from server messages like the imported one.
+
+Pure (in `./dev mutate lobby`'s selection).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+import attrs
+import pytest
+
+import echo.lobby.protocol.fields as fields_module
+import echo.lobby.protocol.table as table_module
+from echo.lobby.protocol import (
+    Channel,
+    LobbyListing,
+    LobbyProtocolError,
+    Message,
+    MessageType,
+    SearchResults,
+    SeatTag,
+    SeatTags,
+    channel_of,
+    encode,
+)
+from tests.lobby import test_protocol
+from tests.lobby.test_protocol import EDGES, EDGES_HEX, SAMPLES, SAMPLES_HEX, TRAILING
+
+
+def _exec(module: ModuleType) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module.__name__, module.__file__)
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    return fresh
+
+
+@pytest.fixture(scope="module")
+def fresh() -> ModuleType:
+    """`table` built again on a `fields` built again."""
+    fields = _exec(fields_module)
+    imported = sys.modules[fields_module.__name__]
+    sys.modules[fields_module.__name__] = fields
+    try:
+        return _exec(table_module)
+    finally:
+        sys.modules[fields_module.__name__] = imported
+
+
+PINNED = [
+    *zip([*SAMPLES, *EDGES], [*SAMPLES_HEX, *EDGES_HEX], strict=True),
+    *TRAILING,
+]
+
+
+def test_the_fresh_table_writes_and_reads_the_pinned_bytes(fresh: ModuleType) -> None:
+    for msg, golden in PINNED:
+        assert fresh.encode(msg).hex() == golden, msg
+        assert fresh.parse_message_untrusted(bytes.fromhex(golden)) == msg
+
+
+def test_the_fresh_table_has_one_entry_per_message_type_on_its_channel(
+    fresh: ModuleType,
+) -> None:
+    assert {m.kind for m in fresh._MESSAGES} == set(MessageType)
+    for msg, _ in PINNED:
+        assert fresh.channel_of(msg) is channel_of(msg), msg
+    kinds = {fresh.channel_of(m) for m in SAMPLES}
+    assert kinds == {Channel.REQUESTS, Channel.UPDATES, Channel.CHAT}
+
+
+def test_the_fresh_table_tells_requests_from_server_messages(fresh: ModuleType) -> None:
+    for msg in SAMPLES:
+        data = encode(msg)
+        if data[0] < MessageType.REFUSAL:
+            assert fresh.parse_request_untrusted(data) == msg
+            with pytest.raises(LobbyProtocolError, match="is a request, not a server message"):
+                fresh.parse_server_message_untrusted(data)
+        else:
+            assert fresh.parse_server_message_untrusted(data) == msg
+            with pytest.raises(LobbyProtocolError, match="is not a request"):
+                fresh.parse_request_untrusted(data)
+
+
+def test_the_fresh_table_refuses_every_truncation_and_extension(fresh: ModuleType) -> None:
+    for msg in SAMPLES:
+        data = encode(msg)
+        for cut in range(len(data)):
+            with pytest.raises(LobbyProtocolError):
+                fresh.parse_message_untrusted(data[:cut])
+        with pytest.raises(LobbyProtocolError):
+            fresh.parse_message_untrusted(data + b"\x00")
+
+
+def _cases(test: object) -> list[object]:
+    """The parameters of one of test_protocol's parametrized tests."""
+    (mark,) = [m for m in getattr(test, "pytestmark", ()) if m.name == "parametrize"]
+    return [p.values if hasattr(p, "values") else p for p in mark.args[1]]
+
+
+def test_the_fresh_table_refuses_what_does_not_fit(fresh: ModuleType) -> None:
+    bad = _cases(test_protocol.test_encode_refuses_what_does_not_fit)
+    assert len(bad) > 10
+    for msg in bad:
+        with pytest.raises(LobbyProtocolError):
+            fresh.encode(msg)
+
+
+def test_the_fresh_table_refuses_hostile_bytes_with_the_same_reasons(fresh: ModuleType) -> None:
+    cases = _cases(test_protocol.test_hostile_bytes_are_refused_with_a_reason)
+    assert len(cases) > 10
+    for data, why in cases:  # type: ignore[misc]
+        with pytest.raises(LobbyProtocolError, match=why):
+            fresh.parse_message_untrusted(data)
+
+
+def test_a_list_past_its_count_is_refused_with_its_reason(fresh: ModuleType) -> None:
+    listing = LobbyListing(1, "r", 2, 1, {})
+    page = SearchResults(1, (listing,) * 256, None)
+    for codec in (table_module, fresh):
+        with pytest.raises(LobbyProtocolError, match="at most 255 listings per page"):
+            codec.encode(page)
+    full = attrs.evolve(page, listings=(listing,) * 255)
+    assert fresh.parse_message_untrusted(fresh.encode(full)) == full
+    assert fresh.encode(full) == encode(full)
+
+
+def test_seat_tags_round_trip_through_the_fresh_table(fresh: ModuleType) -> None:
+    tags = SeatTags(7, (SeatTag("a", b"\x00" * 255), SeatTag("b", b"")))
+    data = fresh.encode(tags)
+    assert data == encode(tags)
+    assert fresh.parse_message_untrusted(data) == tags
+
+
+def test_an_object_that_is_no_message_is_refused_by_the_fresh_table(fresh: ModuleType) -> None:
+    with pytest.raises(LobbyProtocolError, match="not a lobby message"):
+        fresh.encode(object())  # type: ignore[arg-type]
+    assert fresh.channel_of(object()) is Channel.REQUESTS  # type: ignore[arg-type]
+
+
+def test_every_sample_is_a_message(fresh: ModuleType) -> None:
+    msgs: list[Message] = [m for m, _ in PINNED]
+    assert {fresh.encode(m)[0] for m in msgs} == set(MessageType)
