@@ -224,6 +224,11 @@ def _all_mutants(work: Path, group: str, module: str, jobs: int) -> list[str]:
     no mutant makes mutmut generate the mutants and measure the tests, then stop)."""
     meta = work / "mutants" / (module.replace(".", "/") + ".py.meta")
     if not meta.exists():
+        # A plain copy of it (written while another module of the group ran) is newer than its
+        # source, so mutmut would keep it unmutated ("0 files mutated") and match nothing: it
+        # goes, and with it the record of which tests reach which functions, which predates it.
+        (work / "mutants" / (module.replace(".", "/") + ".py")).unlink(missing_ok=True)
+        (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         configure(work, group, [m for m in groups()[group][0] if m == module or _mutated(work, m)])
         done = mutmut(work, "run", "--max-children", str(jobs), f"{module}.{_NOTHING}")
         if "nothing matches" not in done.stdout + done.stderr or not meta.exists():
