@@ -356,10 +356,14 @@ class _Recreate(_Operations):
             lobby.owner = member_id
         self.counters["recreate_merges"] += 1
         self._ensure_owner(lobby, now, notify=False)
+        # A member the copy bans hears it as the version after the last it saw (the lobby's
+        # before the merge): the merged version may be further on, a gap to its replica
+        # rather than its leaving.
+        left = lobby.version + 1
         lobby.version = max(lobby.version, snap.version) + 1
         for gone in banned_here:
             self._out.append(
-                Send((gone,), MemberLeft(lobby.lobby_id, lobby.version, gone, LeaveReason.BANNED))
+                Send((gone,), MemberLeft(lobby.lobby_id, left, gone, LeaveReason.BANNED))
             )
         self._send_state(lobby.audience(), lobby)
 
