@@ -15,6 +15,7 @@ from echo.lobby.protocol import (
     CreateLobby,
     ErrorCode,
     JoinLobby,
+    LeaveLobby,
     LobbyJoined,
     LobbySnapshot,
     MemberState,
@@ -401,3 +402,125 @@ def test_a_retried_copy_adds_its_senders_tags_once_and_tells_the_lobby() -> None
     # A tag for a seat its member has claimed already is not added.
     b.do("c", RecreateLobby(b.rid(), c_copy, seat_tags=(SeatTag("b", b"tb"),)))
     assert b.reg._lobbies[lobby_id].members["b"].tags == {}
+
+
+# --- merges: who is kept, in which seat, with whose tags ----------------------------------------
+
+
+def test_a_member_who_moved_on_here_gets_no_seat_and_may_merge_its_copy_later() -> None:
+    a, lobby_id, copy = copy_of()
+    b = Lab(RECREATE_CONFIG, first_id=700)
+    b.ok("a", CreateLobby(b.rid(), "elsewhere", 4, False, {}))  # a is in another lobby here
+    b.do("b", RecreateLobby(b.rid(), copy))
+    s = state(b, lobby_id)
+    assert [m.member_id for m in s.members] == ["b", "c"]  # a (first by join order) skipped
+    assert s.owner == "b" and b.reg.lobby_of("a") == 700
+    # a leaves that lobby and sends its copy (the same version) within the window: it is
+    # seated as it was in its copy, and takes back the lobby its copy says it owns.
+    b.ok("a", LeaveLobby(b.rid(), 700))
+    handled = b.do("a", RecreateLobby(b.rid(), a.replicas["a"].snapshot()))
+    assert isinstance(handled.reply, LobbyJoined)
+    s = state(b, lobby_id)
+    assert [(m.member_id, m.presence) for m in s.members] == [
+        ("b", Presence.CONNECTED),
+        ("c", Presence.RECONNECTING),
+        ("a", Presence.CONNECTED),
+    ]
+    assert s.owner == "a"
+    b.check_replicas()
+    check_invariants(b)
+
+
+def test_an_older_copy_seats_its_sender_with_its_own_ready_state_and_attributes() -> None:
+    a, lobby_id = home_a()
+    old_c = a.replicas["c"].snapshot()  # c: ready
+    a.ok("c", LeaveLobby(a.rid(), lobby_id))
+    b = Lab(RECREATE_CONFIG)
+    b.do("b", RecreateLobby(b.rid(), a.replicas["b"].snapshot()))  # the newer copy: no c
+    assert "c" not in presence(state(b, lobby_id))
+    assert isinstance(b.do("c", RecreateLobby(b.rid(), old_c)).reply, LobbyJoined)
+    s = state(b, lobby_id)
+    mine = {m.member_id: m for m in s.members}["c"]
+    assert mine.ready and mine.presence is Presence.CONNECTED and mine.join_seq == 2
+    assert b.reg._reconnecting == {"a": GRACE}
+    b.check_replicas()
+
+
+def test_a_newer_copy_that_shrinks_the_lobby_displaces_unclaimed_seats_only() -> None:
+    _, lobby_id, copy = copy_of()  # a, b, c in a lobby of 4
+    b = Lab(RECREATE_CONFIG)
+    b.do("b", RecreateLobby(b.rid(), copy))  # b here; a and c kept
+    a_and_c = tuple(m for m in copy.members if m.member_id != "b")
+    smaller = attrs.evolve(copy, version=copy.version + 1, max_members=2, members=a_and_c)
+    assert isinstance(b.do("c", RecreateLobby(b.rid(), smaller)).reply, LobbyJoined)
+    s = state(b, lobby_id)
+    # a (kept, unclaimed) goes; c (the sender) and b (arrived) stay.
+    assert [m.member_id for m in s.members] == ["c", "b"] and s.max_members == 2
+    assert "a" not in b.reg._reconnecting
+    check_invariants(b)
+
+
+def test_a_copy_that_bans_a_member_removes_it_and_forgets_its_held_chat() -> None:
+    from echo.lobby.protocol import SendChat
+
+    a, lobby_id = home_a()
+    old = a.replicas["b"].snapshot()
+    a.ok("c", LeaveLobby(a.rid(), lobby_id))  # the newer copies say c left
+    b = Lab(RECREATE_CONFIG)
+    b.do("b", RecreateLobby(b.rid(), old))
+    b.ok("b", SendChat(b.rid(), lobby_id, "anyone?"))
+    assert b.reg.held_chat.waiting("c") == 1 and b.reg.held_chat.waiting("a") == 1
+    b.do("a", RecreateLobby(b.rid(), a.replicas["a"].snapshot()))
+    assert "c" not in presence(state(b, lobby_id))
+    assert b.reg.held_chat.waiting("c") == 0
+    assert b.reg.lobby_of("c") is None and "c" not in b.reg._reconnecting
+
+
+def test_the_owner_banned_by_a_newer_copy_hands_the_lobby_to_that_copys_sender() -> None:
+    from echo.lobby.protocol import BanMember
+
+    a, lobby_id = home_a()
+    old = a.replicas["b"].snapshot()
+    a.ok("a", BanMember(a.rid(), lobby_id, "b"))
+    b = Lab(RECREATE_CONFIG)
+    b.do("b", RecreateLobby(b.rid(), old))
+    assert state(b, lobby_id).owner == "b" and b.reg.counters["owner_migrations"] == 1
+    b.do("c", RecreateLobby(b.rid(), a.replicas["c"].snapshot()))
+    s = state(b, lobby_id)
+    assert s.owner == "c" and "b" not in presence(s)
+    # b hears that it was banned as the next version it expects, not a gap to resync.
+    assert b.replicas["b"].closed and b.gaps == []
+    # The copy's sender is the owner at once: not a migration of the owner rule.
+    assert b.reg.counters["owner_migrations"] == 1
+
+
+def test_a_seat_kept_by_several_copies_keeps_each_senders_tag() -> None:
+    a, lobby_id, old = copy_of("b")
+    b = Lab(RECREATE_CONFIG)
+    b.do("b", RecreateLobby(b.rid(), old, seat_tags=(SeatTag("c", b"from-b"),)))
+    newer = attrs.evolve(a.replicas["a"].snapshot(), version=old.version + 1)
+    b.do("a", RecreateLobby(b.rid(), newer, seat_tags=(SeatTag("c", b"from-a"),)))
+    held = b.reg._lobbies[lobby_id].members["c"]
+    assert held.tags == {"b": b"from-b", "a": b"from-a"}
+    assert not held.arrived and held.presence is Presence.RECONNECTING
+
+
+def test_an_older_copy_adds_its_senders_tag_to_the_seats_not_yet_claimed() -> None:
+    a, lobby_id, newest = copy_of("b")
+    b = Lab(RECREATE_CONFIG)
+    b.do("b", RecreateLobby(b.rid(), attrs.evolve(newest, version=newest.version + 1)))
+    b.do("c", RecreateLobby(b.rid(), a.replicas["c"].snapshot(), seat_tags=(SeatTag("a", b"t"),)))
+    assert b.reg._lobbies[lobby_id].members["a"].tags == {"c": b"t"}
+
+
+def test_a_recreate_spends_the_join_budget() -> None:
+    from echo.lobby.limits import RateLimit
+
+    _, lobby_id, copy = copy_of()
+    slow = attrs.evolve(RECREATE_CONFIG, join_limit=RateLimit(rate=0.001, burst=1))
+    b = Lab(slow, first_id=800)
+    b.ok("z", CreateLobby(b.rid(), "other", 4, False, {}))
+    b.do("b", RecreateLobby(b.rid(), copy))
+    b.ok("b", LeaveLobby(b.rid(), lobby_id))
+    reply = b.refused("b", JoinLobby(b.rid(), 800), ErrorCode.RATE_LIMITED)
+    assert reply.message.startswith("too many join requests")
