@@ -321,3 +321,46 @@ def test_a_fan_out_reaches_each_subscriber_once() -> None:
     core.on_datagram(line, PUB, 1.0)
     assert sorted(core.datagrams_to_send()) == sorted([(line, SUB), (line, OTHER)])
     assert core.counters.deliveries == 2
+
+
+def test_every_counter_adds_up_over_several_datagrams() -> None:
+    """Each counter accumulates: the figures an operator graphs are totals, not the last event."""
+    core = TopicServerCore(ServerConfig(table_size=1))
+    c = core.counters
+    guess = format_confirm(make_cookie(b"not the secret", 0, *SUB))
+    small = b"t\n"
+    core.on_datagram(small, SUB, 1.0)  # withheld: smaller than the cookie
+    core.on_datagram(small + b"x", SUB, 1.0)  # withheld again, and an unterminated tail
+    core.on_datagram(b"y", SUB, 1.0)  # another unterminated tail, no line
+    assert c.cookies_withheld == 2 and c.malformed["unterminated"] == 2
+    assert c.lines_received == 2 and c.datagrams_received == 3
+    assert c.bytes_received == 2 + 3 + 1
+    core.on_datagram(guess + small, SUB, 1.0)  # a bad cookie
+    core.on_datagram(guess + small, SUB, 1.0)  # and another
+    assert c.bad_cookies == 2
+    core.on_datagram(guess, SUB, 1.0)  # confirms of nothing
+    core.on_datagram(guess, SUB, 1.0)
+    core.on_datagram(format_publish(b"t", b"m"), PUB, 1.0)  # neither confirm nor subscribe
+    assert c.confirms_without_subscribe == 2
+    assert c.bad_cookies == 4
+    subscribe(core, SUB, [b"a"], now=2.0)
+    subscribe(core, OTHER, [b"b"], now=3.0)  # evicts SUB's
+    subscribe(core, SUB, [b"c"], now=4.0)  # evicts OTHER's
+    assert c.subscriptions_added == 3 and c.subscriptions_evicted == 2
+    # the two subscribes with a bad cookie were answered as unconfirmed, then 3 handshakes
+    assert c.cookies_sent == 2 + 3
+    # 2, then 2 x 2 (confirm, subscribe), 2 confirms, a publish, 3 handshakes of 2 x 2 lines
+    assert c.lines_received == 2 + 4 + 2 + 1 + 3 * 4
+
+
+def test_a_server_given_its_secret_keeps_it_so_a_restart_honours_its_cookies() -> None:
+    secret = b"k" * 32
+    first = TopicServerCore(secret=secret)
+    assert first.secret == secret
+    first.on_datagram(b"t\n" + format_pad(64), SUB, 1.0)
+    cookie = cookie_from(first.datagrams_to_send())
+    again = TopicServerCore(secret=secret)  # the same server, restarted with its secret
+    again.on_datagram(format_confirm(cookie.cookie) + b"t\n", SUB, 2.0)
+    assert again.subscribers(b"t") == [SUB]
+    other = TopicServerCore()
+    assert len(other.secret) == 32 and other.secret != secret
