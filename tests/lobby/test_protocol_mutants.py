@@ -21,16 +21,20 @@ import attrs
 import pytest
 
 import echo.lobby.protocol.fields as fields_module
+import echo.lobby.protocol.fields as pf
 import echo.lobby.protocol.table as table_module
 from echo.lobby.protocol import (
     Channel,
+    CreateLobby,
     LobbyListing,
     LobbyProtocolError,
     Message,
     MessageType,
+    QuickJoin,
     SearchResults,
     SeatTag,
     SeatTags,
+    StartGame,
     channel_of,
     encode,
 )
@@ -46,9 +50,11 @@ def _exec(module: ModuleType) -> ModuleType:
     return fresh
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fresh() -> ModuleType:
-    """`table` built again on a `fields` built again."""
+    """`table` built again on a `fields` built again, for each test (a mutation tool learns
+    which tests reach a function from the calls each test makes: a fixture kept for the
+    module would be counted to its first test only)."""
     fields = _exec(fields_module)
     imported = sys.modules[fields_module.__name__]
     sys.modules[fields_module.__name__] = fields
@@ -152,3 +158,99 @@ def test_an_object_that_is_no_message_is_refused_by_the_fresh_table(fresh: Modul
 def test_every_sample_is_a_message(fresh: ModuleType) -> None:
     msgs: list[Message] = [m for m, _ in PINNED]
     assert {fresh.encode(m)[0] for m in msgs} == set(MessageType)
+
+
+# --- the field codecs, one by one -----------------------------------------------------------------
+
+
+def written(codec: object, value: object) -> bytes:
+    w = pf._writer()
+    codec.write(w, value)  # type: ignore[attr-defined]
+    return bytes(w.data)
+
+
+def read(codec: object, data: bytes) -> object:
+    r = pf._reader(data)
+    value = codec.read(r)  # type: ignore[attr-defined]
+    r.check_end()
+    return value
+
+
+def refused_writing(codec: object, value: object, message: str) -> None:
+    with pytest.raises(LobbyProtocolError) as refused:
+        written(codec, value)
+    assert str(refused.value) == message
+
+
+def test_a_bool_field_takes_only_a_bool() -> None:
+    assert written(pf._BOOL, True) == b"\x01" and written(pf._BOOL, False) == b"\x00"
+    refused_writing(pf._BOOL, 1, "expected a bool, got 1")
+
+
+def test_a_bytes16_field_holds_up_to_65535_bytes_of_bytes() -> None:
+    most = b"\xab" * 0xFFFF
+    assert written(pf._BYTES16, most) == b"\xff\xff" + most
+    assert read(pf._BYTES16, b"\xff\xff" + most) == most
+    refused_writing(pf._BYTES16, most + b"\x00", "expected at most 65535 bytes")
+    refused_writing(pf._BYTES16, "text", "expected at most 65535 bytes")
+
+
+def test_a_bytes8_field_holds_up_to_255_bytes_of_bytes() -> None:
+    most = b"\xab" * 0xFF
+    assert written(pf._BYTES8, most) == b"\xff" + most
+    refused_writing(pf._BYTES8, most + b"\x00", "expected at most 255 bytes")
+    refused_writing(pf._BYTES8, "text", "expected at most 255 bytes")
+
+
+def test_a_server_key_is_exactly_32_bytes_both_ways() -> None:
+    key = bytes(range(32))
+    codec = pf._PublicKey()
+    assert written(codec, key) == b"\x20" + key
+    assert read(codec, b"\x20" + key) == key
+    for bad in (key[:31], key + b"\x00"):
+        refused_writing(codec, bad, "a server key is 32 bytes")
+        with pytest.raises(LobbyProtocolError) as refused:
+            read(codec, bytes([len(bad)]) + bad)
+        assert str(refused.value) == f"a server key of {len(bad)} bytes, not 32"
+    refused_writing(codec, "k" * 32, "a server key is 32 bytes")
+
+
+def test_a_map_holds_up_to_255_keys() -> None:
+    most = {f"k{i}": i for i in range(255)}
+    data = written(pf._VALUES, most)
+    assert data[0] == 255 and read(pf._VALUES, data) == most
+    refused_writing(pf._VALUES, {**most, "one more": 1}, "a map holds at most 255 keys, not 256")
+
+
+def test_a_value_is_a_string_or_a_64_bit_integer_and_nothing_else() -> None:
+    assert written(pf._VALUES, {"k": 5}) == b"\x01\x01k\x01" + (5).to_bytes(8, "big")
+    for bad in (True, 1.5, b"x", None):
+        refused_writing(pf._VALUES, {"k": bad}, f"not a lobby value: {bad!r}")
+    assert written(pf._CHANGES, {"k": None}) == b"\x01\x01k\x02"
+
+
+def test_a_filter_is_one_of_the_three_kinds(fresh: ModuleType) -> None:
+    for codec in (table_module, fresh):
+        with pytest.raises(LobbyProtocolError) as refused:
+            codec.encode(QuickJoin(1, ("mode",)))  # type: ignore[arg-type]
+        assert str(refused.value) == "not a filter: 'mode'"
+
+
+def test_an_empty_trailing_field_sent_anyway_is_refused_with_why(fresh: ModuleType) -> None:
+    data = encode(StartGame(1, 2)) + b"\x00"  # filters present, and empty
+    with pytest.raises(LobbyProtocolError) as refused:
+        fresh.parse_message_untrusted(data)
+    assert str(refused.value) == "an empty trailing field is left out, not sent"
+
+
+def test_a_trailing_field_anywhere_but_last_is_refused_by_the_fresh_codecs() -> None:
+    fields = _exec(fields_module)
+    with pytest.raises(TypeError, match="only the last field may be trailing"):
+        fields._Record(
+            CreateLobby,
+            request_id=fields._U32,
+            name=fields._Trailing(fields._STR8, ""),
+            max_members=fields._U16,
+            private=fields._BOOL,
+            metadata=fields._VALUES,
+        )
