@@ -100,10 +100,12 @@ DRIVERS: dict[str, list[str]] = {
         "wiring",
     ],
     # the package, the trio server (its life cycle, on its layers: the hooks and state, the
-    # duologues, the resumes, the HELLOs), the client (`connect`, its handshake, its path and
-    # resumes) and session, the path watch, the port probes
+    # duologues, the resumes, the HELLOs), the client (`connect`, its handshake, the all-clients
+    # subscription its handshakes share, its path and resumes) and session, the path watch, the
+    # port probes
     "echo.session": [
-        "__init__", "client", "client_handshake", "client_path", "held", "pathwatch", "server",
+        "__init__", "client", "client_handshake", "client_hub", "client_path", "held",
+        "pathwatch", "server",
         "server_base", "server_duologues", "server_hello", "server_resume", "session",
     ],
     # the package (re-exports the key-file reader), the key files
