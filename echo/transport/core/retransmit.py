@@ -1,8 +1,9 @@
 """Retransmit handling for a publication: which NAKed ranges to resend, and which NAKs to
 ignore because a resend of the same bytes is on its way (Aeron's RetransmitHandler).
 
-Pure: `now` is passed in; nothing here sends. The publication validates a NAK against its log,
-asks `on_nak` whether to resend, and sends what `due` returns.
+Pure: `now` is passed in. The publication validates a NAK against its log, asks `on_nak`
+whether to resend, and `resend_due` sends what is due from the log through the publication's
+term scanner and its `emit`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import math
 
 import attrs
+
+from echo.transport.core.counters import Counters
+from echo.transport.core.scanner import Emit, TermScanner
 
 Range = tuple[int, int]  # (position, length)
 
@@ -92,3 +96,18 @@ class RetransmitHandler:
             if action.linger_until < deadline:
                 deadline = action.linger_until
         return deadline
+
+
+def resend_due(
+    handler: RetransmitHandler, now: float, scanner: TermScanner, emit: Emit, counters: Counters
+) -> None:
+    """Send the ranges `handler` has due at `now`, whole frames out of the log (`scanner`)."""
+    for position, length in handler.due(now):
+        reached = scanner.send(position, position + length, emit)
+        if scanner.blocked:
+            counters.send_would_block += 1
+        if scanner.wire_datagrams:
+            # One retransmit action (Aeron's unit: a NAK answered) that put something on
+            # the wire; with no destination or a full buffer nothing was resent.
+            counters.retransmits_sent += 1
+            counters.retransmitted_bytes += reached - position
