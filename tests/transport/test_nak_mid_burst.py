@@ -12,6 +12,10 @@ Here a hand-played receiver on the in-memory network does what that receiver did
 open gap once for every datagram that arrives after it. Each read of echo's sockets takes
 READ_COST of virtual time, as reading does on a loaded machine (the driver's clock is the
 run's MockClock), so the time a resend waits behind the reads is visible in virtual time.
+
+The pure publication (tests/transport/pairlink.py) for the rest of "whatever the sender is
+doing": a resend that meets a full socket buffer, or is longer than one scan may send, is not
+taken for sent; what is left stays due.
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ import trio.testing
 
 from echo.transport import TransportConfig, open_transport
 from echo.transport.core.frames import parse_datagram_untrusted
+from echo.transport.core.publication import WOULD_BLOCK
+from echo.transport.core.scanner import MAX_DATAGRAMS_PER_SCAN
 from echo.transport.core.wireformat import DataHeader, Nak, Setup, StatusMessage
 from echo.transport.testing import Datagram, MemoryNetwork, MemorySocket
+from tests.transport.pairlink import PairLink
 
 PORT = 40125
 STREAM = 1001
@@ -165,3 +172,61 @@ async def test_a_nak_queued_behind_more_naks_is_resent_before_they_are_read(
     assert waited <= REPAIR_BOUND, (
         f"resent {waited * 1000:.2f} ms after the first NAK, behind {naks} NAKs read"
     )
+
+
+# ----------------------------------------------------------------- the pure publication
+
+
+def _resent(pair: PairLink, since: int) -> list[int]:
+    """The term offsets of the data datagrams the sender sent after the first `since`."""
+    return [
+        frame.term_offset
+        for sent in pair.sent("data")[since:]
+        if isinstance(frame := sent.frame, DataHeader) and frame.frame_length
+    ]
+
+
+def _nak(pair: PairLink, offset: int, length: int) -> bytes:
+    publication = pair.publication
+    return Nak(
+        publication.session_id,
+        publication.stream_id,
+        publication.initial_term_id,
+        offset,
+        length,
+    ).encode()
+
+
+def test_a_resend_that_meets_a_full_socket_is_sent_when_it_drains() -> None:
+    pair = PairLink()
+    pair.connect()
+    for index in range(4):
+        pair.offer(index.to_bytes(8, "little") + bytes(PAYLOAD - 8))
+    pair.pump()
+    sent = len(pair.sent("data"))
+    pair.inject_to_sender(_nak(pair, FRAME, 2 * FRAME))
+
+    def full(datagram: bytes | memoryview, address: object, segment: int = 0) -> int:
+        return WOULD_BLOCK
+
+    pair.send_endpoint.poll(pair.now, full)  # the resend meets a full socket buffer
+    assert pair.send_endpoint.next_deadline(pair.now) == pair.now  # still due
+    pair.inject_to_sender(_nak(pair, FRAME, 2 * FRAME))  # the receiver's NAK again
+    pair.poll_sender()  # the socket has room again
+    assert _resent(pair, sent) == [FRAME, 2 * FRAME]  # resent once, whole
+
+
+def test_a_resend_longer_than_one_scan_goes_out_whole_over_the_next_polls() -> None:
+    pair = PairLink(term_length=4 << 20, rcv_wnd=2 << 20)
+    pair.connect()
+    count = MAX_DATAGRAMS_PER_SCAN + 100
+    for index in range(count):
+        pair.offer(index.to_bytes(8, "little") + bytes(PAYLOAD - 8))
+    pair.pump()
+    sent = len(pair.sent("data"))
+    pair.inject_to_sender(_nak(pair, 0, count * FRAME))  # one NAK for all of it
+    pair.poll_sender()
+    assert len(_resent(pair, sent)) == MAX_DATAGRAMS_PER_SCAN  # one scan's worth ...
+    assert pair.send_endpoint.next_deadline(pair.now) == pair.now  # ... and the rest is due
+    pair.poll_sender()
+    assert _resent(pair, sent) == [index * FRAME for index in range(count)]
