@@ -367,9 +367,13 @@ class SendEndpoint:
         if not repairs:
             return
         self._repairs = []
-        emit = self.emitter(send)
         for publication in repairs:
-            publication.repair(now, emit)
+            publication.repair(now, self.emit_for(publication, send))
+
+    def emit_for(self, publication: NetworkPublication, send: Send) -> Emit:
+        """How `publication`'s datagrams leave through `send`: to every destination of this
+        endpoint (a response port sends each publication's to its own receiver)."""
+        return self.emitter(send)
 
     def poll(self, now: float, send: Send) -> None:
         self.news = False
