@@ -38,7 +38,7 @@ from echo.transport.core.frames import (
 )
 from echo.transport.core.liveness import ReceiverLiveness
 from echo.transport.core.logbuffer import compute_fragmented_length, compute_position, i32
-from echo.transport.core.retransmit import RetransmitHandler, resend_length
+from echo.transport.core.retransmit import RetransmitHandler, resend_due, resend_length
 from echo.transport.core.scanner import Emit, TermScanner
 
 _T = TypeVar("_T")
@@ -439,7 +439,7 @@ class NetworkPublication:
                 counters.setups_sent += sent
 
         if self.retransmits:
-            self._resend(now, emit)
+            resend_due(self.retransmits, now, self.scanner, emit, counters)
 
         self.send_pending(now, emit)
         if self.liveness.expire(now):
@@ -473,15 +473,10 @@ class NetworkPublication:
             # until then keep announcing end-of-stream, in case those heartbeats were lost.
             self.state = PublicationState.CLOSED
 
-    def _resend(self, now: float, emit: Emit) -> None:
-        counters = self.counters
-        for position, length in self.retransmits.due(now):
-            reached = self._send_range(position, position + length, emit)
-            if self.scanner.wire_datagrams:
-                # One retransmit action (Aeron's unit: a NAK answered) that put something on
-                # the wire; with no destination or a full buffer nothing was resent.
-                counters.retransmits_sent += 1
-                counters.retransmitted_bytes += reached - position
+    def repair(self, now: float, emit: Emit) -> None:
+        """Send the resends that are due now (the part of `poll` a NAK just read needs)."""
+        if self.state is not PublicationState.CLOSED and self.retransmits:
+            resend_due(self.retransmits, now, self.scanner, emit, self.counters)
 
     def _send_heartbeat(self, now: float, emit: Emit) -> None:
         """An idle heartbeat, a probe after data, or end-of-stream while lingering."""

@@ -377,6 +377,9 @@ class Driver(LendingDriver):
         recvfrom_into = sock.recvfrom_into
         recvmsg_into = sock.recvmsg_into
         buffers = self._buffers
+        # A send socket's NAK that makes a resend due is acted on before the next read
+        # (SendEndpoint.repair): the socket may hold many more behind it.
+        repairs = endpoint if isinstance(endpoint, SendEndpoint) else None
         received = 0
         # A socket that was quiet (not read for _READ_QUIET: an idle stream's heartbeat or
         # status message, a message a second) has one datagram: read it and stop. Whatever
@@ -417,6 +420,8 @@ class Driver(LendingDriver):
             except Exception:  # a bug must not take the transport down: count, log, go on
                 self._handle_failed(source)
             received += 1
+            if repairs is not None and repairs.repair_due:
+                repairs.repair(now, udp.send)
         if timers_due or (received and not udp.quiet_after_read()):
             # (Skipped when an application task reads a lent socket and the datagrams were
             # data in order: no SM or NAK is due, no image came or went, nobody else to
