@@ -92,7 +92,6 @@ class _Hub:
         self.key = key
         self.subscription: Subscription
         self.ready = trio.Event()
-        self.failure: BaseException | None = None
         self.views: set[AllClientsView] = set()
         self.by_prefix: dict[bytes, AllClientsView] = {}
         #: the view whose task waits on the subscription now (one at a time)
@@ -175,27 +174,31 @@ async def open_view(
     if no handshake of this transport has one open)."""
     key = (host, control_port, stream_id)
     hubs = _hubs.setdefault(transport, {})
-    hub = hubs.get(key)
-    if hub is None:
-        hub = _Hub(transport, key)
-        hubs[key] = hub
-        try:
-            hub.subscription = await transport.add_subscription(
-                f"aeron:udp?control={host}:{control_port}|control-mode=dynamic",
-                stream_id,
-                on_image_unavailable=hub.on_image_gone,
-            )
-        except BaseException as error:
-            if hubs.get(key) is hub:
-                del hubs[key]
-            hub.failure = error
-            raise
-        finally:
-            hub.ready.set()
-    else:
+    while True:
+        hub = hubs.get(key)
+        if hub is None:
+            hub = _Hub(transport, key)
+            hubs[key] = hub
+            try:
+                hub.subscription = await transport.add_subscription(
+                    f"aeron:udp?control={host}:{control_port}|control-mode=dynamic",
+                    stream_id,
+                    on_image_unavailable=hub.on_image_gone,
+                )
+            except BaseException:
+                if hubs.get(key) is hub:
+                    del hubs[key]
+                raise
+            finally:
+                hub.ready.set()
+            break
         await hub.ready.wait()
-        if hub.failure is not None:
-            raise hub.failure
+        # The hub may have failed to open (its opener's error is the opener's), or opened and
+        # closed again while we waited (its only handshake ended at once): attaching to it
+        # would wait on a closed subscription until the handshake timed out. Take the
+        # transport's current hub, or open one.
+        if hubs.get(key) is hub:
+            break
     view = AllClientsView(hub, on_image_gone)
     hub.views.add(view)
     return view

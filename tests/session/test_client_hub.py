@@ -9,11 +9,14 @@ N copies (measured before: 300 joins on one transport, half of them timed out). 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
 
 import echo.session as es
+from echo.protocol import ECHO_STREAM_ID
 from echo.session import client_hub
 from echo.session.client import client_transport_config
 from echo.session.client_handshake import HandshakeState
@@ -151,4 +154,67 @@ async def test_a_handshake_after_the_hub_closed_opens_a_new_one(
                     assert client_hub._hubs.get(transport, {}) == {}
                     await session.send(b"%d" % n)
                     assert await session.receive() == b"%d" % n
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_handshake_that_waited_on_a_hub_closed_meanwhile_opens_a_new_one(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A handshake found the hub while its first handshake was still opening it, and waited;
+    # the first then ended at once (refused, cancelled), its hub's last view. The waiter was
+    # attached to the closed hub and timed out on a subscription with no image (bench.churn:
+    # 2-4 of ~400 sessions per 4 s, "waiting for the all-clients channel to connect").
+    net = MemoryNetwork()
+    memory_server(monkeypatch, net)
+    server = SessionServer(_config(), echo_app)
+    key = (SERVER, 9001, ECHO_STREAM_ID)
+    with trio.fail_after(120):
+        async with (
+            trio.open_nursery() as nursery,
+            open_transport(client_transport_config(), socket_factory=net) as transport,
+        ):
+            await nursery.start(server.run)
+            hubs = client_hub._hubs.setdefault(transport, {})
+            gate = trio.Event()  # holds the first hub's subscription opening
+            add_subscription = transport.add_subscription
+
+            async def held(*args: Any, **kwargs: Any) -> Any:
+                await gate.wait()
+                return await add_subscription(*args, **kwargs)
+
+            monkeypatch.setattr(transport, "add_subscription", held)
+
+            async def first() -> None:
+                view = await client_hub.open_view(
+                    transport, SERVER, 9001, ECHO_STREAM_ID, lambda image: None
+                )
+                await view.close()  # before the waiter runs: no checkpoint in between
+
+            views: list[client_hub.AllClientsView] = []
+            opened = trio.Event()
+
+            async def second() -> None:
+                views.append(
+                    await client_hub.open_view(
+                        transport, SERVER, 9001, ECHO_STREAM_ID, lambda image: None
+                    )
+                )
+                opened.set()
+
+            nursery.start_soon(first)
+            while key not in hubs:  # the first has made the hub and waits at the gate
+                await trio.lowlevel.checkpoint()
+            opening = hubs[key]
+            nursery.start_soon(second)
+            while opening.ready.statistics().tasks_waiting < 1:  # the second waits on it
+                await trio.lowlevel.checkpoint()
+            gate.set()
+            await opened.wait()
+            view = views[0]
+            assert view._hub is not opening
+            assert hubs[key] is view._hub
+            while not view.images:  # the server's all-clients channel reaches the new hub
+                await view.wait_activity()
+            await view.close()
+            assert key not in hubs
             nursery.cancel_scope.cancel()
