@@ -115,6 +115,8 @@ class Lab:
                     self.chat.setdefault(member, []).append(msg)
                 elif isinstance(msg, GameStarting):
                     self.games.setdefault(member, []).append(msg)
+                    if member in self.replicas:  # (as the client does: the game in its copy)
+                        self.replicas[member].note_game(msg, self.now)
                 elif isinstance(msg, LobbySnapshot):
                     replica = self.replicas.get(member)
                     if replica is None or replica.closed or replica.lobby_id != msg.lobby_id:

@@ -21,6 +21,7 @@ from echo.lobby.protocol import (
     Done,
     ErrorCode,
     FreeSlots,
+    GameCopy,
     GameDetails,
     GameEnded,
     GameStarting,
@@ -375,6 +376,21 @@ TRAILING: list[tuple[Message, str]] = [
         + "0174"
         + "03626f6200",
     ),
+    (
+        RecreateLobby(16, EMPTY_SNAPSHOT, b"", (), GameCopy(b"\x02tk", 90_000)),
+        # An empty seat, then a game copy after trailing tags left empty: the empty tags are
+        # written (u16 count 0), then the copy: bytes16 ticket, u32 life left in ms.
+        "0f00000010" + "00" * 27 + "0000" + "0000" + "0003" + "02746b" + "00015f90",
+    ),
+    (
+        GameStarting(
+            77, "g", "h:1", b"t", GameDetails(5, 9001, "shared", b"", 60_000)
+        ),
+        # The details with no server key but the game's life: an empty key (u8 length 0) is
+        # written before it.
+        "4a000000000000004d0167" + "03683a31" + "000174" + "0000000000000005" + "2329"
+        + "06736861726564" + "00" + "0000ea60",
+    ),
 ]
 
 
@@ -508,23 +524,43 @@ def test_every_truncation_and_extension_is_refused(msg: Message) -> None:
 
 
 #: Each trailing field's empty value, and its bytes if it were sent anyway.
-_EMPTY = {"seat_tags": ((), "0000"), "filters": ((), "00"), "details": (GameDetails(), "00" * 11)}
+_EMPTY = {
+    "seat_tags": ((), "0000"),
+    "filters": ((), "00"),
+    "details": (GameDetails(), "00" * 11),
+    # (sent anyway after the empty tags of the message that tests it)
+    "game": (GameCopy(), "0000" + "0000" + "00000000"),
+}
 
 
 @pytest.mark.parametrize(("msg", "golden"), TRAILING)
 def test_a_trailing_field_is_optional_and_never_empty(msg: Message, golden: str) -> None:
     data = bytes.fromhex(golden)
-    last = attrs.fields(type(msg))[-1]
+    # The last trailing field present (the ones after it are empty, and left out).
+    last = next(
+        f
+        for f in reversed(attrs.fields(type(msg)))
+        if f.name in _EMPTY and getattr(msg, f.name) != _EMPTY[f.name][0]
+    )
     without = attrs.evolve(msg, **{last.name: _EMPTY[last.name][0]})
     base = encode(without)
     # Without the field, the bytes are those of the message before the field existed.
     assert data.startswith(base) and len(data) > len(base)
+    shorter = 0
     for cut in range(len(data)):
         if cut == len(base):
             assert parse_message_untrusted(data[:cut]) == without
-        else:
-            with pytest.raises(LobbyProtocolError):
-                parse_message_untrusted(data[:cut])
+            continue
+        try:
+            parsed = parse_message_untrusted(data[:cut])
+        except LobbyProtocolError:
+            continue
+        # Only where a trailing field inside the last one ends (the details without the
+        # game's life): an older form of the same field, itself in its one form.
+        assert cut > len(base) and encode(parsed) == data[:cut], cut
+        shorter += 1
+    nested = isinstance(msg, GameStarting) and msg.details.life_ms != 0
+    assert shorter == (1 if nested else 0)
     with pytest.raises(LobbyProtocolError):
         parse_message_untrusted(data + b"\x00")
     # Present, it holds something: an empty one sent anyway is not a second form.
@@ -541,7 +577,13 @@ def test_a_trailing_field_is_the_last_of_a_message_only() -> None:
     inner = _Record(JoinLobby, request_id=_U32, lobby_id=_Trailing(_U64, 0))
     with pytest.raises(TypeError, match="inside a record"):
         _Message(MessageType.JOIN_LOBBY, Channel.REQUESTS, RecreateLobby,
-                 request_id=_U32, snapshot=inner, seat=_U32, seat_tags=_U32)  # fmt: skip
+                 request_id=_U32, snapshot=inner, seat=_U32, seat_tags=_U32,
+                 game=_U32)  # fmt: skip
+    # Several trailing fields: the last ones, none fixed after them.
+    with pytest.raises(TypeError, match="only the last"):
+        _Record(JoinLobby, request_id=_Trailing(_U32, 0), lobby_id=_U64)
+    both = _Record(JoinLobby, request_id=_Trailing(_U32, 0), lobby_id=_Trailing(_U64, 0))
+    assert [name for name, _ in both._tail] == ["request_id", "lobby_id"]
 
 
 def test_mutated_messages_parse_or_raise_only_the_protocol_error() -> None:

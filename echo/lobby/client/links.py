@@ -192,6 +192,9 @@ class _Links(_Base):
             self._event(message)
             return
         if isinstance(message, ChatLine | GameStarting):
+            if isinstance(message, GameStarting) and self.replica is not None:
+                # The running game goes in our copy (its ticket and life), for a re-creation.
+                self.replica.note_game(message, trio.current_time())
             self._event(message)
             return
         if isinstance(message, ResumeToken):

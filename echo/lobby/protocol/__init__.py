@@ -72,6 +72,7 @@ from echo.lobby.protocol.replies import Reply as Reply
 from echo.lobby.protocol.replies import SearchResults as SearchResults
 from echo.lobby.protocol.requests import BanMember as BanMember
 from echo.lobby.protocol.requests import CreateLobby as CreateLobby
+from echo.lobby.protocol.requests import GameCopy as GameCopy
 from echo.lobby.protocol.requests import JoinByCode as JoinByCode
 from echo.lobby.protocol.requests import JoinLobby as JoinLobby
 from echo.lobby.protocol.requests import KickMember as KickMember
@@ -130,6 +131,7 @@ __all__ = [
     "ErrorCode",
     "Filter",
     "FreeSlots",
+    "GameCopy",
     "GameDetails",
     "GameEnded",
     "GameStarting",

@@ -134,6 +134,10 @@ class GameDetails:
     #: the game server's X25519 public key as it announced it (32 bytes), which the member's
     #: session to it pins (echo.lobby.keys); b"": it announced none (a session in the clear)
     server_key: bytes = b""
+    #: how long the game may still run when this was sent, in milliseconds (the lobby ends it
+    #: then, ``{"error": "timed_out"}``); 0: not said. The member's copy carries what is left
+    #: of it to the server where the lobby is re-created, so the game keeps its bound there.
+    life_ms: int = 0
 
 
 @attrs.frozen
