@@ -17,7 +17,8 @@
   and the members get one `GameEnded` (one version) with the result.
 - **Its home dies** (`adopt_copy`, called by the re-creation of the lobby from its members'
   copies, `echo.lobby.state.recreate`): each member's copy carries the last ticket it was
-  given and what was left of the game's life (`GameCopy`). The ticket is signed with the game
+  given and what was left of the game's life (`GameCopy`; the life comes to each member in a
+  `GameLife` after each `GameStarting`). The ticket is signed with the game
   servers' key, which every lobby server holds, so the next server believes the game server,
   the match, the roster and the metadata from it, and nothing else: the game server's address,
   ports and key come from its own announcements. The re-created lobby runs the same game: a
@@ -45,6 +46,7 @@ from echo.lobby.protocol import (
     GameCopy,
     GameDetails,
     GameEnded,
+    GameLife,
     GameStarting,
     LockChanged,
     NumberRange,
@@ -157,6 +159,7 @@ def start(reg: LobbyRegistry, member_id: str, req: StartGame, now: float) -> Non
     reg._game_deadlines[lobby.lobby_id] = game.until
     for to, message in starts:
         reg._send((to,), message)
+        reg._send((to,), _life(lobby.lobby_id, game, now))
     reg.counters["games_started"] += 1
     reg.counters["tickets_issued"] += len(starts)
 
@@ -185,12 +188,15 @@ def _starting(
         roster=game.roster,
         metadata=game.metadata,
     )
-    # (at least 1 ms: 0 would say "not said"; rounded up, the copies never shorten it)
-    life_ms = min(U32_MAX, max(1, math.ceil((game.until - now) * 1000)))
-    details = GameDetails(
-        game.match_id, game.control_port, game.duologue_ports, game.server_key, life_ms
-    )
+    details = GameDetails(game.match_id, game.control_port, game.duologue_ports, game.server_key)
     return GameStarting(lobby_id, game.server_id, game.address, ticket, details)
+
+
+def _life(lobby_id: int, game: RunningGame, now: float) -> GameLife:
+    """What follows each GameStarting: the game's life left (rounded up, so that the copies
+    never shorten it; at least 1 ms)."""
+    life_ms = min(U32_MAX, max(1, math.ceil((game.until - now) * 1000)))
+    return GameLife(lobby_id, game.match_id, life_ms)
 
 
 def _locate(reg: LobbyRegistry, game: RunningGame, now: float) -> bool:
@@ -238,6 +244,7 @@ def request_ticket(reg: LobbyRegistry, member_id: str, req: RequestTicket, now: 
     message = _starting(reg, lobby.lobby_id, game, member_id, now)
     game.holders.add(member_id)
     reg._send((member_id,), message)
+    reg._send((member_id,), _life(lobby.lobby_id, game, now))
     reg.counters["tickets_reissued"] += 1
 
 

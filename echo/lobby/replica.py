@@ -24,6 +24,7 @@ from echo.lobby.protocol import (
     AttributesChanged,
     GameCopy,
     GameEnded,
+    GameLife,
     GameStarting,
     LobbySnapshot,
     LockChanged,
@@ -61,10 +62,12 @@ class LobbyReplica:
         self.closed = False
         # member id -> its seat's tags, from the server's SeatTags (they travel in our copy).
         self.seat_tags: dict[str, tuple[bytes, ...]] = {}
-        # The lobby's running game as this member knows it: the last GameStarting it got and
-        # when (the caller's clock), until a GameEnded (it travels in our copy: `game_copy`).
+        # The lobby's running game as this member knows it: the last GameStarting it got, and
+        # the life left its GameLife said and when (the caller's clock), until a GameEnded
+        # (they travel in our copy: `game_copy`).
         self.game: GameStarting | None = None
-        self._game_at = 0.0
+        self._life_ms = 0
+        self._life_at = 0.0
         self._load(snapshot)
 
     def _load(self, s: LobbySnapshot) -> None:
@@ -109,23 +112,29 @@ class LobbyReplica:
         )
         return RecreateLobby(request_id, self.snapshot(), self.seat, tags, self.game_copy(now))
 
-    def note_game(self, start: GameStarting, now: float) -> None:
-        """A `GameStarting` for this lobby (a start, or a fresh ticket) arrived at `now` (any
-        monotonic clock of the member's): the game it names is running, and its ticket and
-        life go in our copy."""
-        if not self.closed and start.lobby_id == self.lobby_id:
-            self.game = start
-            self._game_at = now
+    def note_game(self, message: GameStarting | GameLife, now: float) -> None:
+        """A `GameStarting` for this lobby (a start, or a fresh ticket), or the `GameLife` that
+        follows it, arrived at `now` (any monotonic clock of the member's): the game is
+        running, and its ticket and life go in our copy."""
+        if self.closed or message.lobby_id != self.lobby_id:
+            return
+        if isinstance(message, GameStarting):
+            if self.game is None or self.game.match_id != message.match_id:
+                self._life_ms = 0  # (its life is still to come)
+            self.game = message
+        elif self.game is not None and self.game.match_id == message.match_id:
+            self._life_ms = message.life_ms
+            self._life_at = now
 
     def game_copy(self, now: float | None = None) -> GameCopy:
         """Our copy of the running game: its last ticket and what is left of its life at
         `now` (None: as received). Empty if no game runs, as far as we know, or its life is
         over, or the server did not say it (a home from before games were copied)."""
         game = self.game
-        if game is None or game.details.life_ms == 0:
+        if game is None or self._life_ms == 0:
             return GameCopy()
-        spent = 0 if now is None else max(0, round((now - self._game_at) * 1000))
-        left = game.details.life_ms - spent
+        spent = 0 if now is None else max(0, round((now - self._life_at) * 1000))
+        left = self._life_ms - spent
         return GameCopy(game.ticket, left) if left > 0 else GameCopy()
 
     def apply(self, update: Update | SeatTags) -> ApplyResult:
@@ -202,6 +211,7 @@ class LobbyReplica:
             case GameEnded():
                 # The game is over: the lobby is open again and everyone readies up anew.
                 self.game = None
+                self._life_ms = 0
                 self.locked = False
                 for m in list(self.members.values()):
                     self.members[m.member_id] = MemberState(

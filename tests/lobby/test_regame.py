@@ -15,6 +15,8 @@ from echo.lobby.protocol import (
     ErrorCode,
     GameCopy,
     GameEnded,
+    GameLife,
+    GameStarting,
     JoinLobby,
     LobbyJoined,
     RecreateLobby,
@@ -66,7 +68,6 @@ def started() -> tuple[Lab, int, int]:
 def test_a_start_tells_each_member_the_games_life_and_its_copy_carries_it() -> None:
     lab, _, _ = started()
     start = lab.games["b"][0]
-    assert start.details.life_ms == LIFE * 1000
     lab.now += 100.0
     copy = lab.replicas["b"].recreate_request(1, lab.now)
     # The ticket it was given, and what is left of the life: 600 s - 100 s.
@@ -118,21 +119,24 @@ def test_a_crashed_member_gets_a_fresh_ticket_from_the_new_home() -> None:
     bare = LobbyReplica("c", old.replicas["c"].snapshot())
     new.ok("c", bare.recreate_request(new.rid()))
     new.now += 30.0
-    new.ok("c", RequestTicket(new.rid(), lobby_id))
-    fresh = new.games["c"][-1]
+    handled = new.do("c", RequestTicket(new.rid(), lobby_id))
+    # The fresh ticket, then the game's life left on the new home's clock.
+    fresh, life = (s.message for s in handled.sends)
+    assert isinstance(fresh, GameStarting) and fresh is new.games["c"][-1]
+    assert life == GameLife(lobby_id, match_id, (LIFE - 30.0) * 1000)
     assert fresh.match_id == match_id and fresh.server_id == "eu-1"
     assert (fresh.address, fresh.control_port, fresh.server_key) == (
         "10.0.0.1:7000",
         7001,
         GAME.public_key,
     )
-    assert fresh.details.life_ms == (LIFE - 30.0) * 1000
     claims = new.reg._tickets.claims(fresh.ticket)  # type: ignore[union-attr]
     assert claims is not None and (claims.member_id, claims.match_id) == ("c", match_id)
     assert [e.member_id for e in claims.roster] == ["a", "b", "c"]
     assert new.reg.counters["tickets_reissued"] == 1
     # Its copy now carries the game too.
     assert new.replicas["c"].game == fresh
+    assert new.replicas["c"].game_copy() == GameCopy(fresh.ticket, (LIFE - 30.0) * 1000)
 
 
 def test_the_game_servers_result_ends_the_re_created_game_for_everyone() -> None:
@@ -312,6 +316,12 @@ def test_the_replica_forgets_the_game_when_it_ends_or_its_life_runs_out() -> Non
     # A GameStarting for another lobby is not this copy's game.
     replica.note_game(attrs.evolve(old.games["b"][0], lobby_id=lobby_id + 1), old.now)
     assert replica.game is None
+    # A life for another game is not this game's; without a life, no copy.
+    replica.note_game(old.games["b"][0], old.now)
+    replica.note_game(GameLife(lobby_id, match_id + 1, 5000), old.now)
+    assert replica.game_copy(old.now) == GameCopy()
+    replica.note_game(GameLife(lobby_id, match_id, 5000), old.now)
+    assert replica.game_copy(old.now) == GameCopy(old.games["b"][0].ticket, 5000)
 
 
 def test_a_copy_with_a_game_survives_the_wire() -> None:

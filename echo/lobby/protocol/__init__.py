@@ -102,6 +102,7 @@ from echo.lobby.protocol.updates import AttributesChanged as AttributesChanged
 from echo.lobby.protocol.updates import ChatLine as ChatLine
 from echo.lobby.protocol.updates import GameDetails as GameDetails
 from echo.lobby.protocol.updates import GameEnded as GameEnded
+from echo.lobby.protocol.updates import GameLife as GameLife
 from echo.lobby.protocol.updates import GameStarting as GameStarting
 from echo.lobby.protocol.updates import LockChanged as LockChanged
 from echo.lobby.protocol.updates import MemberBanned as MemberBanned
@@ -134,6 +135,7 @@ __all__ = [
     "GameCopy",
     "GameDetails",
     "GameEnded",
+    "GameLife",
     "GameStarting",
     "JoinByCode",
     "JoinLobby",

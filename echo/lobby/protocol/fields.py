@@ -134,17 +134,16 @@ class _Bytes8(_Codec):
 
 
 class _PublicKey(_Bytes8):
-    """An X25519 public key: 32 bytes behind their length byte, or none (a zero length: only
-    where a trailing field after it is present; `_Record` leaves a last empty one out)."""
+    """An X25519 public key: 32 bytes behind their length byte (one length: one form)."""
 
     def write(self, w: Buffer, b: bytes) -> None:
-        if not isinstance(b, bytes) or len(b) not in (0, 32):
+        if not isinstance(b, bytes) or len(b) != 32:
             raise LobbyProtocolError("a server key is 32 bytes")
         w.push_bytes8(b)
 
     def read(self, r: Buffer) -> bytes:
         b = r.pull_bytes8()
-        if len(b) not in (0, 32):
+        if len(b) != 32:
             raise LobbyProtocolError(f"a server key of {len(b)} bytes, not 32")
         return b
 
@@ -386,7 +385,6 @@ _SEAT_TAG_LIST: Final = _List(_U16, _Record(SeatTag, member_id=_STR8, tag=_BYTES
 _LISTING: Final = _Record(LobbyListing, lobby_id=_U64, name=_STR8, member_count=_U16,
                           max_members=_U16, metadata=_VALUES, home=_STR8)
 _GAME_DETAILS: Final = _Record(GameDetails, match_id=_U64, control_port=_U16,
-                               duologue_ports=_STR8, server_key=_Trailing(_PublicKey(), b""),
-                               life_ms=_Trailing(_U32, 0))
+                               duologue_ports=_STR8, server_key=_Trailing(_PublicKey(), b""))
 _GAME_COPY: Final = _Record(GameCopy, ticket=_BYTES16, life_ms=_U32)
 # fmt: on

@@ -125,7 +125,7 @@ class GameCopy:
     """A member's copy of its lobby's running game: the last ticket the home gave it (signed
     with the game servers' key, which every lobby server holds: it proves the game server,
     the match, the roster and the metadata) and what was left of the game's life
-    (`GameDetails.life_ms`) when the copy was sent, in milliseconds."""
+    (`GameLife`, counted down) when the copy was sent, in milliseconds."""
 
     ticket: bytes = b""
     life_ms: int = 0

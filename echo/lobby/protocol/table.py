@@ -82,6 +82,7 @@ from echo.lobby.protocol.updates import (
     ChatLine,
     GameDetails,
     GameEnded,
+    GameLife,
     GameStarting,
     LockChanged,
     MemberBanned,
@@ -98,8 +99,8 @@ from echo.lobby.protocol.updates import (
 from echo.lobby.queue_wire import CancelMatch, EnqueueMatch, Matched, Queued, QueueLeft
 
 Message: TypeAlias = (
-    Request | Reply | Update | GameStarting | SeatTags | ResumeToken | Matched | QueueLeft
-    | ChatLine
+    Request | Reply | Update | GameStarting | GameLife | SeatTags | ResumeToken | Matched
+    | QueueLeft | ChatLine
 )
 
 
@@ -201,6 +202,8 @@ _MESSAGES: Final = (
     _Message(MessageType.GAME_STARTING, Channel.UPDATES, GameStarting,
              lobby_id=_U64, server_id=_STR8, address=_STR8, ticket=_BYTES16,
              details=_Trailing(_GAME_DETAILS, GameDetails())),
+    _Message(MessageType.GAME_LIFE, Channel.UPDATES, GameLife,
+             lobby_id=_U64, match_id=_U64, life_ms=_U32),
     _Message(MessageType.SEAT_TAGS, Channel.UPDATES, SeatTags,
              lobby_id=_U64, tags=_SEAT_TAG_LIST),
     _Message(MessageType.RESUME_TOKEN, Channel.UPDATES, ResumeToken,
@@ -285,7 +288,10 @@ def parse_request_untrusted(data: bytes | bytearray | memoryview) -> Request:
 
 def parse_server_message_untrusted(
     data: bytes | bytearray | memoryview,
-) -> Reply | Update | GameStarting | SeatTags | ResumeToken | Matched | QueueLeft | ChatLine:
+) -> (
+    Reply | Update | GameStarting | GameLife | SeatTags | ResumeToken | Matched | QueueLeft
+    | ChatLine
+):
     """Decode what the lobby server sent to a member. Raises only LobbyProtocolError."""
     msg = parse_message_untrusted(data)
     if isinstance(msg, _REQUEST_TYPES):

@@ -134,10 +134,21 @@ class GameDetails:
     #: the game server's X25519 public key as it announced it (32 bytes), which the member's
     #: session to it pins (echo.lobby.keys); b"": it announced none (a session in the clear)
     server_key: bytes = b""
-    #: how long the game may still run when this was sent, in milliseconds (the lobby ends it
-    #: then, ``{"error": "timed_out"}``); 0: not said. The member's copy carries what is left
-    #: of it to the server where the lobby is re-created, so the game keeps its bound there.
-    life_ms: int = 0
+
+
+@attrs.frozen
+class GameLife:
+    """To one member, right after each `GameStarting`: how long its game (``match_id``) may
+    still run, in milliseconds, when this was sent; the lobby ends it then (``{"error":
+    "timed_out"}``). The member's copy carries what is left of it to the server where the
+    lobby is re-created if its home dies, so the game keeps its bound there. Not a state
+    change (no version); a client from before it skips it (a message of its own, not a field
+    of `GameStarting`, so that upgraded lobby servers do not break the older clients' starts).
+    """
+
+    lobby_id: int
+    match_id: int
+    life_ms: int
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ from echo.lobby.protocol import (
     ChatLine,
     CreateLobby,
     ErrorCode,
+    GameLife,
     GameStarting,
     LobbySnapshot,
     MemberState,
@@ -87,7 +88,9 @@ class Send:
 
     to: tuple[str, ...]
     # (a reply only from the matchmaker's desk: a LobbyJoined of request id 0)
-    message: Update | GameStarting | SeatTags | ChatLine | Reply | Matched | QueueLeft
+    message: (
+        Update | GameStarting | GameLife | SeatTags | ChatLine | Reply | Matched | QueueLeft
+    )
 
 
 @attrs.frozen
