@@ -24,7 +24,8 @@
   ports and key come from its own announcements. The re-created lobby runs the same game: a
   member of the roster gets fresh tickets there, and the game server's result ends it there.
   A result that arrives before the lobby does (the members are still on their way) is held
-  for `LobbyConfig.result_hold` seconds (`game_result`).
+  for `LobbyConfig.result_hold` seconds (`game_result`), and ends the game once every member
+  of the copies is back, or at the end of the re-creation window (`apply_held`).
 
 The functions here are the registry's (they take it as their first argument and use its
 helpers); state.py dispatches to them. Pure module: no trio, no clock.
@@ -329,24 +330,33 @@ def game_result(
 
 
 def _hold(reg: LobbyRegistry, lobby_id: int, held: HeldResult) -> None:
-    """Keep `held` (its `until` is when it came) for `result_hold` seconds; the oldest go
-    first beyond `max_held_results`. Every lobby server hears every result (the results topic),
-    so each holds those of lobbies it does not hold: bounded, and short-lived."""
+    """Keep `held` (its `until` is when it came) for `result_hold` seconds (`due_held` lets
+    go of it then); the oldest go first beyond `max_held_results`. Every lobby server hears
+    every result (the results topic), so each holds those of lobbies it does not hold:
+    bounded, and short-lived."""
     results = reg._held_results
     now = held.until
-    for old_id in [i for i, h in results.items() if h.until <= now]:
-        del results[old_id]
     results.pop(lobby_id, None)  # (a repeat, or a later game's: the latest counts)
     while results and len(results) >= reg.config.max_held_results:
         del results[next(iter(results))]
     results[lobby_id] = attrs.evolve(held, until=now + reg.config.result_hold)
 
 
-def forget_held(reg: LobbyRegistry, now: float) -> None:
-    """Forget the held results whose time ran out."""
+def due_held(reg: LobbyRegistry, now: float) -> None:
+    """The held results whose time ran out: one whose game the lobby's copies brought here
+    ends it now (the members who were to come had the re-creation window: `apply_held`);
+    the others are forgotten."""
     results = reg._held_results
     for lobby_id in [i for i, h in results.items() if h.until <= now]:
-        del results[lobby_id]
+        lobby = reg._lobbies.get(lobby_id)
+        if lobby is not None:
+            apply_held(reg, lobby, now, due=True)
+        results.pop(lobby_id, None)
+
+
+def next_held(reg: LobbyRegistry) -> float | None:
+    """When `due_held` next has work."""
+    return min((h.until for h in reg._held_results.values()), default=None)
 
 
 # --- the running game in the members' copies (a lobby re-created after its home died) ------
@@ -431,12 +441,22 @@ def adopt_copy(
     reg._game_deadlines[lobby.lobby_id] = game.until
 
 
-def apply_held(reg: LobbyRegistry, lobby: _Lobby, now: float) -> None:
-    """End the re-created lobby's game with the result held for it (`game_result`), if any:
-    after the members' snapshot, so that its `GameEnded` is their next version."""
+def apply_held(reg: LobbyRegistry, lobby: _Lobby, now: float, *, due: bool = False) -> None:
+    """End the re-created lobby's game with the result held for it (`game_result`), if any,
+    once every seat of the copies has arrived (so that every member hears its `GameEnded`:
+    one who arrives later gets the lobby's state, never the result), or at the end of the
+    re-creation window (`due`: the members still away crashed with their home). Called
+    after the members' snapshot, so that the `GameEnded` is their next version."""
     held = reg._held_results.get(lobby.lobby_id)
     game = lobby.game
-    if held is None or game is None or held.match_id != game.match_id or now >= held.until:
+    if held is None or game is None or held.match_id != game.match_id:
+        return
+    if not due and not all(m.arrived for m in lobby.members.values()):
+        # Due at the window's end at the latest (its own time too, if that is sooner).
+        if lobby.recreated_until is not None:
+            reg._held_results[lobby.lobby_id] = attrs.evolve(
+                held, until=min(held.until, lobby.recreated_until)
+            )
         return
     del reg._held_results[lobby.lobby_id]
     outcome = game_result(reg, lobby.lobby_id, held.match_id, held.server_id, held.result, now)

@@ -20,6 +20,7 @@ from echo.lobby.protocol import (
     JoinLobby,
     LobbyJoined,
     RecreateLobby,
+    ReportGameServer,
     RequestTicket,
     SetAttributes,
     SetLocked,
@@ -158,27 +159,51 @@ def test_the_game_servers_result_ends_the_re_created_game_for_everyone() -> None
     new.check_replicas()
 
 
-def test_a_result_that_comes_before_the_lobby_is_held_and_ends_the_game_when_it_arrives() -> None:
+def test_a_result_that_comes_before_the_lobby_is_held_and_ends_the_game_when_all_arrived() -> None:
     old, lobby_id, match_id = started()
     new = home()
     outcome, sends = new.reg.game_result(lobby_id, match_id, "eu-1", {"winner": "a"}, new.now)
     assert (outcome, sends) == ("held", ())
-    new.now += 5.0
-    handled = new.do("a", old.replicas["a"].recreate_request(new.rid(), old.now))
-    # The snapshot first, then the GameEnded as the next version: the replica follows.
+    new.now += 1.0
+    new.ok("a", old.replicas["a"].recreate_request(new.rid(), old.now))
+    new.ok("b", old.replicas["b"].recreate_request(new.rid(), old.now))
+    # Not yet: c is on its way, and would get the lobby's state without the result.
+    assert new.reg.game_of(lobby_id) is not None
+    handled = new.do("c", old.replicas["c"].recreate_request(new.rid(), old.now))
+    # The snapshot first, then the GameEnded as the next version, to all three.
     kinds = [type(s.message).__name__ for s in handled.sends]
     assert kinds.index("LobbySnapshot") < kinds.index("GameEnded")
+    [ended] = [s for s in handled.sends if isinstance(s.message, GameEnded)]
+    assert set(ended.to) == {"a", "b", "c"} and ended.message.result == {"winner": "a"}
     assert new.reg.game_of(lobby_id) is None
-    assert new.replicas["a"].game is None and not new.replicas["a"].locked
+    for m in "abc":
+        assert new.replicas[m].game is None and not new.replicas[m].locked
     assert new.reg.counters["game_results_applied_late"] == 1
-    # b's copy, sent before the end too, arrives after it: that game ended here, and no copy
-    # brings it back.
+    assert new.reg._held_results == {}
+    # A copy of that game sent again (a retry): it ended here, and no copy brings it back.
     new.ok("b", old.replicas["b"].recreate_request(new.rid(), old.now))
     assert new.reg.game_of(lobby_id) is None
-    assert new.reg.counters["game_copies_stale"] == 1
     snap = new.reg.snapshot(lobby_id)
     assert snap is not None and not snap.locked
     assert new.gaps == []
+    new.check_replicas()
+
+
+def test_a_held_result_ends_the_game_at_the_windows_end_without_the_members_who_crashed() -> None:
+    old, lobby_id, match_id = started()
+    new = home()
+    assert new.reg.game_result(lobby_id, match_id, "eu-1", {"winner": "b"}, new.now)[0] == "held"
+    new.ok("a", old.replicas["a"].recreate_request(new.rid(), old.now))
+    new.ok("b", old.replicas["b"].recreate_request(new.rid(), old.now))
+    # c never comes (it crashed with the home): the game ends when the window closes.
+    window = CONFIG_GAMES.recreate_window
+    assert new.reg.next_deadline() == new.now + window
+    assert new.advance(window - 0.5) == ()
+    sends = new.advance(0.5)
+    [ended] = [s for s in sends if isinstance(s.message, GameEnded)]
+    assert set(ended.to) == {"a", "b"} and ended.message.result == {"winner": "b"}
+    assert new.reg.game_of(lobby_id) is None
+    new.check_replicas()
     new.check_replicas()
 
 
@@ -331,3 +356,19 @@ def test_a_copy_with_a_game_survives_the_wire() -> None:
     copy = old.replicas["a"].recreate_request(3, old.now)
     assert isinstance(copy, RecreateLobby) and copy.game != GameCopy()
     assert parse_request_untrusted(encode(copy)) == copy
+
+
+def test_a_game_that_ended_on_the_new_home_is_not_brought_back_by_a_later_copy() -> None:
+    """a's copy re-creates the game; a finds the game server refusing it and reports it (the
+    only ticket holder so far: the game ends); b's copy of that game, still on its way within
+    the re-creation window, arrives after the end and does not bring it back."""
+    old, lobby_id, _ = started()
+    new = home()
+    new.ok("a", old.replicas["a"].recreate_request(new.rid(), old.now))
+    new.ok("a", ReportGameServer(new.rid(), lobby_id, "eu-1", "ticket refused"))
+    assert new.reg.game_of(lobby_id) is None
+    new.ok("b", old.replicas["b"].recreate_request(new.rid(), old.now))
+    assert new.reg.game_of(lobby_id) is None
+    assert new.reg.counters["game_copies_stale"] == 1
+    new.refused("b", RequestTicket(new.rid(), lobby_id), ErrorCode.NO_GAME)
+    new.check_replicas()

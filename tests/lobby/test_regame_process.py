@@ -9,6 +9,9 @@ the same match). carol's new client takes its seat back there with its resume to
 fresh ticket for the same match, which the game server admits. The game server's signed
 result, published once the game is over, ends the game on the new home: every member gets
 `GameEnded` with the result, the lobby is unlocked and no one is ready any more.
+
+And the result published right after the kill, before the members have moved: the next server
+holds it, and ends the game there as their copies arrive.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -123,6 +127,19 @@ async def _token(client: echo.lobby.LobbyClient) -> bytes:
 
 
 async def test_a_game_survives_the_kill_of_its_lobbys_home(tmp_path: Path) -> None:
+    await _with_servers(tmp_path, _scenario)
+
+
+async def test_a_result_sent_while_the_lobby_moves_ends_its_game_on_the_new_home(
+    tmp_path: Path,
+) -> None:
+    """The game server reports the result right after the home died, before the members have
+    noticed (they take 2.5 s of silence): the next server holds it, and ends the game as the
+    members' copies bring the game there."""
+    await _with_servers(tmp_path, _early_result)
+
+
+async def _with_servers(tmp_path: Path, scenario: Any) -> None:
     names, processes, topics = start_processes(tmp_path, 3)
     try:
         async with trio.open_nursery() as nursery:
@@ -141,7 +158,7 @@ async def test_a_game_survives_the_kill_of_its_lobbys_home(tmp_path: Path) -> No
             nursery.start_soon(
                 lambda: announce_game_server(topic, lambda: announcement, interval=0.2)
             )
-            await _scenario(tmp_path, names, processes, topic, server_id)
+            await scenario(names, processes, topic, server_id)
             nursery.cancel_scope.cancel()
     finally:
         for process in processes.values():
@@ -150,8 +167,63 @@ async def test_a_game_survives_the_kill_of_its_lobbys_home(tmp_path: Path) -> No
                 process.wait(timeout=30)
 
 
+async def _start(owner: echo.lobby.LobbyClient) -> None:
+    # (the announcements reach the lobby servers every 0.2 s: the start waits for one)
+    with trio.fail_after(20):
+        while True:
+            try:
+                await owner.start({"region": "eu"})
+                return
+            except echo.lobby.LobbyError as error:
+                assert "no game server" in error.message
+                await trio.sleep(0.2)  # the next announcement: another process's
+
+
+async def _early_result(
+    names: list[str],
+    processes: dict[str, subprocess.Popen[bytes]],
+    topic: object,
+    server_id: str,
+) -> None:
+    connect = {"connect_timeout": 1.0}
+    async with (
+        echo.lobby.connect(names, member="alice", **connect) as alice,
+        echo.lobby.connect(names, member="bob", **connect) as bob,
+    ):
+        lobby_id = await alice.create("match", 2)
+        home = alice.server
+        assert home is not None
+        await bob.join(lobby_id)
+        await bob.ready()
+        await _start(alice)
+        starts = [await m.next_event(GameStarting) for m in (alice, bob)]
+        match_id = starts[0].match_id
+        processes[home].send_signal(signal.SIGKILL)
+        processes[home].wait(timeout=10)
+        result = GameResult(lobby_id, match_id, server_id, {"winner": "alice"})
+        await report_game_result(topic, GAME_KEY, result, repeats=3, interval=0.1)
+        assert alice.server == home  # (not moved yet: the result came first)
+        new_home = failover_home(HashRing(names), lobby_id, {home})
+        seen = [await _until_rehomed(member, new_home or "") for member in (alice, bob)]
+        for member, before in zip((alice, bob), seen, strict=True):
+            ended = next((e for e in before if isinstance(e, GameEnded)), None)
+            if ended is None:
+                with trio.fail_after(20):
+                    ended = await member.next_event(GameEnded)
+            assert (ended.match_id, dict(ended.result)) == (match_id, {"winner": "alice"})
+            replica = member.replica
+            assert replica is not None and not replica.locked and replica.game is None
+            assert not any(m.ready for m in replica.members.values())
+        # Over: a ticket for it is refused there.
+        try:
+            await bob.request_ticket()
+        except echo.lobby.LobbyError as error:
+            assert error.code.name == "NO_GAME"
+        else:
+            raise AssertionError("a ticket for a game that ended")
+
+
 async def _scenario(
-    tmp_path: Path,
     names: list[str],
     processes: dict[str, subprocess.Popen[bytes]],
     topic: object,
@@ -173,15 +245,7 @@ async def _scenario(
             await carol.join(lobby_id)
             await carol.ready()
             token = await _token(carol)
-            # (the announcements reach the lobby servers every 0.2 s: the start waits for one)
-            with trio.fail_after(20):
-                while True:
-                    try:
-                        await alice.start({"region": "eu"})
-                        break
-                    except echo.lobby.LobbyError as error:
-                        assert "no game server" in error.message
-                        await trio.sleep(0.2)  # the next announcement: another process's
+            await _start(alice)
             starts = {m.member: await m.next_event(GameStarting) for m in (alice, bob, carol)}
         # carol's client is gone (its seat kept); the game runs.
         match_id = starts["alice"].match_id
@@ -231,9 +295,13 @@ async def _scenario(
             assert again.server == new_home and alice.server == new_home
 
 
-async def _until_rehomed(client: echo.lobby.LobbyClient, target: str) -> None:
-    """The member's client finds the home silent and re-creates the lobby on `target`."""
+async def _until_rehomed(client: echo.lobby.LobbyClient, target: str) -> list[Any]:
+    """The member's client finds the home silent and re-creates the lobby on `target`: the
+    events before its `Rehomed` (the new home's updates may come before its reply)."""
+    seen = []
     with trio.fail_after(40):
-        moved = await client.next_event(Rehomed)
-    assert moved.server == target
+        while not isinstance(event := await client.next_event(), Rehomed):
+            seen.append(event)
+    assert event.server == target
     await client.wait_until(lambda c: c.replica is not None and c.server == target, 10)
+    return seen

@@ -211,8 +211,10 @@ async def report_game_result(
 ) -> None:
     """A game server's side of the results topic: publish `result`, signed with `key` (the
     first key of its ticket key file), `repeats` times `interval` apart: topic records are
-    datagrams, and the lobby applies a result once and ignores its repeats. Raises
-    `echo.lobby.results.ResultError` for a result that does not fit."""
+    datagrams, and the lobby applies a result once and ignores its repeats. Every lobby
+    server hears it, so it reaches the lobby wherever it is, also re-created on another
+    server after its home died (one that does not hold the lobby yet keeps the result a
+    while for it). Raises `echo.lobby.results.ResultError` for a result that does not fit."""
     record = sign_result(key, result)
     for i in range(repeats):
         if i:

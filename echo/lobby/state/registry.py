@@ -216,14 +216,16 @@ class LobbyRegistry(_Recreate):
         return None if lobby is None else self._seat_tags(lobby)
 
     def next_deadline(self) -> float | None:
-        """When `expire` next has work: the earliest end of a reconnection grace period or
-        of a game's life."""
+        """When `expire` next has work: the earliest end of a reconnection grace period, of a
+        game's life, or of a held game result's time (`echo.lobby.gameloop.due_held`)."""
+        held = gameloop.next_held(self)
         return (
             min(
                 min(self._reconnecting.values(), default=math.inf),
                 min(self._game_deadlines.values(), default=math.inf),
+                math.inf if held is None else held,
             )
-            if self._reconnecting or self._game_deadlines
+            if self._reconnecting or self._game_deadlines or held is not None
             else None
         )
 
@@ -338,7 +340,7 @@ class LobbyRegistry(_Recreate):
                 self.counters["members_expired"] += 1
                 self._remove(lobby, member_id, reason, now)
         gameloop.expire(self, now)
-        gameloop.forget_held(self, now)
+        gameloop.due_held(self, now)
         for key, bucket in list(self._buckets.items()):
             if bucket.is_full(now):
                 del self._buckets[key]
