@@ -66,7 +66,8 @@ class _Recreate(_Operations):
         7. The running game (`echo.lobby.gameloop.adopt_copy`): a copy carries its member's
            last ticket, believed only under our ticket keys; the game of the highest copy
            that carries one is the lobby's, unless a higher copy came unlocked without one
-           (its member saw the game end). A result held for it ends it after the snapshot.
+           (its member saw the game end). A result held for it ends it once every seat has
+           arrived, or at the window's end (`echo.lobby.gameloop.apply_held`).
         """
         snap = req.snapshot
         existing = self._lobbies.get(snap.lobby_id)
