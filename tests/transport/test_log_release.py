@@ -134,8 +134,9 @@ def test_a_recent_setup_holds_the_floor_at_what_it_announced() -> None:
 
 def test_a_long_stream_keeps_a_bounded_log_in_memory_and_arrives_intact() -> None:
     """Ten terms through a pure pair with 5 % loss each way: every message arrives whole and
-    in order, and once its receiver has consumed them the publication holds at most the page
-    its receiver is in, where without the release it held all three terms' pages."""
+    in order, and once its receiver has consumed them the publication and the image each hold
+    at most the page the stream's end is in, where without the release each held every page
+    it had written (all three terms once the stream had gone round)."""
     pair = PairLink(fate=seeded(random.Random(34), loss=0.05))
     pair.connect()
     publication = pair.publication
@@ -144,6 +145,7 @@ def test_a_long_stream_keeps_a_bounded_log_in_memory_and_arrives_intact() -> Non
     rng = random.Random(34)
     sent: list[bytes] = []
     resident: list[int] = []
+    image_resident: list[int] = []
     while publication.position < 10 * TERM:
         batch = [bytes([len(sent) % 251]) * rng.randrange(1, 3000) for _ in range(20)]
         pair.offer_all(batch)
@@ -154,9 +156,34 @@ def test_a_long_stream_keeps_a_bounded_log_in_memory_and_arrives_intact() -> Non
         pair.advance(RELEASE_INTERVAL + 0.2)
         if pair.now > settled:
             resident.append(resident_bytes(publication.log))
+            image_resident.append(resident_bytes(pair.image.log))
     assert pair.received[publication.session_id] == sent
     assert publication.log_release.released == publication.position
+    assert pair.image.released == pair.image.subscriber_position == publication.position
     assert len(resident) > 10
-    # The page the stream's end is in, at most: without the release it held every page it
-    # had written, all three terms once the stream had gone round.
     assert max(resident) <= PAGE_SIZE
+    assert max(image_resident) <= PAGE_SIZE
+
+
+def test_an_image_keeps_the_term_of_a_message_part_way_assembled() -> None:
+    """Its fragments are views of the term until the END arrives: giving their pages back
+    would join zeros into the message."""
+    pair = PairLink()
+    pair.connect()
+    pair.consuming = False
+    first = b"a" * 8000  # six fragments
+    pair.offer_all([first])
+    pair.pump()
+    image = pair.image
+    got: list[bytes] = []
+    image.poll_messages(got.append, 4)  # four of its six fragments: past the first page
+    assert image.assembler.in_progress and got == []
+    assert image.subscriber_position > PAGE_SIZE
+    assert image.release_consumed(pair.now) == 0
+    while not got:
+        image.poll_messages(got.append, 1)
+    assert got == [first]
+    # Complete: what it consumed goes back (all but the page its position is in).
+    given = image.release_consumed(pair.now)
+    assert given == image.subscriber_position - image.subscriber_position % PAGE_SIZE
+    assert resident_bytes(image.log) <= PAGE_SIZE

@@ -1,4 +1,4 @@
-"""Giving back the pages of a publication's log that nothing can read again.
+"""Giving back the pages of a log that nothing can read again: a publication's and an image's.
 
 A log's terms are anonymous mmaps, backed page by page as the appender writes (logbuffer.py),
 and a term is cleaned only when its partition comes round again, three terms on. So, left
@@ -13,6 +13,9 @@ not consumed, and each receiver heard from has consumed up to its last status me
 position. A receiver not heard from yet made its image from a SETUP: for the connection
 timeout after a SETUP went, the floor stays at or below the position that SETUP announced.
 
+An image (image.py) gives back what its subscriber has consumed, but not the term of a message
+part-way assembled: its fragments are views of that term until its END arrives.
+
 Pure: `now` is passed in.
 """
 
@@ -24,11 +27,34 @@ from typing import Final
 
 from echo.transport.core.appender import LogAppender
 from echo.transport.core.liveness import ReceiverLiveness
-from echo.transport.core.logbuffer import PAGE_SIZE, PARTITION_COUNT, compute_fragmented_length
+from echo.transport.core.logbuffer import (
+    PAGE_SIZE,
+    PARTITION_COUNT,
+    TermBuffers,
+    compute_fragmented_length,
+)
 
 #: how often a publication gives its consumed pages back: at most a second's data stays
 #: resident beyond what the publication must keep
 RELEASE_INTERVAL: Final = 1.0
+
+
+def give_back(log: TermBuffers, bits: int, start: int, floor: int, oldest_term: int) -> int:
+    """Give back the whole pages of `log` in the positions [start, floor), no further back than
+    the term `oldest_term` (an older term's partition holds a newer one now); returns the
+    bytes. `start`: where the last call's `floor` was (its page was not given back whole)."""
+    start -= start % PAGE_SIZE
+    held_from = max(0, oldest_term) << bits
+    if start < held_from:
+        start = held_from
+    given = 0
+    while start < floor:
+        term_start = (start >> bits) << bits
+        end = min(floor, term_start + (1 << bits))
+        index = (start >> bits) % PARTITION_COUNT
+        given += log.release(index, start - term_start, end - term_start)
+        start = end
+    return given
 
 
 class LogRelease:
@@ -83,19 +109,8 @@ class LogRelease:
         self.due = now + RELEASE_INTERVAL
         floor = self.floor(sender_position, liveness, now)
         appender = self.appender
-        bits = appender.bits
-        # From the first page not given back yet, within the three terms the log holds (the
-        # appender's and the two before it: an older one's partition was cleaned and reused).
-        start = self.released - self.released % PAGE_SIZE
-        held_from = max(0, appender.term_count - (PARTITION_COUNT - 1)) << bits
-        if start < held_from:
-            start = held_from
+        # The log holds the appender's term and the two before it.
+        oldest = appender.term_count - (PARTITION_COUNT - 1)
+        given = give_back(appender.log, appender.bits, self.released, floor, oldest)
         self.released = floor
-        given = 0
-        while start < floor:
-            term_start = (start >> bits) << bits
-            end = min(floor, term_start + appender.term_length)
-            index = (start >> bits) % PARTITION_COUNT
-            given += appender.log.release(index, start - term_start, end - term_start)
-            start = end
         return given
