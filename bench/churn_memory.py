@@ -215,6 +215,7 @@ def run(
     before: str, seconds: float, concurrency: int, spray_rate: float, sample: float, ports: str
 ) -> dict[str, Any]:
     load_before = result_files.system_load()
+    after_commit = result_files.git_commit()  # the code the "after" server starts with
     workdir = Path(tempfile.mkdtemp(prefix="echo-churn-memory-"))
     servers: list[EchoServerProcess] = []
     try:
@@ -228,7 +229,7 @@ def run(
         shutil.rmtree(workdir, ignore_errors=True)
     return {
         "before": before_commit,
-        "after": result_files.git_commit(),
+        "after": after_commit,
         "seconds": seconds,
         "concurrency": concurrency,
         "spray_rate": spray_rate,
