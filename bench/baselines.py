@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import socket
 import struct
+import sys
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ from bench.harness import (
     Result,
     RoundTrips,
     Settings,
+    kernel_drops,
     round_trip_results,
     set_buffers,
     usage_extra,
@@ -38,6 +40,7 @@ ONEWAY_SIZES = (64, 1408, 8192)
 #: A one-way sender ends with datagrams of this length (data datagrams are never this short);
 #: several are sent because UDP may drop any one of them when the receiver is behind.
 END_MARKER = b"\xff"
+MARKERS = 20
 _SEQUENCE = struct.Struct("<Q")
 
 
@@ -138,7 +141,9 @@ def raw_echo(settings: Settings, size: int = ECHO_SIZE) -> list[Result]:
 
 
 def sink(ctl: Control, duration: float, slack: float) -> dict[str, Any]:
-    """Count datagrams until the end marker; the clock runs from the first to the last."""
+    """Count datagrams until the end marker; the clock runs from the first to the last. Also
+    what the kernel dropped on arrival (the sink fell behind) and how many datagrams each
+    wake-up read (see docs/benchmarking.md, "B2's raw baseline")."""
     sock = _bound_socket()
     buffers = {"rcvbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)}
     ctl.ready(sock.getsockname()[1])
@@ -153,11 +158,13 @@ async def _sink(ctl: Control, sock: socket.socket, limit: float) -> dict[str, An
     clock = time.perf_counter
     count = 0
     received_bytes = 0
+    wakeups = 0
     first = last = 0.0
     marker = len(END_MARKER)
     with trio.move_on_after(limit), sock:
         while True:
             await trio.lowlevel.wait_readable(sock)
+            wakeups += 1
             while True:
                 try:
                     size = recv_into(buffer)
@@ -169,6 +176,9 @@ async def _sink(ctl: Control, sock: socket.socket, limit: float) -> dict[str, An
                         "count": count,
                         "bytes": received_bytes,
                         "elapsed": last - first,
+                        "wakeups": wakeups,
+                        # (markers the kernel dropped are in it too: at most MARKERS)
+                        "kernel_drops": kernel_drops(sock),
                     }
                 if not count:
                     ctl.begin()
@@ -209,7 +219,7 @@ async def _blast(ctl: Control, sock: socket.socket, size: int, duration: float) 
             await trio.lowlevel.checkpoint()
         elapsed = clock() - start
         ctl.end()
-        for _ in range(20):
+        for _ in range(MARKERS):
             try:
                 send(END_MARKER)
             except BlockingIOError:
@@ -218,6 +228,27 @@ async def _blast(ctl: Control, sock: socket.socket, size: int, duration: float) 
                 break  # the receiver saw an earlier marker and closed: ICMP unreachable
             await trio.sleep(0.01)
     return {"sent": sent, "elapsed": elapsed, "blocked": blocked}
+
+
+def oneway_accounting(sent: int, elapsed: float, got: dict[str, Any]) -> dict[str, Any]:
+    """What became of a one-way pass's datagrams: sent, received, dropped by the kernel at the
+    sink (its queue was full: the sink was the slower side), and the datagrams each of the
+    sink's wake-ups read (about 1: it kept up and slept between datagrams; hundreds: it never
+    caught up). `bound` says which side the received rate measures: the sink's own pace when
+    the kernel dropped more than 1 % of what was sent, else the sender's."""
+    received = int(got["count"])
+    drops = got.get("kernel_drops")
+    extra: dict[str, Any] = {
+        "sent": sent,
+        "received": received,
+        "loss_pct": round(100 * (1 - received / sent), 2) if sent else 0,
+        "sent_per_s": round(sent / elapsed) if elapsed > 0 else 0,
+        "kernel_drops": drops,
+        "per_wakeup": round(received / got["wakeups"], 1) if got.get("wakeups") else None,
+    }
+    if drops is not None and sent:
+        extra["bound"] = "sink" if drops > 0.01 * sent else "sender"
+    return extra
 
 
 def raw_oneway(settings: Settings, sizes: tuple[int, ...] = ONEWAY_SIZES) -> list[Result]:
@@ -235,15 +266,21 @@ def raw_oneway(settings: Settings, sizes: tuple[int, ...] = ONEWAY_SIZES) -> lis
         rate = got["count"] / got["elapsed"]
         extra = {
             "size": size,
-            "sent": sent["sent"],
-            "received": got["count"],
-            "loss_pct": round(100 * (1 - got["count"] / sent["sent"]), 2) if sent["sent"] else 0,
-            "sent_per_s": round(sent["sent"] / sent["elapsed"]),
+            **oneway_accounting(sent["sent"], sent["elapsed"], got),
             "sender_blocked": sent["blocked"],
             "rcvbuf": got["rcvbuf"],
+            # the CPUs the sink and the sender were pinned to ([]: placed by the scheduler)
+            "cpus": [cpu for cpu in (receiver.cpu, sender.cpu) if cpu is not None],
         }
         extra.update(usage_extra(sender=sender, receiver=receiver))
         name = f"raw_oneway_{size}"
+        if extra.get("bound") == "sink":
+            print(
+                f"{name}: the sink fell behind (the kernel dropped {extra['kernel_drops']:,} of "
+                f"{extra['sent']:,}): this pass measured the sink's pace, not the sender's",
+                file=sys.stderr,
+                flush=True,
+            )
         results.append(Result(name, "datagrams/s", rate, "dgram/s", extra, raw=True))
         mb_per_s = got["bytes"] / got["elapsed"] / 1e6
         results.append(Result(name, "MB/s", mb_per_s, "MB/s", raw=True))

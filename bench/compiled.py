@@ -1,6 +1,6 @@
 """The compiled core against the interpreted one and raw trio UDP, in the same run.
 
-    ./dev build && python -m bench.compiled [--reps 5] [--seconds 3]
+    ./dev build && python -m bench.compiled [--reps 5] [--seconds 3] [--pin 0,1|none]
 
 Every repetition measures, each in fresh processes and in a rotating order (so that drift on a
 shared machine does not favour one): raw trio UDP, the transport interpreted
@@ -107,9 +107,13 @@ class _Patient:
         time.sleep(max(seconds, 3.0))
 
 
-def _worker(mode: str, seconds: float) -> None:
+def _worker(mode: str, seconds: float, pin: str | None) -> None:
     from bench import quick
+    from bench.run import pin_cpus
 
+    # The receiving side on one CPU and the sending side on another, as bench.run and
+    # bench.quick place them (docs/benchmarking.md, "B2's raw baseline").
+    quick.PIN = pin_cpus(pin)
     kind = "raw" if mode == "raw" else "transport"
     if mode != "raw":
         _check_build(mode)
@@ -129,12 +133,14 @@ def _worker(mode: str, seconds: float) -> None:
 # ------------------------------------------------------------------ the comparison
 
 
-def _run(mode: str, seconds: float) -> dict[str, Any]:
+def _run(mode: str, seconds: float, pin: str | None) -> dict[str, Any]:
     env = dict(os.environ)
     env.pop("ECHO_INTERPRETED", None)
     if mode == "interpreted":
         env["ECHO_INTERPRETED"] = "1"  # inherited by quick.py's spawned processes too
     command = [sys.executable, "-m", "bench.compiled", "--worker", mode, "--seconds", str(seconds)]
+    if pin is not None:
+        command += ["--pin", pin]
     for attempt in range(3):
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         if done.returncode == 0:
@@ -158,9 +164,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--worker", choices=MODES)
     parser.add_argument("--json", help="also write every repetition's figures here")
+    parser.add_argument(
+        "--pin", default=None, help="CPUs for the receiving and the sending side (as bench.run)"
+    )
     args = parser.parse_args()
     if args.worker:
-        _worker(args.worker, args.seconds)
+        _worker(args.worker, args.seconds, args.pin)
         return
     reps: list[dict[str, dict[str, Any]]] = []
     for rep in range(args.reps):
@@ -168,7 +177,7 @@ def main() -> None:
         figures = {}
         for mode in order:
             print(f"rep {rep + 1}/{args.reps}: {mode}", file=sys.stderr, flush=True)
-            figures[mode] = _run(mode, args.seconds)
+            figures[mode] = _run(mode, args.seconds, args.pin)
         reps.append(figures)
     if args.json:
         with open(args.json, "w") as out:

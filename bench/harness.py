@@ -279,15 +279,20 @@ def free_udp_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: SO_RCVBUFFORCE / SO_SNDBUFFORCE (Linux socket(7)): Python's socket module does not name
+#: them, so a `getattr(socket, ...)` never found them and the buffers were never forced
+_FORCE_OPTIONS = {
+    socket.SO_RCVBUF: getattr(socket, "SO_RCVBUFFORCE", 33 if sys.platform == "linux" else None),
+    socket.SO_SNDBUF: getattr(socket, "SO_SNDBUFFORCE", 32 if sys.platform == "linux" else None),
+}
+
+
 def set_buffers(sock: socket.socket) -> dict[str, int]:
     """Ask for SOCKET_BUFFER both ways; as root force past net.core.[rw]mem_max.
 
     Returns what the kernel granted (it reports double the request: its bookkeeping share).
     """
-    for force, plain in (
-        (getattr(socket, "SO_RCVBUFFORCE", None), socket.SO_RCVBUF),
-        (getattr(socket, "SO_SNDBUFFORCE", None), socket.SO_SNDBUF),
-    ):
+    for plain, force in _FORCE_OPTIONS.items():
         try:
             if force is None:
                 raise PermissionError
@@ -298,6 +303,25 @@ def set_buffers(sock: socket.socket) -> dict[str, int]:
         "rcvbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
         "sndbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
     }
+
+
+def kernel_drops(sock: socket.socket) -> int | None:
+    """The datagrams the kernel dropped on arrival at `sock` (its receive queue was full), from
+    the `drops` column of /proc/net/udp (udp6 for IPv6), found by the socket's inode; None where
+    the kernel does not say (not Linux). What a receiver counts is what it read: this is the
+    rest of what reached it."""
+    inode = str(os.fstat(sock.fileno()).st_ino)
+    table = "/proc/net/udp6" if sock.family == socket.AF_INET6 else "/proc/net/udp"
+    try:
+        with open(table) as rows:
+            next(rows, None)  # the header
+            for row in rows:
+                fields = row.split()
+                if len(fields) > 12 and fields[9] == inode:
+                    return int(fields[12])
+    except OSError:
+        return None
+    return None
 
 
 # ------------------------------------------------------------------ child processes

@@ -1,9 +1,13 @@
 """Quick transport figures next to raw trio UDP, measured in the same run, two processes each.
 
-    python -m bench.quick [--seconds 3]
+    python -m bench.quick [--seconds 3] [--pin 0,1|none]
 
 Prints 64-byte messages per second one-way and echo round trips per second (with p50/p99),
 for raw trio UDP (one datagram per message) and for the echo transport, and their ratios.
+The receiving side (sink, echo server) runs pinned to one CPU and the sending side (source,
+echo client) to another, as in `bench.run`; the raw one-way is `bench.baselines`' own sink and
+sender, with what the sender sent and the kernel dropped (docs/benchmarking.md, "B2's raw
+baseline").
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import socket
 import statistics
 import struct
@@ -20,7 +25,23 @@ from typing import Any
 import trio
 import trio.lowlevel
 
+from bench import baselines, harness
+from bench.harness import Settings
+
 PAYLOAD = 64
+#: the raw one-way's accounting carried into the result (baselines.oneway_accounting)
+ACCOUNTING = (
+    "sent",
+    "received",
+    "loss_pct",
+    "sent_per_s",
+    "kernel_drops",
+    "per_wakeup",
+    "bound",
+    "cpus",
+    "sender_cpu_pct",
+    "receiver_cpu_pct",
+)
 
 
 def _free_port() -> int:
@@ -30,53 +51,6 @@ def _free_port() -> int:
 
 
 # ------------------------------------------------------------------ raw trio UDP
-
-
-async def _raw_sink(port: int, seconds: float, out: Any) -> None:
-    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    await sock.bind(("127.0.0.1", port))
-    raw = socket.socket(fileno=sock.fileno())
-    raw.setblocking(False)
-    buffer = bytearray(65536)
-    count = 0
-    first = last = 0.0
-    with trio.move_on_after(seconds + 3):
-        while True:
-            await trio.lowlevel.wait_readable(raw)
-            while True:
-                try:
-                    size, _ = raw.recvfrom_into(buffer)
-                except BlockingIOError:
-                    break
-                if size == 1:  # end marker
-                    out.put({"count": count, "elapsed": last - first})
-                    raw.detach()
-                    return
-                if count == 0:
-                    first = time.perf_counter()
-                last = time.perf_counter()
-                count += 1
-    raw.detach()
-    out.put({"count": count, "elapsed": last - first})
-
-
-async def _raw_source(port: int, seconds: float) -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setblocking(False)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    payload = bytes(PAYLOAD)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(64):
-            try:
-                sock.sendto(payload, ("127.0.0.1", port))
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(sock)
-        await trio.lowlevel.checkpoint()
-    for _ in range(20):
-        sock.sendto(b"!", ("127.0.0.1", port))
-        await trio.sleep(0.01)
 
 
 async def _raw_echo_server(port: int, seconds: float) -> None:
@@ -198,51 +172,105 @@ def _rt_summary(samples: list[float], seconds: float) -> dict[str, Any]:
 # ------------------------------------------------------------------ process plumbing
 
 
-def _run_sink(kind: str, port: int, seconds: float, out: Any) -> None:
-    trio.run(_raw_sink if kind == "raw" else _transport_sink, port, seconds, out)
+#: the CPUs of the receiving and the sending side ((): the scheduler places them); main sets it
+PIN: tuple[int, ...] = ()
 
 
-def _run_source(kind: str, port: int, seconds: float) -> None:
-    trio.run(_raw_source if kind == "raw" else _transport_source, port, seconds)
+def _pin(side: int) -> None:
+    """Pin this process to the CPU of `side` (0 receiving, 1 sending), if pinning."""
+    if PIN:
+        os.sched_setaffinity(0, {PIN[side % len(PIN)]})
 
 
-def _run_echo_server(kind: str, port: int, seconds: float) -> None:
+def _run_sink(pin: tuple[int, ...], port: int, seconds: float, out: Any) -> None:
+    global PIN
+    PIN = pin
+    _pin(0)
+    trio.run(_transport_sink, port, seconds, out)
+
+
+def _run_source(pin: tuple[int, ...], port: int, seconds: float) -> None:
+    global PIN
+    PIN = pin
+    _pin(1)
+    trio.run(_transport_source, port, seconds)
+
+
+def _run_echo_server(pin: tuple[int, ...], kind: str, port: int, seconds: float) -> None:
+    global PIN
+    PIN = pin
+    _pin(0)
     trio.run(_raw_echo_server if kind == "raw" else _transport_echo_server, port, seconds)
 
 
+def _raw_one_way(seconds: float) -> dict[str, Any]:
+    """bench.baselines' 64-byte one-way (the sink and sender `bench.run` measures), pinned the
+    same way: datagrams/s as received, with its accounting."""
+    harness.pin(PIN)
+    try:
+        rate = baselines.raw_oneway(Settings(duration=seconds, quick=False), (PAYLOAD,))[0]
+    finally:
+        harness.pin(())
+    extra = rate.extra
+    return {
+        "count": extra["received"],
+        "messages_per_s": rate.value,
+        **{key: extra[key] for key in ACCOUNTING if key in extra},
+    }
+
+
 def _one_way(kind: str, seconds: float) -> dict[str, Any]:
+    if kind == "raw":
+        return _raw_one_way(seconds)
     ctx = mp.get_context("spawn")
     port = _free_port()
     out = ctx.Queue()
-    sink = ctx.Process(target=_run_sink, args=(kind, port, seconds, out))
+    sink = ctx.Process(target=_run_sink, args=(PIN, port, seconds, out))
     sink.start()
     time.sleep(0.5)
-    source = ctx.Process(target=_run_source, args=(kind, port, seconds))
+    source = ctx.Process(target=_run_source, args=(PIN, port, seconds))
     source.start()
     source.join(seconds + 30)
     result: dict[str, Any] = out.get(timeout=30)
     sink.join(10)
     result["messages_per_s"] = result["count"] / result["elapsed"] if result["elapsed"] else 0.0
+    result["cpus"] = list(PIN)
     return result
 
 
 def _echo(kind: str, seconds: float) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     port = _free_port()
-    server = ctx.Process(target=_run_echo_server, args=(kind, port, seconds))
+    server = ctx.Process(target=_run_echo_server, args=(PIN, kind, port, seconds))
     server.start()
     time.sleep(0.5)
     client = _raw_echo_client if kind == "raw" else _transport_echo_client
-    result = trio.run(client, port, seconds)
+    allowed = os.sched_getaffinity(0)
+    _pin(1)  # this process is the client
+    try:
+        result = trio.run(client, port, seconds)
+    finally:
+        os.sched_setaffinity(0, allowed)
     server.terminate()
     server.join(10)
+    result["cpus"] = list(PIN)
     return result
 
 
 def main() -> None:
+    global PIN
+    from bench.run import pin_cpus
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--pin",
+        default=None,
+        help="CPUs for the receiving and the sending side, e.g. 0,1 (the default when two are "
+        "available); 'none' leaves placement to the scheduler",
+    )
     args = parser.parse_args()
+    PIN = pin_cpus(args.pin)
     results = {
         "raw_one_way": _one_way("raw", args.seconds),
         "transport_one_way": _one_way("transport", args.seconds),
@@ -266,6 +294,12 @@ def main() -> None:
     )
     print(f"| echo p50 / p99 µs | {rawe['p50_us']:.0f} / {rawe['p99_us']:.0f} | "
           f"{tre['p50_us']:.0f} / {tre['p99_us']:.0f} | |")
+    print()
+    print(
+        f"raw one-way: sent {raw1['sent']:,}, received {raw1['received']:,}, dropped by the "
+        f"kernel {raw1.get('kernel_drops')}, {raw1.get('per_wakeup')} datagrams per sink "
+        f"wake-up; the rate is the {raw1.get('bound', '?')}'s; CPUs {raw1['cpus'] or 'unpinned'}"
+    )
 
 
 if __name__ == "__main__":

@@ -47,9 +47,9 @@ PURE: dict[str, list[str]] = {
     # and the timer heap included (the clock and the alarm are passed in)
     "echo.transport.core": [
         "__init__", "appender", "assembly", "config", "counters", "destinations",
-        "flow_control", "frames", "image", "liveness", "logbuffer", "loss", "message",
-        "offering", "outbox", "publication", "receiver", "response", "retransmit", "scanner",
-        "sender", "status", "timerheap", "uri", "validation", "wireformat",
+        "flow_control", "frames", "image", "liveness", "logbuffer", "logrelease", "loss",
+        "message", "offering", "outbox", "publication", "receiver", "response", "retransmit",
+        "scanner", "sender", "status", "timerheap", "uri", "validation", "wireformat",
     ],
     "echo.transport.driver": [],
     "echo.session": [
@@ -100,10 +100,12 @@ DRIVERS: dict[str, list[str]] = {
         "wiring",
     ],
     # the package, the trio server (its life cycle, on its layers: the hooks and state, the
-    # duologues, the resumes, the HELLOs), the client (`connect`, its handshake, its path and
-    # resumes) and session, the path watch, the port probes
+    # duologues, the resumes, the HELLOs), the client (`connect`, its handshake, the all-clients
+    # subscription its handshakes share, its path and resumes) and session, the path watch, the
+    # port probes
     "echo.session": [
-        "__init__", "client", "client_handshake", "client_path", "held", "pathwatch", "server",
+        "__init__", "client", "client_handshake", "client_hub", "client_path", "held",
+        "pathwatch", "server",
         "server_base", "server_duologues", "server_hello", "server_resume", "session",
     ],
     # the package (re-exports the key-file reader), the key files

@@ -15,6 +15,17 @@
   game's life running out, the report above, or the owner starting the next game while one
   still runs (``{"error": "restarted"}``): the lobby unlocks, every ready state is reset,
   and the members get one `GameEnded` (one version) with the result.
+- **Its home dies** (`adopt_copy`, called by the re-creation of the lobby from its members'
+  copies, `echo.lobby.state.recreate`): each member's copy carries the last ticket it was
+  given and what was left of the game's life (`GameCopy`; the life comes to each member in a
+  `GameLife` after each `GameStarting`). The ticket is signed with the game
+  servers' key, which every lobby server holds, so the next server believes the game server,
+  the match, the roster and the metadata from it, and nothing else: the game server's address,
+  ports and key come from its own announcements. The re-created lobby runs the same game: a
+  member of the roster gets fresh tickets there, and the game server's result ends it there.
+  A result that arrives before the lobby does (the members are still on their way) is held
+  for `LobbyConfig.result_hold` seconds (`game_result`), and ends the game once every member
+  of the copies is back, or at the end of the re-creation window (`apply_held`).
 
 The functions here are the registry's (they take it as their first argument and use its
 helpers); state.py dispatches to them. Pure module: no trio, no clock.
@@ -22,6 +33,7 @@ helpers); state.py dispatches to them. Pure module: no trio, no clock.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -29,10 +41,13 @@ from typing import TYPE_CHECKING
 import attrs
 
 from echo.lobby.protocol import (
+    U32_MAX,
     ErrorCode,
     FreeSlots,
+    GameCopy,
     GameDetails,
     GameEnded,
+    GameLife,
     GameStarting,
     LockChanged,
     NumberRange,
@@ -51,6 +66,8 @@ if TYPE_CHECKING:
 TIMED_OUT = "timed_out"
 SERVER_REFUSED = "game_server_refused"
 RESTARTED = "restarted"
+#: How many of a lobby's last ended games it remembers, so that no copy brings one back.
+_ENDED_KEPT = 4
 
 
 def random_match_id() -> int:
@@ -73,6 +90,18 @@ class RunningGame:
     holders: set[str]  # members who were given a ticket
     reporters: set[str] = attrs.Factory(set)  # members who reported its server refusing them
     server_key: bytes = b""  # the game server's announced public key (b"": none)
+    # Re-created from members' copies: the highest version of a copy that carried it.
+    copy_version: int = 0
+
+
+@attrs.frozen
+class HeldResult:
+    """A game server's result for a lobby that is not (yet) here, kept for its re-creation."""
+
+    match_id: int
+    server_id: str
+    result: Mapping[str, Value]
+    until: float
 
 
 def start(reg: LobbyRegistry, member_id: str, req: StartGame, now: float) -> None:
@@ -111,7 +140,8 @@ def start(reg: LobbyRegistry, member_id: str, req: StartGame, now: float) -> Non
     )
     try:
         starts = [
-            (m.member_id, _starting(reg, lobby.lobby_id, game, m.member_id)) for m in connected
+            (m.member_id, _starting(reg, lobby.lobby_id, game, m.member_id, now))
+            for m in connected
         ]
     except TicketError as error:
         _refuse(ErrorCode.TICKET_TOO_LARGE, f"the game's tickets do not fit: {error}")
@@ -130,6 +160,7 @@ def start(reg: LobbyRegistry, member_id: str, req: StartGame, now: float) -> Non
     reg._game_deadlines[lobby.lobby_id] = game.until
     for to, message in starts:
         reg._send((to,), message)
+        reg._send((to,), _life(lobby.lobby_id, game, now))
     reg.counters["games_started"] += 1
     reg.counters["tickets_issued"] += len(starts)
 
@@ -146,7 +177,9 @@ def _wanted_tags(req: StartGame) -> tuple[tuple[str, str], ...]:
     return tuple(wanted)
 
 
-def _starting(reg: LobbyRegistry, lobby_id: int, game: RunningGame, member_id: str) -> GameStarting:
+def _starting(
+    reg: LobbyRegistry, lobby_id: int, game: RunningGame, member_id: str, now: float
+) -> GameStarting:
     assert reg._tickets is not None
     ticket = reg._tickets.issue(
         lobby_id,
@@ -158,6 +191,28 @@ def _starting(reg: LobbyRegistry, lobby_id: int, game: RunningGame, member_id: s
     )
     details = GameDetails(game.match_id, game.control_port, game.duologue_ports, game.server_key)
     return GameStarting(lobby_id, game.server_id, game.address, ticket, details)
+
+
+def _life(lobby_id: int, game: RunningGame, now: float) -> GameLife:
+    """What follows each GameStarting: the game's life left (rounded up, so that the copies
+    never shorten it; at least 1 ms)."""
+    life_ms = min(U32_MAX, max(1, math.ceil((game.until - now) * 1000)))
+    return GameLife(lobby_id, game.match_id, life_ms)
+
+
+def _locate(reg: LobbyRegistry, game: RunningGame, now: float) -> bool:
+    """Does `game` know where its server admits players? A game re-created from copies learns
+    it from that server's announcements here (never from a copy: a member's word)."""
+    if game.address:
+        return True
+    server = None if reg._games is None else reg._games.get(game.server_id, now)
+    if server is None:
+        return False
+    game.address = server.address
+    game.control_port = server.control_port
+    game.duologue_ports = server.duologue_ports
+    game.server_key = server.public_key
+    return True
 
 
 def _running(
@@ -176,11 +231,21 @@ def _running(
 
 def request_ticket(reg: LobbyRegistry, member_id: str, req: RequestTicket, now: float) -> None:
     """A fresh ticket for the running game, to a member of its roster."""
+    from echo.lobby.state import _refuse
+
     reg._rate(member_id, "update", reg.config.update_limit, now)
     lobby, game = _running(reg, member_id, req.lobby_id, now)
-    message = _starting(reg, lobby.lobby_id, game, member_id)
+    if reg._tickets is None:
+        _refuse(ErrorCode.NO_GAME_SERVER, "this lobby server holds no ticket key")
+    if not _locate(reg, game, now):
+        _refuse(
+            ErrorCode.NO_GAME_SERVER,
+            f"this game's server {game.server_id} is not announced here (yet)",
+        )
+    message = _starting(reg, lobby.lobby_id, game, member_id, now)
     game.holders.add(member_id)
     reg._send((member_id,), message)
+    reg._send((member_id,), _life(lobby.lobby_id, game, now))
     reg.counters["tickets_reissued"] += 1
 
 
@@ -210,6 +275,8 @@ def end(reg: LobbyRegistry, lobby: _Lobby, result: Mapping[str, Value]) -> None:
         return
     lobby.game = None
     reg._game_deadlines.pop(lobby.lobby_id, None)
+    # (a copy of it still on its way, from a member of its re-created lobby, is stale)
+    lobby.ended_matches = [*lobby.ended_matches[-(_ENDED_KEPT - 1) :], game.match_id]
     if lobby.locked:
         reg._unindex(lobby)
         lobby.locked = False
@@ -238,17 +305,166 @@ def game_result(
     match_id: int,
     server_id: str,
     result: Mapping[str, Value],
+    now: float,
 ) -> str:
     """A game server's result (its signature already checked): "ended" if it ended the
-    lobby's running game, else why it was ignored ("no_lobby": not here; "not_running": no
-    such game running, e.g. a repeat of a result already applied; "wrong_server")."""
+    lobby's running game; "held" if the lobby is not here, or is being re-created here
+    without that game so far: its members may be re-creating it here from their copies (its
+    home died), and the result ends the game when it comes (`adopt_copy`); else why it was
+    ignored ("not_running": no such game running, e.g. a repeat of a result already applied;
+    "wrong_server")."""
     lobby = reg._lobbies.get(lobby_id)
-    if lobby is None:
-        return "no_lobby"
-    game = lobby.game
-    if game is None or game.match_id != match_id:
+    game = None if lobby is None else lobby.game
+    if lobby is None or game is None or game.match_id != match_id:
+        recovering = lobby is not None and (
+            lobby.recreated_until is not None and now <= lobby.recreated_until
+        )
+        if lobby is None or recovering:
+            _hold(reg, lobby_id, HeldResult(match_id, server_id, dict(result), now))
+            return "held"
         return "not_running"
     if game.server_id != server_id:
         return "wrong_server"
     end(reg, lobby, result)
     return "ended"
+
+
+def _hold(reg: LobbyRegistry, lobby_id: int, held: HeldResult) -> None:
+    """Keep `held` (its `until` is when it came) for `result_hold` seconds (`due_held` lets
+    go of it then); the oldest go first beyond `max_held_results`. Every lobby server hears
+    every result (the results topic), so each holds those of lobbies it does not hold:
+    bounded, and short-lived."""
+    results = reg._held_results
+    now = held.until
+    results.pop(lobby_id, None)  # (a repeat, or a later game's: the latest counts)
+    while results and len(results) >= reg.config.max_held_results:
+        del results[next(iter(results))]
+    results[lobby_id] = attrs.evolve(held, until=now + reg.config.result_hold)
+
+
+def due_held(reg: LobbyRegistry, now: float) -> None:
+    """The held results whose time ran out: one whose game the lobby's copies brought here
+    ends it now (the members who were to come had the re-creation window: `apply_held`);
+    the others are forgotten."""
+    results = reg._held_results
+    for lobby_id in [i for i, h in results.items() if h.until <= now]:
+        lobby = reg._lobbies.get(lobby_id)
+        if lobby is not None:
+            apply_held(reg, lobby, now, due=True)
+        results.pop(lobby_id, None)
+
+
+def next_held(reg: LobbyRegistry) -> float | None:
+    """When `due_held` next has work."""
+    return min((h.until for h in reg._held_results.values()), default=None)
+
+
+# --- the running game in the members' copies (a lobby re-created after its home died) ------
+
+
+def game_of_copy(
+    reg: LobbyRegistry, lobby_id: int, member_id: str, copy: GameCopy, version: int, now: float
+) -> RunningGame | None:
+    """The game a member's copy (of `version`) carries, if any: believed only from a ticket
+    signed with our ticket keys, for this lobby and this member, of a game (a match id); its
+    life is what the copy says was left, at most `game_life`. A copy that does not qualify is
+    counted (``game_copies_refused``) and the lobby is re-created without it."""
+    if copy == GameCopy():
+        return None
+    claims = None if reg._tickets is None else reg._tickets.claims(copy.ticket)
+    if (
+        claims is None
+        or claims.lobby_id != lobby_id
+        or claims.member_id != member_id
+        or claims.match_id == 0
+        or copy.life_ms <= 0
+    ):
+        reg.counters["game_copies_refused"] += 1
+        return None
+    game = RunningGame(
+        match_id=claims.match_id,
+        server_id=claims.server_id,
+        address="",
+        control_port=0,
+        duologue_ports="per-client",
+        roster=claims.roster,
+        metadata=dict(claims.metadata),
+        until=now + min(copy.life_ms / 1000, reg.config.game_life),
+        holders={member_id},
+        copy_version=version,
+    )
+    _locate(reg, game, now)
+    return game
+
+
+def adopt_copy(
+    reg: LobbyRegistry,
+    lobby: _Lobby,
+    game: RunningGame | None,
+    version: int,
+    locked: bool,
+    now: float,
+) -> None:
+    """Merge one member's copy of the game (`game_of_copy`; None: its copy carried none) into
+    the re-created `lobby` (the merge's rule 7, `echo.lobby.state.recreate`):
+
+    - a copy's game is the lobby's unless a copy of a higher version came unlocked and
+      without a game (that member saw the game end: `GameEnded` unlocks the lobby and takes
+      a version; a member who never held a ticket sends no game, but its copy stays locked);
+    - a copy of a game that already ended here (its result came first) is stale;
+    - copies of the same match add their senders to its ticket holders; a copy of another
+      match replaces the game only if it is of a higher version (the owner started a new game:
+      the end of the old one took a version), else the first one stays.
+
+    A result held for this lobby's game ends it once the members have the lobby
+    (`apply_held`)."""
+    if game is None:
+        if not locked:
+            lobby.gameless_version = max(lobby.gameless_version, version)
+            if lobby.game is not None and lobby.game.copy_version < version:
+                _drop(reg, lobby)
+        return
+    if game.copy_version < lobby.gameless_version or game.match_id in lobby.ended_matches:
+        reg.counters["game_copies_stale"] += 1
+        return
+    current = lobby.game
+    if current is not None and current.match_id == game.match_id:
+        current.holders |= game.holders
+        current.copy_version = max(current.copy_version, game.copy_version)
+        return
+    if current is not None and current.copy_version >= game.copy_version:
+        reg.counters["game_copies_stale"] += 1
+        return
+    if current is None:
+        reg.counters["games_recreated"] += 1
+    lobby.game = game
+    reg._game_deadlines[lobby.lobby_id] = game.until
+
+
+def apply_held(reg: LobbyRegistry, lobby: _Lobby, now: float, *, due: bool = False) -> None:
+    """End the re-created lobby's game with the result held for it (`game_result`), if any,
+    once every seat of the copies has arrived (so that every member hears its `GameEnded`:
+    one who arrives later gets the lobby's state, never the result), or at the end of the
+    re-creation window (`due`: the members still away crashed with their home). Called
+    after the members' snapshot, so that the `GameEnded` is their next version."""
+    held = reg._held_results.get(lobby.lobby_id)
+    game = lobby.game
+    if held is None or game is None or held.match_id != game.match_id:
+        return
+    if not due and not all(m.arrived for m in lobby.members.values()):
+        # Due at the window's end at the latest (its own time too, if that is sooner).
+        if lobby.recreated_until is not None:
+            reg._held_results[lobby.lobby_id] = attrs.evolve(
+                held, until=min(held.until, lobby.recreated_until)
+            )
+        return
+    del reg._held_results[lobby.lobby_id]
+    outcome = game_result(reg, lobby.lobby_id, held.match_id, held.server_id, held.result, now)
+    reg.counters[f"game_results_{outcome}"] += 1
+    reg.counters["game_results_applied_late"] += 1
+
+
+def _drop(reg: LobbyRegistry, lobby: _Lobby) -> None:
+    """Forget the lobby's game without a word: a newer copy says its members saw it end."""
+    lobby.game = None
+    reg._game_deadlines.pop(lobby.lobby_id, None)

@@ -182,6 +182,12 @@ class GameServerDirectory:
         self._expire(now)
         return [e.announcement for e in sorted(self._servers.values(), key=_by_id)]
 
+    def get(self, server_id: str, now: float) -> GameServerAnnouncement | None:
+        """`server_id`'s live announcement (benched or not), or None."""
+        self._expire(now)
+        e = self._servers.get(server_id)
+        return None if e is None else e.announcement
+
     def free_slots(self, server_id: str, now: float) -> int | None:
         self._expire(now)
         e = self._servers.get(server_id)

@@ -106,6 +106,11 @@ class LobbyConfig:
     # A started game's longest life: until its result comes, a player who crashed gets a
     # fresh ticket (`RequestTicket`); after it, the lobby ends the game itself ("timed_out").
     game_life: float = 3 * 3600.0
+    # A game server's result for a lobby this server does not hold is kept this long (at most
+    # `max_held_results` of them): the lobby's home may have died, and its members be on their
+    # way to re-create it here with its running game (echo.lobby.gameloop).
+    result_hold: float = 30.0
+    max_held_results: int = 1024
 
     def __attrs_post_init__(self) -> None:
         for name in (
@@ -132,3 +137,5 @@ class LobbyConfig:
             raise ValueError("grace periods cannot be negative")
         if self.game_life <= 0:
             raise ValueError("a game lives a positive time")
+        if self.result_hold < 0 or self.max_held_results < 1:
+            raise ValueError("result_hold cannot be negative, max_held_results is at least 1")

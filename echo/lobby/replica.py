@@ -22,7 +22,10 @@ from collections.abc import Mapping
 
 from echo.lobby.protocol import (
     AttributesChanged,
+    GameCopy,
     GameEnded,
+    GameLife,
+    GameStarting,
     LobbySnapshot,
     LockChanged,
     MemberBanned,
@@ -59,6 +62,12 @@ class LobbyReplica:
         self.closed = False
         # member id -> its seat's tags, from the server's SeatTags (they travel in our copy).
         self.seat_tags: dict[str, tuple[bytes, ...]] = {}
+        # The lobby's running game as this member knows it: the last GameStarting it got, and
+        # the life left its GameLife said and when (the caller's clock), until a GameEnded
+        # (they travel in our copy: `game_copy`).
+        self.game: GameStarting | None = None
+        self._life_ms = 0
+        self._life_at = 0.0
         self._load(snapshot)
 
     def _load(self, s: LobbySnapshot) -> None:
@@ -93,14 +102,40 @@ class LobbyReplica:
             members=tuple(self.members.values()),
         )
 
-    def recreate_request(self, request_id: int) -> RecreateLobby:
-        """What this member sends to the lobby's next home when the home died."""
+    def recreate_request(self, request_id: int, now: float | None = None) -> RecreateLobby:
+        """What this member sends to the lobby's next home when the home died; `now`: the
+        clock `note_game` was given (None: the game's life as it was received)."""
         tags = tuple(
             SeatTag(member_id, tag)
             for member_id in self.members
             for tag in self.seat_tags.get(member_id, ())
         )
-        return RecreateLobby(request_id, self.snapshot(), self.seat, tags)
+        return RecreateLobby(request_id, self.snapshot(), self.seat, tags, self.game_copy(now))
+
+    def note_game(self, message: GameStarting | GameLife, now: float) -> None:
+        """A `GameStarting` for this lobby (a start, or a fresh ticket), or the `GameLife` that
+        follows it, arrived at `now` (any monotonic clock of the member's): the game is
+        running, and its ticket and life go in our copy."""
+        if self.closed or message.lobby_id != self.lobby_id:
+            return
+        if isinstance(message, GameStarting):
+            if self.game is None or self.game.match_id != message.match_id:
+                self._life_ms = 0  # (its life is still to come)
+            self.game = message
+        elif self.game is not None and self.game.match_id == message.match_id:
+            self._life_ms = message.life_ms
+            self._life_at = now
+
+    def game_copy(self, now: float | None = None) -> GameCopy:
+        """Our copy of the running game: its last ticket and what is left of its life at
+        `now` (None: as received). Empty if no game runs, as far as we know, or its life is
+        over, or the server did not say it (a home from before games were copied)."""
+        game = self.game
+        if game is None or self._life_ms == 0:
+            return GameCopy()
+        spent = 0 if now is None else max(0, round((now - self._life_at) * 1000))
+        left = self._life_ms - spent
+        return GameCopy(game.ticket, left) if left > 0 else GameCopy()
 
     def apply(self, update: Update | SeatTags) -> ApplyResult:
         if self.closed:
@@ -175,6 +210,8 @@ class LobbyReplica:
                     self.bans.append(update.member_id)
             case GameEnded():
                 # The game is over: the lobby is open again and everyone readies up anew.
+                self.game = None
+                self._life_ms = 0
                 self.locked = False
                 for m in list(self.members.values()):
                     self.members[m.member_id] = MemberState(

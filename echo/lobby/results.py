@@ -8,6 +8,12 @@ are reset, and the members get a `GameEnded` carrying ``result``. A report whose
 does not verify is ignored and counted (``game_results_refused``); a repeat of a result
 already applied, or one for a game that is not running, is ignored too.
 
+Where the lobby is does not concern the game server: every lobby server subscribes to the
+results topic. If the lobby's home died while the game ran, its members re-create it, game
+included, on the next server of the ring (`echo.lobby.gameloop`), and that server ends the
+game; a result that reaches it before the members' copies do is held there for
+`LobbyConfig.result_hold` seconds (``game_results_held``) and ends the game as they arrive.
+
 Record wire form (big-endian):
 
 ======  ==========  =========================================================================

@@ -4,22 +4,32 @@ With the variable set, the server starts ``tracemalloc`` at start-up and, on eve
 writes ``DIR/memdebug-<pid>-<n>.json``: the live objects the cyclic collector tracks, counted
 by type, and the allocation sites whose live size grew most since the previous dump (with the
 counts' and sizes' differences). Two dumps N sessions apart say what grows with sessions
-served, without stopping the server. Off (and free) when the variable is unset: tracemalloc
-costs a third of a server's throughput, it is for looking, not for production.
+served, without stopping the server. Each dump also says what the transport's logs hold:
+the live publications' and images' terms, mapped and resident (mincore(2): the pages the
+kernel holds, which no Python-level count sees), and the images by state. Off (and free) when
+the variable is unset: tracemalloc costs a third of a server's throughput, it is for looking,
+not for production.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
+import mmap
 import os
 import signal
+import sys
 import tracemalloc
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import trio
+
+from echo.transport.core.appender import LogAppender
+from echo.transport.core.image import PublicationImage
+from echo.transport.core.logbuffer import TermBuffers
 
 ENV = "ECHO_MEMDEBUG"
 #: frames kept per allocation (tracemalloc's traceback limit); 0: no tracemalloc (type counts
@@ -37,6 +47,66 @@ def type_counts() -> Counter[str]:
         kind = type(obj)
         counts[f"{kind.__module__}.{kind.__qualname__}"] += 1
     return counts
+
+
+def resident_bytes(log: TermBuffers) -> int | None:
+    """Bytes of a log's terms in memory now (mincore), 0 once it is closed; None off Linux."""
+    if sys.platform != "linux":
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    total = 0
+    for term in log.maps:
+        if term.closed:
+            return 0
+        view = (ctypes.c_char * len(term)).from_buffer(term)
+        try:
+            vector = (ctypes.c_ubyte * (len(term) // mmap.PAGESIZE))()
+            if libc.mincore(ctypes.c_void_p(ctypes.addressof(view)), len(term), vector):
+                return None
+            total += sum(v & 1 for v in vector) * mmap.PAGESIZE
+        finally:
+            del view  # an mmap cannot close while a ctypes view exports it
+    return total
+
+
+def _reachable(kinds: tuple[type, ...]) -> list[Any]:
+    """Live objects of `kinds`, frozen ones included: a server freezes what it made at start-up
+    (its all-clients channel among it) and `gc.get_objects` leaves the frozen out, so this
+    walks every object reachable from the modules and from those the collector tracks."""
+    found = []
+    seen: set[int] = set()
+    stack: list[Any] = [*sys.modules.values(), *gc.get_objects()]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, kinds):
+            found.append(obj)
+        stack.extend(o for o in gc.get_referents(obj) if gc.is_tracked(o))
+    return found
+
+
+def log_usage() -> dict[str, Any]:
+    """The live logs by owner: how many, bytes mapped, bytes resident; images by state."""
+    usage: dict[str, Any] = {}
+    states: Counter[str] = Counter()
+    for obj in _reachable((PublicationImage, LogAppender)):
+        if isinstance(obj, PublicationImage):
+            owner, log = "images", obj.log
+            states[obj.state.value] += 1
+        elif isinstance(obj, LogAppender):
+            owner, log = "publications", obj.log
+        else:
+            continue
+        row = usage.setdefault(owner, {"count": 0, "open": 0, "mapped": 0, "resident": 0})
+        row["count"] += 1
+        if not log.maps[0].closed:
+            row["open"] += 1
+            row["mapped"] += len(log.maps) * log.term_length
+            row["resident"] += resident_bytes(log) or 0
+    usage["image_states"] = dict(states)
+    return usage
 
 
 class MemoryProbe:
@@ -69,6 +139,7 @@ class MemoryProbe:
                 (name, count) for name, count in type_diff.most_common(TOP) if count > 0
             ],
             "types_total": sum(types.values()),
+            "logs": log_usage(),
             "sites_grown": [
                 {
                     "size_diff": stat.size_diff,

@@ -289,6 +289,14 @@ LOBBY_COUNTERS: dict[str, str] = {
     "games_timed_out": "Games ended by the lobby for lack of a result within the game's life",
     "game_results_ended": "Signed game results that ended a running game",
     "game_results_not_running": "Signed game results for no running game (repeats, late)",
+    "game_results_held": "Signed game results for a lobby not here (yet), held for its "
+    "re-creation here",
+    "game_results_applied_late": "Held game results that ended a lobby's game once its "
+    "members re-created it here",
+    "games_recreated": "Running games re-created here with their lobby, from members' copies",
+    "game_copies_refused": "Members' copies of a running game not believed (a ticket not "
+    "signed by our ticket keys, or not the member's)",
+    "game_copies_stale": "Members' copies of a game that ended, or older than another copy",
     "game_server_reports": "Players' reports of a game server refusing their tickets",
     "game_servers_benched": "Game servers taken out of rotation after the players' reports",
     "members_dropped": "Members whose session dropped (seat kept for the grace period)",

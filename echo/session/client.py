@@ -53,7 +53,7 @@ from echo.session.session import (
     Session,
 )
 from echo.session.timers import echo_timers
-from echo.transport import Image, Transport, TransportConfig, open_transport
+from echo.transport import Image, Subscription, Transport, TransportConfig, open_transport
 
 #: The names users import from here (the handshake's and the path's modules hold some).
 __all__ = [
@@ -242,7 +242,8 @@ def _open_session(
 ) -> tuple[Session, Callable[[Image], None]]:
     """The `Session` on the joined duologue, and the callback that closes it when the
     server's stream goes (the duologue subscription's, kept across resumes)."""
-    assert duologue.publication is not None and duologue.subscription is not None
+    assert duologue.publication is not None
+    assert isinstance(duologue.subscription, Subscription)  # (a duologue's is its own)
     session = Session(
         transport=transport,
         publication=duologue.publication,
@@ -282,6 +283,6 @@ async def _close_session(session: Session | None, all_clients: _Pair, duologue: 
     await _close_pair(duologue)
     if session is not None:
         session._release()
-    if duologue.subscription is not None:
+    if isinstance(duologue.subscription, Subscription):
         duologue.subscription.on_image_unavailable = None
 

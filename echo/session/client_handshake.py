@@ -11,6 +11,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
+from echo.session.client_hub import AllClientsView, open_view
 from echo.session.machine import (
     Action,
     CloseAllClients,
@@ -51,7 +52,6 @@ class HandshakeStep:
     client_session: int | None = None
     #: the duologue's session id, decrypted (JOINING)
     session_id: int | None = None
-
 
 
 def _host(server: str) -> str:
@@ -99,7 +99,7 @@ class _Pair:
 
     def __init__(self) -> None:
         self.publication: Publication | None = None
-        self.subscription: Subscription | None = None
+        self.subscription: Subscription | AllClientsView | None = None
         self.lost = False
 
     @property
@@ -184,18 +184,33 @@ async def _handshake(
 
 
 async def _open_all_clients(
-    transport: Transport, host: str, port: int, control_port: int, stream_id: int, pair: _Pair
+    transport: Transport,
+    host: str,
+    port: int,
+    control_port: int,
+    stream_id: int,
+    pair: _Pair,
+    *,
+    share: bool = True,
 ) -> None:
     """Open the all-clients pair: our MDC subscription registering with the server's control
-    port, our publication to its HELLO port."""
-    pair.subscription = await transport.add_subscription(
-        f"aeron:udp?control={host}:{control_port}|control-mode=dynamic",
-        stream_id,
-        on_image_unavailable=pair.on_image_gone,
-    )
+    port (with `share`, the one this transport's handshakes to that server share:
+    `echo.session.client_hub`), our publication to its HELLO port."""
+    if share:
+        view = await open_view(transport, host, control_port, stream_id, pair.on_image_gone)
+        pair.subscription = view
+    else:
+        pair.subscription = await transport.add_subscription(
+            f"aeron:udp?control={host}:{control_port}|control-mode=dynamic",
+            stream_id,
+            on_image_unavailable=pair.on_image_gone,
+        )
     pair.publication = await transport.add_publication(
         f"aeron:udp?endpoint={host}:{port}", stream_id
     )
+    if share:
+        # The server's replies to our HELLO start with this publication's session id.
+        view.expect(pair.publication.session_id)
 
 
 async def _close_all_clients(all_clients: _Pair, nursery: trio.Nursery) -> None:

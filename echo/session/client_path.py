@@ -71,7 +71,6 @@ def lost_contact_bound(config: TransportConfig, *, resumable: bool = True) -> fl
     return bound + resume_window(config) if resumable else bound
 
 
-
 def _path_broken(session: Session, publication: Publication) -> bool:
     """Has `session` closed, or has `publication` (its stream) lost its receiver?"""
     return session.is_closed or not publication.is_connected
@@ -269,9 +268,11 @@ class _Path:
                 while pending:
                     action = pending.pop(0)
                     if isinstance(action, OpenAllClients):
+                        # A subscription of its own: the path to the server may have changed.
                         await _open_all_clients(
-                            transport, host, self.port, self.control_port, self.stream_id, pair
-                        )
+                            transport, host, self.port, self.control_port, self.stream_id, pair,
+                            share=False,
+                        )  # fmt: skip
                     elif isinstance(action, SendResume):
                         assert pair.publication is not None
                         try:
@@ -321,4 +322,3 @@ async def _next_resume_event(machine: ResumeMachine, pair: _Pair) -> list[Action
     else:
         await subscription.wait_activity()
     return []
-

@@ -31,6 +31,7 @@ from echo.tickets.core import (
     TicketSeats,
     decode_ticket_untrusted,
     issue,
+    open_ticket,
     verify,
 )
 from echo.tickets.keyfile import KeyFileError, new_key_text, parse_key_text, read_key_file
@@ -57,6 +58,7 @@ __all__ = [
     "decode_ticket_untrusted",
     "issue",
     "new_key_text",
+    "open_ticket",
     "parse_key_text",
     "read_key_file",
     "verify",

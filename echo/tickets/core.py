@@ -328,6 +328,24 @@ def verify(
                 return f"ticket refused: {verdict.reason.name.lower()}"
             return echo.session.Admitted(verdict)   # the app reads session.admission
     """
+    claims = open_ticket(ticket, key)
+    if isinstance(claims, TicketRefusal):
+        return claims
+    if not hmac.compare_digest(claims.server_id.encode(), server_id.encode()):
+        return TicketRefusal(TicketReason.WRONG_SERVER, "the ticket is for another game server")
+    if now >= claims.expires_at:
+        return TicketRefusal(TicketReason.EXPIRED, "the ticket has expired")
+    return claims
+
+
+def open_ticket(
+    ticket: bytes | bytearray | memoryview, key: TicketKey | Mapping[int, bytes]
+) -> TicketClaims | TicketRefusal:
+    """The claims of a ticket signed under `key` (or one of the mapping key id -> secret),
+    whatever game server it names and however old it is; else a `TicketRefusal`
+    (UNKNOWN_VERSION, MALFORMED, UNKNOWN_KEY, BAD_SIGNATURE). What a lobby server that holds
+    the ticket keys uses to believe a member's copy of its running game (`verify` is the game
+    server's check, which adds the server and the expiry). Never raises."""
     raw = bytes(ticket)
     if len(raw) >= 2 and raw[0] not in TICKET_VERSIONS:
         return TicketRefusal(TicketReason.UNKNOWN_VERSION, f"ticket version {raw[0]}")
@@ -345,10 +363,6 @@ def verify(
     except TicketError as exc:
         # Only a holder of the key can get here: it signed garbage.
         return TicketRefusal(TicketReason.MALFORMED, str(exc))
-    if not hmac.compare_digest(claims.server_id.encode(), server_id.encode()):
-        return TicketRefusal(TicketReason.WRONG_SERVER, "the ticket is for another game server")
-    if now >= claims.expires_at:
-        return TicketRefusal(TicketReason.EXPIRED, "the ticket has expired")
     return claims
 
 
@@ -442,12 +456,27 @@ class TicketIssuer:
     """Game tickets for `LobbyRegistry(tickets=...)`, signed with the key the game servers hold;
     each lives `ttl` seconds from the start. `clock` returns UNIX seconds (``time.time``)."""
 
-    def __init__(self, key: TicketKey, *, ttl: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        key: TicketKey,
+        *,
+        ttl: float,
+        clock: Callable[[], float],
+        retired: Mapping[int, bytes] | None = None,
+    ) -> None:
         if ttl <= 0:
             raise ValueError("a ticket lives a positive time")
         self.key = key
         self.ttl = ttl
         self.clock = clock
+        #: every key its tickets may be signed with (the retired ones of a rotation too)
+        self.keys: dict[int, bytes] = {**(retired or {}), key.key_id: key.secret}
+
+    def claims(self, ticket: bytes) -> TicketClaims | None:
+        """The claims of a ticket signed with one of `keys`, whatever its age (`open_ticket`);
+        None if it was not. A lobby server believes a member's copy of its game with it."""
+        claims = open_ticket(ticket, self.keys)
+        return claims if isinstance(claims, TicketClaims) else None
 
     def issue(
         self,

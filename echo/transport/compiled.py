@@ -45,6 +45,7 @@ COMPILED_MODULES: Final = (
     "echo.transport.core.status",
     "echo.transport.core.scanner",
     "echo.transport.core.liveness",
+    "echo.transport.core.logrelease",
     "echo.transport.core.image",
     "echo.transport.core.publication",
     "echo.transport.core.receiver",

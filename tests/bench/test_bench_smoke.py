@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench import results
+from bench import baselines, results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,6 +75,25 @@ def test_quick_raw_baselines_produce_positive_figures(
 
     assert "| raw_echo_64 | round trips/s |" in table
     assert "| baseline |" in table
+
+
+def test_the_raw_one_way_accounts_for_every_datagram_sent(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
+    document, _ = quick_run
+    for size in (64, 1408, 8192):
+        extra = _figures(document)[f"raw_oneway_{size}", "datagrams/s"]["extra"]
+        assert extra["sent"] >= extra["received"] > 0
+        assert extra["per_wakeup"] >= 1
+        assert extra["cpus"] == document["settings"]["pin"]
+        if extra["kernel_drops"] is None:
+            continue  # not Linux: the kernel does not say
+        # On loopback what the sink did not read the kernel dropped on arrival (and maybe a
+        # few of the end markers sent after the data).
+        unread = extra["sent"] - extra["received"]
+        assert 0 <= extra["kernel_drops"] - unread <= baselines.MARKERS
+        behind = extra["kernel_drops"] > 0.01 * extra["sent"]
+        assert extra["bound"] == ("sink" if behind else "sender")
 
 
 def test_duologue_echo_is_measured_against_the_same_runs_raw_echo(

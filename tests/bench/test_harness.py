@@ -3,27 +3,32 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
 import pytest
 
-from bench import scale
+from bench import baselines, scale
 from bench.harness import (
+    SOCKET_BUFFER,
     Control,
     Result,
     RoundTrips,
     Settings,
     Target,
     busy_warning,
+    kernel_drops,
     markdown,
     percentile,
     ratio,
+    set_buffers,
     target_met,
     write_reports,
 )
 from bench.run import select
 from bench.suite import BENCHMARKS
+from tests.ports import free_ports
 
 
 def test_percentile_is_nearest_rank_without_interpolation() -> None:
@@ -297,3 +302,65 @@ def test_round_trips_time_each_step_of_the_measured_phase_only() -> None:
     assert summary["round_trips"] == rounds.count
     assert summary["round_trips_per_s"] == pytest.approx(rounds.count / rounds.elapsed)
     assert 0.05 <= rounds.elapsed < 1.0
+
+
+def _reports_drops() -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", free_ports([0])))
+        return kernel_drops(probe) is not None
+
+
+@pytest.mark.skipif(
+    not _reports_drops(), reason="the kernel does not report per-socket UDP drops"
+)
+def test_kernel_drops_counts_what_a_full_receive_queue_turned_away() -> None:
+    port = free_ports([0])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink, socket.socket(
+        socket.AF_INET, socket.SOCK_DGRAM
+    ) as source:
+        sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a few datagrams' room
+        sink.bind(("127.0.0.1", port))
+        assert kernel_drops(sink) == 0
+        for _ in range(200):
+            source.sendto(bytes(64), ("127.0.0.1", port))
+        sink.setblocking(False)
+        read = 0
+        while True:
+            try:
+                sink.recv(2048)
+            except BlockingIOError:
+                break
+            read += 1
+        drops = kernel_drops(sink)
+    assert 0 < read < 200
+    assert drops == 200 - read  # on loopback every datagram not read was dropped on arrival
+
+
+def test_socket_buffers_are_forced_past_the_system_maximum_as_root() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        granted = set_buffers(sock)
+    try:
+        with open("/proc/sys/net/core/rmem_max") as limit:
+            rmem_max = int(limit.read())
+    except OSError:
+        pytest.skip("no net.core.rmem_max to compare with")
+    if os.geteuid() != 0 and rmem_max < SOCKET_BUFFER:
+        pytest.skip("only root may force a buffer past net.core.rmem_max")
+    # The kernel reports double the request (its bookkeeping share).
+    assert granted["rcvbuf"] >= 2 * SOCKET_BUFFER and granted["sndbuf"] >= 2 * SOCKET_BUFFER
+
+
+def test_oneway_accounting_says_which_side_the_rate_measures() -> None:
+    got = {"count": 900, "wakeups": 3, "kernel_drops": 120}
+    extra = baselines.oneway_accounting(1000, 2.0, got)
+    assert extra["sent"] == 1000 and extra["received"] == 900 and extra["loss_pct"] == 10.0
+    assert extra["sent_per_s"] == 500 and extra["per_wakeup"] == 300.0
+    assert extra["bound"] == "sink"  # the kernel turned away 12 %: the sink was behind
+    kept_up = baselines.oneway_accounting(
+        1000, 2.0, {"count": 1000, "wakeups": 1000, "kernel_drops": 5}
+    )
+    assert kept_up["bound"] == "sender" and kept_up["per_wakeup"] == 1.0
+    unknown = baselines.oneway_accounting(
+        1000, 2.0, {"count": 1000, "wakeups": 0, "kernel_drops": None}
+    )
+    assert "bound" not in unknown and unknown["per_wakeup"] is None

@@ -17,6 +17,7 @@ from echo.lobby.listings import ListingBoard
 from echo.lobby.protocol import (
     ChatLine,
     ErrorCode,
+    GameLife,
     GameStarting,
     LobbyJoined,
     LobbySnapshot,
@@ -113,8 +114,11 @@ class Lab:
                 msg = send.message
                 if isinstance(msg, ChatLine):
                     self.chat.setdefault(member, []).append(msg)
-                elif isinstance(msg, GameStarting):
-                    self.games.setdefault(member, []).append(msg)
+                elif isinstance(msg, GameStarting | GameLife):
+                    if isinstance(msg, GameStarting):
+                        self.games.setdefault(member, []).append(msg)
+                    if member in self.replicas:  # (as the client does: the game in its copy)
+                        self.replicas[member].note_game(msg, self.now)
                 elif isinstance(msg, LobbySnapshot):
                     replica = self.replicas.get(member)
                     if replica is None or replica.closed or replica.lobby_id != msg.lobby_id:

@@ -120,10 +120,19 @@ def test_a_result_unlocks_resets_ready_and_tells_everyone() -> None:
         lab.ok(m, SetReady(lab.rid(), lobby_id, m, True))
     lab.ok("a", StartGame(lab.rid(), lobby_id))
     match_id = lab.games["a"][0].match_id
-    assert lab.reg.game_result(lobby_id, match_id + 1, "us-1", {"winner": "a"})[0] == "not_running"
-    assert lab.reg.game_result(lobby_id, match_id, "eu-1", {"winner": "a"})[0] == "wrong_server"
-    assert lab.reg.game_result(lobby_id + 1, match_id, "us-1", {})[0] == "no_lobby"
-    outcome, sends = lab.reg.game_result(lobby_id, match_id, "us-1", {"winner": "b", "turns": 9})
+    assert (
+        lab.reg.game_result(lobby_id, match_id + 1, "us-1", {"winner": "a"}, lab.now)[0]
+        == "not_running"
+    )
+    assert (
+        lab.reg.game_result(lobby_id, match_id, "eu-1", {"winner": "a"}, lab.now)[0]
+        == "wrong_server"
+    )
+    # Not here: held a while, in case its members re-create it here (its home died).
+    assert lab.reg.game_result(lobby_id + 1, match_id, "us-1", {}, lab.now)[0] == "held"
+    outcome, sends = lab.reg.game_result(
+        lobby_id, match_id, "us-1", {"winner": "b", "turns": 9}, lab.now
+    )
     assert outcome == "ended"
     lab.deliver(sends)
     [ended] = [s.message for s in sends]
@@ -135,7 +144,10 @@ def test_a_result_unlocks_resets_ready_and_tells_everyone() -> None:
     assert [m.ready for m in snap.members] == [False, False, False]
     lab.check_replicas()  # the members' copies applied GameEnded the same way
     # A repeat of the same result (the game server sends it more than once) changes nothing.
-    assert lab.reg.game_result(lobby_id, match_id, "us-1", {"winner": "b"}) == ("not_running", ())
+    assert lab.reg.game_result(lobby_id, match_id, "us-1", {"winner": "b"}, lab.now) == (
+        "not_running",
+        (),
+    )
     assert lab.reg.counters["game_results_ended"] == 1
     # The lobby is listed and joinable again, and can start its next game.
     lab.ok("d", JoinLobby(lab.rid(), lobby_id))
@@ -212,7 +224,9 @@ def test_a_start_while_a_game_runs_ends_it_first() -> None:
     second = lab.games["a"][-1].match_id
     assert second != first
     # The old game's result comes too late: nothing happens.
-    assert lab.reg.game_result(lobby_id, first, "us-1", {"winner": "a"})[0] == "not_running"
+    assert (
+        lab.reg.game_result(lobby_id, first, "us-1", {"winner": "a"}, lab.now)[0] == "not_running"
+    )
     snap = lab.reg.snapshot(lobby_id)
     assert snap is not None and snap.locked
     lab.check_replicas()

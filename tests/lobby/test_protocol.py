@@ -21,8 +21,10 @@ from echo.lobby.protocol import (
     Done,
     ErrorCode,
     FreeSlots,
+    GameCopy,
     GameDetails,
     GameEnded,
+    GameLife,
     GameStarting,
     JoinByCode,
     JoinLobby,
@@ -130,6 +132,7 @@ SAMPLES: list[Message] = [
     RequestTicket(21, 77),
     ReportGameServer(22, 77, "game-1", "ticket refused: bad_signature"),
     GameEnded(77, 11, 2**64 - 1, {"winner": "bob", "turns": 9}),
+    GameLife(77, 2**64 - 1, 2**32 - 1),
     EnqueueMatch(21, "duel", "eu", -1500, 2, 77, 2, b"seat", True, True, 1500),
     CancelMatch(22),
     Queued(21, 9),
@@ -266,6 +269,8 @@ SAMPLES_HEX = [
         "4d000000000000004d000000000000000bffffffffffffffff020677696e6e65720000" + "03626f62"
         "057475726e730100000000000000" + "09"
     ),
+    # GameLife: u64 lobby id, u64 match id, u32 life left in ms.
+    "4e000000000000004d" + "ff" * 8 + "ffffffff",
     "1800000015046475656c026575fffffffffffffa240002000000000000004d00020004736561740101000005dc",
     "1900000016",
     "28000000150000000000000009",
@@ -374,6 +379,12 @@ TRAILING: list[tuple[Message, str]] = [
         + "03626f6202"
         + "0174"
         + "03626f6200",
+    ),
+    (
+        RecreateLobby(16, EMPTY_SNAPSHOT, b"", (), GameCopy(b"\x02tk", 90_000)),
+        # An empty seat, then a game copy after trailing tags left empty: the empty tags are
+        # written (u16 count 0), then the copy: bytes16 ticket, u32 life left in ms.
+        "0f00000010" + "00" * 27 + "0000" + "0000" + "0003" + "02746b" + "00015f90",
     ),
 ]
 
@@ -508,13 +519,24 @@ def test_every_truncation_and_extension_is_refused(msg: Message) -> None:
 
 
 #: Each trailing field's empty value, and its bytes if it were sent anyway.
-_EMPTY = {"seat_tags": ((), "0000"), "filters": ((), "00"), "details": (GameDetails(), "00" * 11)}
+_EMPTY = {
+    "seat_tags": ((), "0000"),
+    "filters": ((), "00"),
+    "details": (GameDetails(), "00" * 11),
+    # (sent anyway after the empty tags of the message that tests it)
+    "game": (GameCopy(), "0000" + "0000" + "00000000"),
+}
 
 
 @pytest.mark.parametrize(("msg", "golden"), TRAILING)
 def test_a_trailing_field_is_optional_and_never_empty(msg: Message, golden: str) -> None:
     data = bytes.fromhex(golden)
-    last = attrs.fields(type(msg))[-1]
+    # The last trailing field present (the ones after it are empty, and left out).
+    last = next(
+        f
+        for f in reversed(attrs.fields(type(msg)))
+        if f.name in _EMPTY and getattr(msg, f.name) != _EMPTY[f.name][0]
+    )
     without = attrs.evolve(msg, **{last.name: _EMPTY[last.name][0]})
     base = encode(without)
     # Without the field, the bytes are those of the message before the field existed.
@@ -541,7 +563,13 @@ def test_a_trailing_field_is_the_last_of_a_message_only() -> None:
     inner = _Record(JoinLobby, request_id=_U32, lobby_id=_Trailing(_U64, 0))
     with pytest.raises(TypeError, match="inside a record"):
         _Message(MessageType.JOIN_LOBBY, Channel.REQUESTS, RecreateLobby,
-                 request_id=_U32, snapshot=inner, seat=_U32, seat_tags=_U32)  # fmt: skip
+                 request_id=_U32, snapshot=inner, seat=_U32, seat_tags=_U32,
+                 game=_U32)  # fmt: skip
+    # Several trailing fields: the last ones, none fixed after them.
+    with pytest.raises(TypeError, match="only the last"):
+        _Record(JoinLobby, request_id=_Trailing(_U32, 0), lobby_id=_U64)
+    both = _Record(JoinLobby, request_id=_Trailing(_U32, 0), lobby_id=_Trailing(_U64, 0))
+    assert [name for name, _ in both._tail] == ["request_id", "lobby_id"]
 
 
 def test_mutated_messages_parse_or_raise_only_the_protocol_error() -> None:

@@ -52,5 +52,14 @@ def test_sigusr1_dumps_what_grew_since_start_up(
     assert grown.get("echo.transport.core.image.PublicationImage", 0) >= 1, grown
     sites = first["sites_grown"]
     assert isinstance(sites, list) and sites and all(s["traceback"] for s in sites)
+    # The logs: the all-clients publication at least is open, mapped as three terms, and
+    # holds some pages (its replies); resident never exceeds mapped.
+    logs = first["logs"]
+    assert isinstance(logs, dict)
+    publications = logs["publications"]
+    assert publications["open"] >= 1
+    assert publications["mapped"] >= 3 * 64 * 1024
+    assert 0 < publications["resident"] <= publications["mapped"]
+    assert logs["images"]["count"] == sum(logs["image_states"].values()) >= 1
     # The second dump compares with the first: nothing happened in between.
     assert "echo.transport.core.image.PublicationImage" not in dict(second["types_grown"])  # type: ignore[call-overload]

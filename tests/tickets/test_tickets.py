@@ -16,12 +16,14 @@ from echo.tickets import (
     RosterEntry,
     TicketClaims,
     TicketError,
+    TicketIssuer,
     TicketKey,
     TicketReason,
     TicketRefusal,
     TicketSeats,
     decode_ticket_untrusted,
     issue,
+    open_ticket,
     verify,
 )
 from echo.tickets.core import MAX_EXPIRY_MILLIS
@@ -159,6 +161,45 @@ def test_rotation_accepts_old_and_new_keys() -> None:
     # Once key 1 is retired, its tickets stop working.
     result = verify(TICKET, {2: OTHER.secret}, "game-1", NOW)
     assert isinstance(result, TicketRefusal) and result.reason is TicketReason.UNKNOWN_KEY
+
+
+def test_open_ticket_believes_the_signature_whatever_the_server_and_the_age() -> None:
+    """What a lobby server uses to believe a member's copy of its game: an expired ticket for
+    any game server is still the claims its key signed; a forgery is not."""
+    old = issue(KEY, 5, "bob", "game-9", NOW - 3600, match_id=77)
+    claims = open_ticket(old, KEY)
+    assert isinstance(claims, TicketClaims)
+    assert (claims.lobby_id, claims.member_id, claims.server_id, claims.match_id) == (
+        5,
+        "bob",
+        "game-9",
+        77,
+    )
+    assert verify(old, KEY, "game-9", NOW) == TicketRefusal(
+        TicketReason.EXPIRED, "the ticket has expired"
+    )
+    for ticket, key, reason in (
+        (old, TicketKey(1, b"x" * 32), TicketReason.BAD_SIGNATURE),
+        (old, OTHER, TicketReason.UNKNOWN_KEY),
+        (old[:-1], KEY, TicketReason.BAD_SIGNATURE),
+        (b"\x09" + old[1:], KEY, TicketReason.UNKNOWN_VERSION),
+        (old[:10], KEY, TicketReason.MALFORMED),
+    ):
+        refused = open_ticket(ticket, key)
+        assert isinstance(refused, TicketRefusal) and refused.reason is reason, (ticket, reason)
+
+
+def test_an_issuer_reads_back_its_tickets_and_those_of_its_retired_keys() -> None:
+    issuer = TicketIssuer(OTHER, ttl=30.0, clock=lambda: NOW, retired={KEY.key_id: KEY.secret})
+    assert issuer.keys == {1: KEY.secret, 2: OTHER.secret}
+    mine = issuer.claims(issuer.issue(5, "bob", "game-1", match_id=3))
+    assert mine is not None and (mine.key_id, mine.match_id) == (2, 3)
+    retired = issuer.claims(TICKET)
+    assert retired is not None and retired.key_id == 1 and retired.member_id == "ålice"
+    assert issuer.claims(issue(TicketKey(1, b"x" * 32), 5, "bob", "g", NOW)) is None
+    assert issuer.claims(b"not a ticket") is None
+    alone = TicketIssuer(OTHER, ttl=30.0, clock=lambda: NOW)
+    assert alone.keys == {2: OTHER.secret} and alone.claims(TICKET) is None
 
 
 def test_a_signed_but_malformed_ticket_is_refused() -> None:

@@ -533,6 +533,28 @@ def test_control_frames_are_counted_and_go_to_their_publication() -> None:
     assert dict(counters.invalid_by_reason) == {"too_short": 1, "unexpected_on_send_channel": 1}
 
 
+def test_a_nak_on_the_control_port_is_resent_at_once_to_its_own_receiver_only() -> None:
+    endpoint, _ = _server()
+    publication = _connected(endpoint, 1)
+    other = _response(endpoint, 2, CLIENT_B[0])
+    endpoint.on_datagram(_eliciting(2), CLIENT_B, 0.0)
+    endpoint.on_datagram(_status(other), CLIENT_B, 0.0)
+    wire = Wire()
+    assert publication.offer(b"lost", 0.01) > 0
+    endpoint.poll(0.01, wire)
+    assert not endpoint.repair_due
+    nak = Nak(session_id=1, stream_id=STREAM, term_id=100, term_offset=0, length=64).encode()
+    endpoint.on_datagram(nak, CLIENT_A, 0.02)
+    assert endpoint.repair_due  # the driver sends it before it reads the next datagram
+    sent = len(wire.sent)
+    endpoint.repair(0.02, wire)
+    assert not endpoint.repair_due
+    # The resend alone, to its own receiver: no heartbeat, nothing of the other publication.
+    assert [(b"lost" in data, where) for data, where in wire.sent[sent:]] == [(True, CLIENT_A)]
+    endpoint.on_datagram(nak, CLIENT_A, 0.02)  # the receiver's NAK again: a duplicate
+    assert not endpoint.repair_due
+
+
 def test_a_live_receiver_keeps_its_publication_until_exactly_the_destination_timeout() -> None:
     endpoint, counters = _server()
     publication = _connected(endpoint)

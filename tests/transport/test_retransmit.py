@@ -61,3 +61,18 @@ def test_at_most_max_in_flight_resends_and_room_returns_after_the_linger() -> No
 def test_nothing_in_flight_has_no_deadline() -> None:
     handler = RetransmitHandler(max_in_flight=1, linger=LINGER)
     assert handler.next_deadline(5.0) == math.inf
+
+
+def test_a_resend_cut_short_is_due_again_from_where_it_stopped() -> None:
+    handler = RetransmitHandler(max_in_flight=4, linger=LINGER)
+    handler.on_nak(0, 4096, now=1.0)
+    handler.on_nak(8192, 1024, now=1.0)
+    assert handler.due(1.0) == [(0, 4096), (8192, 1024)]
+    # The socket was full after 1,408 bytes of the first: neither is on its way.
+    handler.unsent(0, 1408)
+    handler.unsent(8192, 8192)
+    assert handler.next_deadline(1.0) == 1.0
+    assert not handler.on_nak(2048, 512, now=1.0)  # still a duplicate of a resend to come
+    assert handler.due(1.0) == [(1408, 4096 - 1408), (8192, 1024)]
+    handler.unsent(1408, 4096)  # all of it went: nothing is left to send
+    assert handler.next_deadline(1.0) == 1.0 + LINGER

@@ -33,6 +33,7 @@ from echo.lobby.protocol import (
     Channel,
     ChatLine,
     Done,
+    GameLife,
     GameStarting,
     LobbyJoined,
     LobbyProtocolError,
@@ -191,9 +192,14 @@ class _Links(_Base):
             self.waiting = None
             self._event(message)
             return
+        if isinstance(message, GameStarting | GameLife) and self.replica is not None:
+            # The running game goes in our copy (its ticket and life), for a re-creation.
+            self.replica.note_game(message, trio.current_time())
         if isinstance(message, ChatLine | GameStarting):
             self._event(message)
             return
+        if isinstance(message, GameLife):
+            return  # (not an event: the game's bound is the lobby's to keep)
         if isinstance(message, ResumeToken):
             if self.replica is None or self.replica.lobby_id == message.lobby_id:
                 self.resume_token = message.token

@@ -141,7 +141,8 @@ class _Rehome(_Requests):
         it is still the lobby's home, so the lobby is re-created there from our copy."""
         reply = await self._exchange(JoinLobby(self._next_id(), replica.lobby_id))
         if isinstance(reply, Refusal) and reply.code is ErrorCode.NO_SUCH_LOBBY:
-            recreated = await self._exchange(replica.recreate_request(self._next_id()))
+            copy = replica.recreate_request(self._next_id(), trio.current_time())
+            recreated = await self._exchange(copy)
             if isinstance(recreated, LobbyJoined):
                 self._event(Rehomed(replica.lobby_id, self.server or ""))
 
@@ -159,7 +160,8 @@ class _Rehome(_Requests):
                 # not take the lobby either: walk on past it too, or this loop never ends.
                 self.dead.add(target)
                 continue
-            reply = await self._exchange(replica.recreate_request(self._next_id()))
+            copy = replica.recreate_request(self._next_id(), trio.current_time())
+            reply = await self._exchange(copy)
             if isinstance(reply, LobbyJoined):
                 self._event(Rehomed(replica.lobby_id, target))
                 return

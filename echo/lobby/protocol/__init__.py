@@ -72,6 +72,7 @@ from echo.lobby.protocol.replies import Reply as Reply
 from echo.lobby.protocol.replies import SearchResults as SearchResults
 from echo.lobby.protocol.requests import BanMember as BanMember
 from echo.lobby.protocol.requests import CreateLobby as CreateLobby
+from echo.lobby.protocol.requests import GameCopy as GameCopy
 from echo.lobby.protocol.requests import JoinByCode as JoinByCode
 from echo.lobby.protocol.requests import JoinLobby as JoinLobby
 from echo.lobby.protocol.requests import KickMember as KickMember
@@ -101,6 +102,7 @@ from echo.lobby.protocol.updates import AttributesChanged as AttributesChanged
 from echo.lobby.protocol.updates import ChatLine as ChatLine
 from echo.lobby.protocol.updates import GameDetails as GameDetails
 from echo.lobby.protocol.updates import GameEnded as GameEnded
+from echo.lobby.protocol.updates import GameLife as GameLife
 from echo.lobby.protocol.updates import GameStarting as GameStarting
 from echo.lobby.protocol.updates import LockChanged as LockChanged
 from echo.lobby.protocol.updates import MemberBanned as MemberBanned
@@ -130,8 +132,10 @@ __all__ = [
     "ErrorCode",
     "Filter",
     "FreeSlots",
+    "GameCopy",
     "GameDetails",
     "GameEnded",
+    "GameLife",
     "GameStarting",
     "JoinByCode",
     "JoinLobby",

@@ -28,6 +28,7 @@ from echo.lobby.protocol.records import (
     SeatTag,
     StringEquals,
 )
+from echo.lobby.protocol.requests import GameCopy
 from echo.lobby.protocol.updates import (
     GameDetails,
 )
@@ -278,9 +279,10 @@ class _List(_Codec):
 
 
 class _Trailing(_Codec):
-    """A field added to a message after it shipped: the message's last field, left out when
-    empty, so the message without it keeps its bytes and old bytes parse as before. Present,
-    it is never empty (one message, one form)."""
+    """A field added to a message after it shipped: among the message's last fields, left out
+    when it and every trailing field after it are empty, so the message without it keeps its
+    bytes and old bytes parse as before. The last trailing field present is never empty (one
+    message, one form); an empty one before it is written as it is (`_Record` does both)."""
 
     def __init__(self, codec: _Codec, empty: Any) -> None:
         self.codec = codec
@@ -307,17 +309,38 @@ class _Record(_Codec):
         names = [f.name for f in attrs.fields(cls)]
         if names != list(fields):
             raise TypeError(f"{cls.__name__}: the table names {list(fields)}, not {names}")
-        if any(isinstance(c, _Trailing) for c in list(fields.values())[:-1]):
-            raise TypeError(f"{cls.__name__}: only the last field may be trailing")
+        codecs = list(fields.values())
+        first = next((i for i, c in enumerate(codecs) if isinstance(c, _Trailing)), len(codecs))
+        if not all(isinstance(c, _Trailing) for c in codecs[first:]):
+            raise TypeError(f"{cls.__name__}: only the last fields may be trailing")
         self.cls = cls
         self.fields = tuple(fields.items())
+        self._fixed = self.fields[:first]
+        self._tail: tuple[tuple[str, _Trailing], ...] = tuple(
+            (name, c) for name, c in self.fields[first:] if isinstance(c, _Trailing)
+        )
 
     def write(self, w: Buffer, v: Any) -> None:
-        for name, codec in self.fields:
+        for name, codec in self._fixed:
             codec.write(w, getattr(v, name))
+        tail = [(codec, getattr(v, name)) for name, codec in self._tail]
+        while tail and tail[-1][1] == tail[-1][0].empty:
+            tail.pop()
+        for codec, value in tail:
+            codec.codec.write(w, value)
 
     def read(self, r: Buffer) -> Any:
-        return self.cls(**{name: codec.read(r) for name, codec in self.fields})
+        values = {name: codec.read(r) for name, codec in self._fixed}
+        last: tuple[_Trailing, Any] | None = None
+        for name, codec in self._tail:
+            if r.eof():
+                values[name] = codec.empty
+            else:
+                values[name] = codec.codec.read(r)
+                last = (codec, values[name])
+        if last is not None and last[1] == last[0].empty:
+            raise LobbyProtocolError("an empty trailing field is left out, not sent")
+        return self.cls(**values)
 
 
 class _Union(_Codec):
@@ -363,4 +386,5 @@ _LISTING: Final = _Record(LobbyListing, lobby_id=_U64, name=_STR8, member_count=
                           max_members=_U16, metadata=_VALUES, home=_STR8)
 _GAME_DETAILS: Final = _Record(GameDetails, match_id=_U64, control_port=_U16,
                                duologue_ports=_STR8, server_key=_Trailing(_PublicKey(), b""))
+_GAME_COPY: Final = _Record(GameCopy, ticket=_BYTES16, life_ms=_U32)
 # fmt: on

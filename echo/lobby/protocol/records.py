@@ -130,6 +130,7 @@ class MessageType(enum.IntEnum):
     SEAT_TAGS = 0x4B
     RESUME_TOKEN = 0x4C
     GAME_ENDED = 0x4D
+    GAME_LIFE = 0x4E
     MATCHED = 0x58
     QUEUE_LEFT = 0x59
     # chat (server -> members), Channel.CHAT

@@ -121,6 +121,17 @@ class SendChat:
 
 
 @attrs.frozen
+class GameCopy:
+    """A member's copy of its lobby's running game: the last ticket the home gave it (signed
+    with the game servers' key, which every lobby server holds: it proves the game server,
+    the match, the roster and the metadata) and what was left of the game's life
+    (`GameLife`, counted down) when the copy was sent, in milliseconds."""
+
+    ticket: bytes = b""
+    life_ms: int = 0
+
+
+@attrs.frozen
 class RecreateLobby:
     """A member's copy of a lobby whose home died, sent to the next server on the ring."""
 
@@ -130,6 +141,9 @@ class RecreateLobby:
     # The seat tags of this member's copy (a trailing field: a copy without them is the same
     # bytes as before tags existed). A member may hold several (copies disagreed).
     seat_tags: tuple[SeatTag, ...] = ()
+    # Its copy of the lobby's running game, if it holds a ticket of it (trailing: a copy
+    # without a game is the same bytes as before games were copied).
+    game: GameCopy = attrs.field(factory=GameCopy)
 
 
 @attrs.frozen

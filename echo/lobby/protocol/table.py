@@ -14,6 +14,7 @@ from echo.lobby.protocol.fields import (
     _BYTES16,
     _CHANGES,
     _FILTERS,
+    _GAME_COPY,
     _GAME_DETAILS,
     _I64,
     _LISTING,
@@ -57,6 +58,7 @@ from echo.lobby.protocol.replies import (
 from echo.lobby.protocol.requests import (
     BanMember,
     CreateLobby,
+    GameCopy,
     JoinByCode,
     JoinLobby,
     KickMember,
@@ -80,6 +82,7 @@ from echo.lobby.protocol.updates import (
     ChatLine,
     GameDetails,
     GameEnded,
+    GameLife,
     GameStarting,
     LockChanged,
     MemberBanned,
@@ -96,8 +99,8 @@ from echo.lobby.protocol.updates import (
 from echo.lobby.queue_wire import CancelMatch, EnqueueMatch, Matched, Queued, QueueLeft
 
 Message: TypeAlias = (
-    Request | Reply | Update | GameStarting | SeatTags | ResumeToken | Matched | QueueLeft
-    | ChatLine
+    Request | Reply | Update | GameStarting | GameLife | SeatTags | ResumeToken | Matched
+    | QueueLeft | ChatLine
 )
 
 
@@ -165,7 +168,7 @@ _MESSAGES: Final = (
     _Message(MessageType.SEND_CHAT, Channel.CHAT, SendChat,
              request_id=_U32, lobby_id=_U64, text=_STR16),
     _request(MessageType.RECREATE_LOBBY, RecreateLobby, snapshot=_SNAPSHOT, seat=_BYTES16,
-             seat_tags=_Trailing(_SEAT_TAG_LIST, ())),
+             seat_tags=_Trailing(_SEAT_TAG_LIST, ()), game=_Trailing(_GAME_COPY, GameCopy())),
     _lobby_op(MessageType.START_GAME, StartGame, filters=_Trailing(_FILTERS, ())),
     _lobby_op(MessageType.REQUEST_TICKET, RequestTicket),
     _lobby_op(MessageType.REPORT_GAME_SERVER, ReportGameServer, server_id=_STR8, reason=_STR16),
@@ -199,6 +202,8 @@ _MESSAGES: Final = (
     _Message(MessageType.GAME_STARTING, Channel.UPDATES, GameStarting,
              lobby_id=_U64, server_id=_STR8, address=_STR8, ticket=_BYTES16,
              details=_Trailing(_GAME_DETAILS, GameDetails())),
+    _Message(MessageType.GAME_LIFE, Channel.UPDATES, GameLife,
+             lobby_id=_U64, match_id=_U64, life_ms=_U32),
     _Message(MessageType.SEAT_TAGS, Channel.UPDATES, SeatTags,
              lobby_id=_U64, tags=_SEAT_TAG_LIST),
     _Message(MessageType.RESUME_TOKEN, Channel.UPDATES, ResumeToken,
@@ -283,7 +288,10 @@ def parse_request_untrusted(data: bytes | bytearray | memoryview) -> Request:
 
 def parse_server_message_untrusted(
     data: bytes | bytearray | memoryview,
-) -> Reply | Update | GameStarting | SeatTags | ResumeToken | Matched | QueueLeft | ChatLine:
+) -> (
+    Reply | Update | GameStarting | GameLife | SeatTags | ResumeToken | Matched | QueueLeft
+    | ChatLine
+):
     """Decode what the lobby server sent to a member. Raises only LobbyProtocolError."""
     msg = parse_message_untrusted(data)
     if isinstance(msg, _REQUEST_TYPES):

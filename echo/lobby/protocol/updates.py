@@ -137,6 +137,21 @@ class GameDetails:
 
 
 @attrs.frozen
+class GameLife:
+    """To one member, right after each `GameStarting`: how long its game (``match_id``) may
+    still run, in milliseconds, when this was sent; the lobby ends it then (``{"error":
+    "timed_out"}``). The member's copy carries what is left of it to the server where the
+    lobby is re-created if its home dies, so the game keeps its bound there. Not a state
+    change (no version); a client from before it skips it (a message of its own, not a field
+    of `GameStarting`, so that upgraded lobby servers do not break the older clients' starts).
+    """
+
+    lobby_id: int
+    match_id: int
+    life_ms: int
+
+
+@attrs.frozen
 class GameStarting:
     """To one member: go to this game server and show it this ticket (`echo.tickets`).
 

@@ -122,7 +122,12 @@ class LobbyServer(_Replication):
         signed with the seat keys, and with ticket keys it starts games."""
         config = self.config
         tickets = (
-            TicketIssuer(config.ticket_keys[0], ttl=config.ticket_ttl, clock=clock)
+            TicketIssuer(
+                config.ticket_keys[0],
+                ttl=config.ticket_ttl,
+                clock=clock,
+                retired={k.key_id: k.secret for k in config.ticket_keys[1:]},
+            )
             if config.ticket_keys
             else None
         )

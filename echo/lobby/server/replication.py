@@ -113,7 +113,10 @@ class _Replication(_Sessions):
             self.counters["bad_topic_records"] += 1
 
     def _on_result(self, data: bytes) -> None:
-        """A game server's result: believed only under one of our ticket keys."""
+        """A game server's result: believed only under one of our ticket keys. Every lobby
+        server hears it (the results topic): the lobby's home ends the game; the others hold
+        it a while (`LobbyConfig.result_hold`), since the home may have died and the
+        lobby's members be re-creating it here with its game (`echo.lobby.gameloop`)."""
         verdict = verify_result(data, self._result_keys)
         if isinstance(verdict, str):
             self.counters["game_results_refused"] += 1
@@ -121,7 +124,8 @@ class _Replication(_Sessions):
             log.info("game_result_refused", reason=verdict)
             return
         outcome, sends = self.registry.game_result(
-            verdict.lobby_id, verdict.match_id, verdict.server_id, verdict.result
+            verdict.lobby_id, verdict.match_id, verdict.server_id, verdict.result,
+            trio.current_time(),
         )
         if outcome == "ended":
             self._emit(
@@ -207,8 +211,10 @@ async def report_game_result(
 ) -> None:
     """A game server's side of the results topic: publish `result`, signed with `key` (the
     first key of its ticket key file), `repeats` times `interval` apart: topic records are
-    datagrams, and the lobby applies a result once and ignores its repeats. Raises
-    `echo.lobby.results.ResultError` for a result that does not fit."""
+    datagrams, and the lobby applies a result once and ignores its repeats. Every lobby
+    server hears it, so it reaches the lobby wherever it is, also re-created on another
+    server after its home died (one that does not hold the lobby yet keeps the result a
+    while for it). Raises `echo.lobby.results.ResultError` for a result that does not fit."""
     record = sign_result(key, result)
     for i in range(repeats):
         if i:

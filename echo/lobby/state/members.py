@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from echo.lobby.protocol import (
+    GameLife,
     GameStarting,
     LeaveReason,
     MemberLeft,
@@ -166,7 +167,7 @@ class _Members(_Search):
         lobby.version += 1
         self._out.append(Send(lobby.audience(), make(lobby.version)))
 
-    def _send(self, to: tuple[str, ...], message: Update | GameStarting) -> None:
+    def _send(self, to: tuple[str, ...], message: Update | GameStarting | GameLife) -> None:
         self._out.append(Send(to, message))
 
     def _take_out(self) -> tuple[Send, ...]:

@@ -19,6 +19,7 @@ from echo.lobby.protocol import (
     ChatLine,
     CreateLobby,
     ErrorCode,
+    GameLife,
     GameStarting,
     LobbySnapshot,
     MemberState,
@@ -29,7 +30,7 @@ from echo.lobby.protocol import (
     Value,
 )
 from echo.lobby.queue_wire import Matched, QueueLeft
-from echo.tickets.core import RosterEntry
+from echo.tickets.core import RosterEntry, TicketClaims
 
 CODE_ALPHABET: Final = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes are read aloud
 MAX_COPY_VERSION: Final = 2**62
@@ -64,6 +65,10 @@ class Tickets(Protocol):
         metadata: Mapping[str, Value] | None = None,
     ) -> bytes: ...
 
+    def claims(self, ticket: bytes) -> TicketClaims | None:
+        """The claims of a ticket signed with these keys, whatever its age; None if not."""
+        ...
+
 
 class Seats(Protocol):
     """Signs and checks seats (`echo.tickets.TicketSeats` is the real one)."""
@@ -83,7 +88,9 @@ class Send:
 
     to: tuple[str, ...]
     # (a reply only from the matchmaker's desk: a LobbyJoined of request id 0)
-    message: Update | GameStarting | SeatTags | ChatLine | Reply | Matched | QueueLeft
+    message: (
+        Update | GameStarting | GameLife | SeatTags | ChatLine | Reply | Matched | QueueLeft
+    )
 
 
 @attrs.frozen
@@ -152,6 +159,11 @@ class _Lobby:
     dropped_owner: str | None = None
     # Its game, from the start to its end (echo.lobby.gameloop).
     game: RunningGame | None = None
+    # Re-created: the highest version of a copy that came unlocked and without a game (its
+    # member saw the game end): an older copy's game is not believed (gameloop.adopt_copy).
+    gameless_version: int = -1
+    # The last games that ended here (match ids): a copy of one of them is not believed.
+    ended_matches: list[int] = attrs.Factory(list)
 
     def connected(self) -> list[_Member]:
         return [m for m in self.members.values() if m.presence is Presence.CONNECTED]

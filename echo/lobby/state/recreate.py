@@ -6,10 +6,14 @@ Pure module: no trio, no clock.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import attrs
 
+from echo.lobby import gameloop
 from echo.lobby.protocol import (
     ErrorCode,
+    GameCopy,
     LeaveReason,
     LobbyJoined,
     LobbySnapshot,
@@ -32,6 +36,9 @@ from echo.lobby.state.records import (
     _utf8_len,
     _with_tag,
 )
+
+if TYPE_CHECKING:
+    from echo.lobby.state.registry import LobbyRegistry
 
 
 class _Recreate(_Operations):
@@ -56,6 +63,11 @@ class _Recreate(_Operations):
            until then the owner rule of `echo.lobby.state` applies (a connected owner).
         6. The version becomes max(current, copy) + 1 and every connected member receives a
            full snapshot.
+        7. The running game (`echo.lobby.gameloop.adopt_copy`): a copy carries its member's
+           last ticket, believed only under our ticket keys; the game of the highest copy
+           that carries one is the lobby's, unless a higher copy came unlocked without one
+           (its member saw the game end). A result held for it ends it once every seat has
+           arrived, or at the window's end (`echo.lobby.gameloop.apply_held`).
         """
         snap = req.snapshot
         existing = self._lobbies.get(snap.lobby_id)
@@ -80,7 +92,7 @@ class _Recreate(_Operations):
                     return self._join(member_id, existing, req.request_id, now, proven=True)
                 _refuse(ErrorCode.RECREATE_REFUSED, "this lobby lives here and is not recovering")
             self._not_elsewhere(member_id, snap.lobby_id)
-            self._merge_copy(existing, member_id, entry, snap, copy_tags, now)
+            self._merge_copy(existing, member_id, entry, snap, copy_tags, now, req.game)
             return LobbyJoined(req.request_id, existing.lobby_id)
         return self._recreate_here(member_id, req, copy_tags, now)
 
@@ -134,8 +146,18 @@ class _Recreate(_Operations):
         self.counters["lobbies_recreated"] += 1
         self._ensure_owner(lobby, now, notify=False)
         lobby.version += 1
+        self._adopt_game(lobby, member_id, req.game, snap, now)
         self._send_state(lobby.audience(), lobby)
+        gameloop.apply_held(cast("LobbyRegistry", self), lobby, now)
         return LobbyJoined(req.request_id, lobby.lobby_id)
+
+    def _adopt_game(
+        self, lobby: _Lobby, member_id: str, copy: GameCopy, snap: LobbySnapshot, now: float
+    ) -> None:
+        """Rule 7: the copy's game, if it carries one we believe, merged into the lobby's."""
+        reg = cast("LobbyRegistry", self)
+        game = gameloop.game_of_copy(reg, lobby.lobby_id, member_id, copy, snap.version, now)
+        gameloop.adopt_copy(reg, lobby, game, snap.version, snap.locked, now)
 
     def _check_copy(
         self, member_id: str, snap: LobbySnapshot, tags: tuple[SeatTag, ...]
@@ -222,6 +244,7 @@ class _Recreate(_Operations):
         snap: LobbySnapshot,
         copy_tags: dict[str, bytes],
         now: float,
+        game: GameCopy,
     ) -> None:
         bans = list(lobby.bans) + [b for b in snap.bans if b not in lobby.bans]
         if len(bans) > 255:
@@ -258,7 +281,9 @@ class _Recreate(_Operations):
             if snap.private and self._by_code.get(new_code, lobby.lobby_id) != lobby.lobby_id:
                 _refuse(ErrorCode.RECREATE_REFUSED, "the copy's join code is taken here")
         # From here on nothing refuses: apply.
-        self._apply_copy(lobby, member_id, snap, bans, order, now, newer=newer)
+        self._apply_copy(lobby, member_id, snap, bans, order, now, newer=newer, game=game)
+        # (after the snapshot _apply_copy sent: a GameEnded is the members' next version)
+        gameloop.apply_held(cast("LobbyRegistry", self), lobby, now)
 
     def _merged_seats(
         self,
@@ -320,8 +345,9 @@ class _Recreate(_Operations):
         now: float,
         *,
         newer: bool,
+        game: GameCopy,
     ) -> None:
-        """The merged copy, checked, becomes the lobby (rules 1, 2, 5 and 6)."""
+        """The merged copy, checked, becomes the lobby (rules 1, 2, 5, 6 and 7)."""
         current = lobby.members
         self._unindex(lobby)
         if newer:
@@ -361,6 +387,7 @@ class _Recreate(_Operations):
         # rather than its leaving.
         left = lobby.version + 1
         lobby.version = max(lobby.version, snap.version) + 1
+        self._adopt_game(lobby, member_id, game, snap, now)
         for gone in banned_here:
             self._out.append(
                 Send((gone,), MemberLeft(lobby.lobby_id, left, gone, LeaveReason.BANNED))

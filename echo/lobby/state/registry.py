@@ -15,7 +15,7 @@ import attrs
 import structlog
 
 from echo.lobby import gameloop
-from echo.lobby.gameloop import RunningGame, random_match_id
+from echo.lobby.gameloop import HeldResult, RunningGame, random_match_id
 from echo.lobby.games import GameServerDirectory
 from echo.lobby.heldchat import HeldChat
 from echo.lobby.limits import LobbyConfig, TokenBucket
@@ -91,6 +91,8 @@ class LobbyRegistry(_Recreate):
         self.config = config or LobbyConfig()
         self._new_match_id = new_match_id
         self._game_deadlines: dict[int, float] = {}  # lobby id -> the end of its game's life
+        # Game results for lobbies not here (yet): their members may re-create them here.
+        self._held_results: dict[int, HeldResult] = {}
         # With seats, every LobbyJoined carries one, and a copy is recreated only by a member
         # showing a valid seat for that lobby: without them a copy is the sender's word.
         self._seats = seats
@@ -214,14 +216,16 @@ class LobbyRegistry(_Recreate):
         return None if lobby is None else self._seat_tags(lobby)
 
     def next_deadline(self) -> float | None:
-        """When `expire` next has work: the earliest end of a reconnection grace period or
-        of a game's life."""
+        """When `expire` next has work: the earliest end of a reconnection grace period, of a
+        game's life, or of a held game result's time (`echo.lobby.gameloop.due_held`)."""
+        held = gameloop.next_held(self)
         return (
             min(
                 min(self._reconnecting.values(), default=math.inf),
                 min(self._game_deadlines.values(), default=math.inf),
+                math.inf if held is None else held,
             )
-            if self._reconnecting or self._game_deadlines
+            if self._reconnecting or self._game_deadlines or held is not None
             else None
         )
 
@@ -336,19 +340,28 @@ class LobbyRegistry(_Recreate):
                 self.counters["members_expired"] += 1
                 self._remove(lobby, member_id, reason, now)
         gameloop.expire(self, now)
+        gameloop.due_held(self, now)
         for key, bucket in list(self._buckets.items()):
             if bucket.is_full(now):
                 del self._buckets[key]
         return self._take_out()
 
     def game_result(
-        self, lobby_id: int, match_id: int, server_id: str, result: Mapping[str, Value]
+        self,
+        lobby_id: int,
+        match_id: int,
+        server_id: str,
+        result: Mapping[str, Value],
+        now: float,
     ) -> tuple[str, tuple[Send, ...]]:
         """A game server's result for its game (its signature checked by the caller,
         `echo.lobby.results`): ("ended", the GameEnded to send) if it ended the lobby's
-        running game; else why it was ignored ("no_lobby", "not_running", "wrong_server")."""
+        running game; ("held", ()) if the lobby is not here, or is being re-created here
+        without that game so far (it ends the game if the lobby's members bring it here
+        within `LobbyConfig.result_hold`); else why it was ignored ("not_running",
+        "wrong_server")."""
         self._out = []
-        outcome = gameloop.game_result(self, lobby_id, match_id, server_id, result)
+        outcome = gameloop.game_result(self, lobby_id, match_id, server_id, result, now)
         self.counters[f"game_results_{outcome}"] += 1
         return outcome, self._take_out()
 

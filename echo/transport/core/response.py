@@ -221,6 +221,9 @@ class ResponseSendEndpoint(SendEndpoint):
         """Poll the publications that heard something, were offered to or closed, or whose
         deadline came: a control port with 1,000 response publications must not cost
         O(publications) per status message."""
+        if self.repair_due:
+            self.repair_due = False
+            self._repairs = []  # (touched: their polls below send the resends)
         due = self._touched
         self._touched = set()
         heap = self._heap
@@ -302,7 +305,9 @@ class ResponseSendEndpoint(SendEndpoint):
             counters.unvalidated_drops += 1
             return
         if isinstance(frame, Nak):
-            publication.on_nak(frame, now)
+            if publication.on_nak(frame, now):
+                self._repairs.append(publication)  # sent before the next read (repair)
+                self.repair_due = True
         elif isinstance(frame, Rttm):
             publication.on_rttm(frame, now)
         else:

@@ -1,8 +1,9 @@
 """Retransmit handling for a publication: which NAKed ranges to resend, and which NAKs to
 ignore because a resend of the same bytes is on its way (Aeron's RetransmitHandler).
 
-Pure: `now` is passed in; nothing here sends. The publication validates a NAK against its log,
-asks `on_nak` whether to resend, and sends what `due` returns.
+Pure: `now` is passed in. The publication validates a NAK against its log, asks `on_nak`
+whether to resend, and `resend_due` sends what is due from the log through the publication's
+term scanner and its `emit`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import math
 
 import attrs
+
+from echo.transport.core.counters import Counters
+from echo.transport.core.scanner import Emit, TermScanner
 
 Range = tuple[int, int]  # (position, length)
 
@@ -83,6 +87,19 @@ class RetransmitHandler:
         self._actions = keep
         return ranges
 
+    def unsent(self, start: int, reached: int) -> None:
+        """The resend of the range `due` gave at `start` stopped at `reached` (the socket was
+        full, or the scan's datagram bound came first): the rest is not on its way, so it is
+        due again rather than lingering as if sent (NAKs for it stay duplicates meanwhile)."""
+        for action in self._actions:
+            if action.sent and action.position == start:
+                end = action.position + action.length
+                if reached < end:
+                    action.position = reached
+                    action.length = end - reached
+                    action.sent = False
+                return
+
     def next_deadline(self, now: float) -> float:
         """`now` if a resend is waiting, else when the first linger ends (inf: none)."""
         deadline = math.inf
@@ -92,3 +109,38 @@ class RetransmitHandler:
             if action.linger_until < deadline:
                 deadline = action.linger_until
         return deadline
+
+
+def resend_due(
+    handler: RetransmitHandler,
+    now: float,
+    scanner: TermScanner,
+    emit: Emit,
+    counters: Counters,
+    released: int = 0,
+) -> None:
+    """Send the ranges `handler` has due at `now`, whole frames out of the log (`scanner`).
+
+    A full socket (WOULD_BLOCK) stops the resends: what was not sent stays due, and the driver
+    polls again once the socket is writable. A range the scan's datagram bound cut short is
+    continued on the next poll. (A range that sends nothing without either, e.g. one no whole
+    frame fits in, is dropped: it is answered as far as it can be.) A range below `released`
+    was given back (logrelease.py: every receiver has consumed it): it is dropped, never sent
+    as zeros."""
+    ranges = [(position, length) for position, length in handler.due(now) if position >= released]
+    for index, (position, length) in enumerate(ranges):
+        end = position + length
+        reached = scanner.send(position, end, emit)
+        if scanner.wire_datagrams:
+            # One retransmit action (Aeron's unit: a NAK answered) that put something on
+            # the wire; with no destination or a full buffer nothing was resent.
+            counters.retransmits_sent += 1
+            counters.retransmitted_bytes += reached - position
+        if scanner.blocked:
+            counters.send_would_block += 1
+            handler.unsent(position, reached)
+            for later, _ in ranges[index + 1 :]:
+                handler.unsent(later, later)
+            return
+        if position < reached < end:
+            handler.unsent(position, reached)

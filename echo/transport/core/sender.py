@@ -133,6 +133,10 @@ class SendEndpoint:
         #: wake); an idle stream's repeated status message does not (docs/transport.md, "The
         #: idle cadence"), so the driver skips the service after it
         self.news = False
+        #: a NAK read since the last poll made a resend due: `repair` sends it before the
+        #: driver reads on (the publications it is due on are in `_repairs`)
+        self.repair_due = False
+        self._repairs: list[NetworkPublication] = []
 
     @staticmethod
     def _no_emit(datagram: bytes | memoryview, segment: int = 0) -> int:
@@ -223,7 +227,9 @@ class SendEndpoint:
             if publication is None:
                 counters.unknown_session_drops += 1
                 return
-            publication.on_nak(frame, now)
+            if publication.on_nak(frame, now):
+                self._repairs.append(publication)
+                self.repair_due = True
         elif isinstance(frame, Rttm):
             if not self._validated(source):
                 return
@@ -347,8 +353,33 @@ class SendEndpoint:
         """Did the datagrams since the last poll leave nothing to do before the next timer?"""
         return not self.news
 
+    def repair(self, now: float, send: Send) -> None:
+        """Send the resends that NAKs read since the last poll made due, and nothing else.
+
+        A NAK is acted on when it is read, not after whatever is queued behind it: a current
+        Aeron receiver NAKs an open gap again on every scan of its loss detector, and a busy
+        socket held a few hundred of those, each a duplicate of a resend not yet sent, which
+        the driver read before the poll that sent it (docs/transport.md, "A NAK is acted on
+        when it is read"). The rest of a poll (new data, heartbeats, channels to wake) waits
+        for the one the driver makes after its reads."""
+        self.repair_due = False
+        repairs = self._repairs
+        if not repairs:
+            return
+        self._repairs = []
+        for publication in repairs:
+            publication.repair(now, self.emit_for(publication, send))
+
+    def emit_for(self, publication: NetworkPublication, send: Send) -> Emit:
+        """How `publication`'s datagrams leave through `send`: to every destination of this
+        endpoint (a response port sends each publication's to its own receiver)."""
+        return self.emitter(send)
+
     def poll(self, now: float, send: Send) -> None:
         self.news = False
+        if self.repair_due:
+            self.repair_due = False
+            self._repairs = []  # (each publication's poll below sends them)
         if self._replies:
             counters = self.counters
             for datagram, address, counter in self._replies:

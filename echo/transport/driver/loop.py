@@ -11,6 +11,7 @@ Streams are wired by wiring.py, which hands the api a channel (channels.py).
 
 from __future__ import annotations
 
+import math
 import random
 import socket
 from collections.abc import Callable
@@ -55,6 +56,9 @@ _log = structlog.get_logger("echo.transport")
 _READ_BUDGET = 256
 # A socket last read at least this long ago is read once per wake-up (see _drain).
 _READ_QUIET = 0.01
+#: The timer loop woke this much after its alarm: the process stalled (load, a long pass), and
+#: a due socket is read before its timers act (`_service_due`).
+_LATE = 0.1
 _RECV_BUFFER = 65536
 #: internal errors logged with their traceback before the rest are only counted
 _LOGGED_INTERNAL_ERRORS = 10
@@ -286,7 +290,7 @@ class Driver(LendingDriver):
             self._dirty.clear()
         return due
 
-    def _service_due(self, now: float) -> None:
+    def _service_due(self, now: float, late: bool = False) -> None:
         due = self._due(now)
         self._woken = False
         for udp in due:
@@ -297,20 +301,28 @@ class Driver(LendingDriver):
                 # A lent socket nobody waits on may hold datagrams: the timers must act on
                 # what has arrived, so read it first.
                 self._drain(udp, timers_due=True)
+            elif late and more_waiting(udp.sock, udp.fionread):
+                # The process stalled (the timers are late): datagrams that came meanwhile
+                # wait unread, since the reader wakes with the timers, not before them. Read
+                # them first, or the timers would take our own backlog for a silent peer
+                # (under load, a server closed members whose heartbeats sat in its sockets).
+                self._drain(udp, timers_due=True)
             else:
                 self.service(udp, now)
 
     async def timer_loop(self) -> None:
         timers = self.timers
+        alarm_at = math.inf
         while not self._closed:
             now = self.now()
             self._check_lent(now)
             # (In a method of its own: this frame would otherwise keep the last socket
             # serviced alive while it sleeps.)
-            self._service_due(now)
+            self._service_due(now, now - alarm_at > _LATE)
             if self._dirty:
                 # Something is due again at once (more data than one poll sends): let other
                 # tasks run, then go round again.
+                alarm_at = math.inf
                 await trio.lowlevel.checkpoint()
                 continue
             with trio.move_on_at(timers.next_alarm()) as alarm:
@@ -318,6 +330,8 @@ class Driver(LendingDriver):
                     timers.sleeping(alarm)
                     await self._wakeup.park()
             timers.awake()
+            # (The heap moves the alarm while we sleep: its deadline now is the one we woke for.)
+            alarm_at = alarm.deadline
             self.ticker.tick += 1
 
     def _await_writable_soon(self, udp: DriverSocket) -> None:
@@ -363,6 +377,9 @@ class Driver(LendingDriver):
         recvfrom_into = sock.recvfrom_into
         recvmsg_into = sock.recvmsg_into
         buffers = self._buffers
+        # A send socket's NAK that makes a resend due is acted on before the next read
+        # (SendEndpoint.repair): the socket may hold many more behind it.
+        repairs = endpoint if isinstance(endpoint, SendEndpoint) else None
         received = 0
         # A socket that was quiet (not read for _READ_QUIET: an idle stream's heartbeat or
         # status message, a message a second) has one datagram: read it and stop. Whatever
@@ -403,6 +420,8 @@ class Driver(LendingDriver):
             except Exception:  # a bug must not take the transport down: count, log, go on
                 self._handle_failed(source)
             received += 1
+            if repairs is not None and repairs.repair_due:
+                repairs.repair(now, udp.send)
         if timers_due or (received and not udp.quiet_after_read()):
             # (Skipped when an application task reads a lent socket and the datagrams were
             # data in order: no SM or NAK is due, no image came or went, nobody else to
