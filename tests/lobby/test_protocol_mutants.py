@@ -245,7 +245,7 @@ def test_an_empty_trailing_field_sent_anyway_is_refused_with_why(fresh: ModuleTy
 
 def test_a_trailing_field_anywhere_but_last_is_refused_by_the_fresh_codecs() -> None:
     fields = _exec(fields_module)
-    with pytest.raises(TypeError, match="only the last field may be trailing"):
+    with pytest.raises(TypeError, match="only the last fields may be trailing"):
         fields._Record(
             CreateLobby,
             request_id=fields._U32,

@@ -122,9 +122,10 @@ def test_a_drop_in_a_recreated_lobby_applies_the_owner_rule_at_its_time() -> Non
 def test_every_game_result_is_counted_by_its_outcome() -> None:
     lab = Lab()
     for _ in range(2):
-        outcome, sends = lab.reg.game_result(424242, 1, "gs-1", {"winner": "a"})
-        assert (outcome, sends) == ("no_lobby", ())
-    assert lab.reg.counters["game_results_no_lobby"] == 2
+        # a lobby not here (yet): held for its members to bring it (LobbyConfig.result_hold)
+        outcome, sends = lab.reg.game_result(424242, 1, "gs-1", {"winner": "a"}, 0.0)
+        assert (outcome, sends) == ("held", ())
+    assert lab.reg.counters["game_results_held"] == 2
 
 
 # --- a match's lobby ------------------------------------------------------------------------------
