@@ -47,9 +47,9 @@ PURE: dict[str, list[str]] = {
     # and the timer heap included (the clock and the alarm are passed in)
     "echo.transport.core": [
         "__init__", "appender", "assembly", "config", "counters", "destinations",
-        "flow_control", "frames", "image", "liveness", "logbuffer", "logrelease", "loss",
-        "message", "offering", "outbox", "publication", "receiver", "response", "retransmit",
-        "scanner", "sender", "status", "timerheap", "uri", "validation", "wireformat",
+        "flow_control", "frames", "image", "liveness", "logbuffer", "loss", "message",
+        "offering", "outbox", "publication", "receiver", "response", "retransmit", "scanner",
+        "sender", "status", "timerheap", "uri", "validation", "wireformat",
     ],
     "echo.transport.driver": [],
     "echo.session": [

@@ -45,7 +45,6 @@ COMPILED_MODULES: Final = (
     "echo.transport.core.status",
     "echo.transport.core.scanner",
     "echo.transport.core.liveness",
-    "echo.transport.core.logrelease",
     "echo.transport.core.image",
     "echo.transport.core.publication",
     "echo.transport.core.receiver",

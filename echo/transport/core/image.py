@@ -40,7 +40,6 @@ from echo.transport.core.logbuffer import (
     position_bits_to_shift,
     rebuild_offset,
 )
-from echo.transport.core.logrelease import RELEASE_INTERVAL, give_back
 from echo.transport.core.loss import LossDetector, RepairTimer
 from echo.transport.core.message import Message, Origin
 from echo.transport.core.status import StatusScheduler
@@ -139,9 +138,6 @@ class PublicationImage:
             join, self.window, self.mtu, self.timers.status_message_interval, now
         )
         self._join_term = join >> self.bits
-        #: the log below this position was given back (`release_consumed`), and when to next
-        self.released = join
-        self._release_due = now + RELEASE_INTERVAL
         self._subscriber_term = self._join_term
         self.state = ImageState.ACTIVE
         self.eos_position: int | None = None
@@ -398,20 +394,6 @@ class PublicationImage:
             if sent >= 0:
                 counters.status_messages_sent += sent
                 status.sent(consumption, self.hwm, now, self.repair.retry_delay())
-        if now >= self._release_due:
-            self.release_consumed(now)
-
-    def release_consumed(self, now: float) -> int:
-        """Give back the pages of the log below what the subscriber consumed (logrelease.py),
-        not the term of a message part-way assembled; returns the bytes."""
-        self._release_due = now + RELEASE_INTERVAL
-        position = self.subscriber_position
-        term = position >> self.bits
-        floor = term << self.bits if self.assembler.in_progress else position
-        # The partitions hold the subscriber's term, the one before and the one after.
-        given = give_back(self.log, self.bits, self.released, floor, max(self._join_term, term - 1))
-        self.released = max(self.released, floor)
-        return given
 
     def _send_response_setup(self, now: float, send: Send) -> None:
         response_session_id = self.response_session_id

@@ -6,10 +6,7 @@ from the start of the stream; `(term_id, term_offset)` is the same thing on the 
 
 Terms are anonymous private mmaps, so a 16 MiB term costs only the pages a stream touches, and a
 term is "cleaned" (zeroed) with MADV_DONTNEED instead of writing zeros: a server with a thousand
-duologues must not hold three full terms per stream in memory. For the same reason a long-lived
-publication gives back the pages nothing will read again as it goes (`TermBuffers.release`,
-logrelease.py): written once and cleaned only when their partition comes round again, they
-would otherwise stay in memory, up to its three terms.
+duologues must not hold three full terms per stream in memory.
 """
 
 from __future__ import annotations
@@ -35,8 +32,6 @@ PARTITION_COUNT: Final = 3
 TERM_MIN_LENGTH: Final = 64 * 1024
 TERM_MAX_LENGTH: Final = 1024 * 1024 * 1024
 MAX_MESSAGE_LENGTH_LIMIT: Final = 16 * 1024 * 1024
-#: what `TermBuffers.release` gives back: whole pages (a term is a whole number of them)
-PAGE_SIZE: Final = mmap.PAGESIZE
 
 _NON_ZERO: Final = re.compile(rb"[^\x00]")
 #: the host stores ints as the wire does (little-endian): native int views read headers
@@ -173,21 +168,6 @@ class TermBuffers:
             self.maps[index].madvise(mmap.MADV_DONTNEED)
         except (AttributeError, OSError):  # pragma: no cover - non-Linux fallback
             self.terms[index][:] = bytes(self.term_length)
-
-    def release(self, index: int, start: int, end: int) -> int:
-        """Give the whole pages of term `index` within [start, end) back to the OS; returns the
-        bytes given back. They read as zeros afterwards (MADV_DONTNEED on a private anonymous
-        map): only for bytes nothing will read again. Where the OS cannot, nothing happens."""
-        first = -(-start // PAGE_SIZE) * PAGE_SIZE
-        last = min(end, self.term_length)
-        last -= last % PAGE_SIZE
-        if last <= first:
-            return 0
-        try:
-            self.maps[index].madvise(mmap.MADV_DONTNEED, first, last - first)
-        except (AttributeError, OSError):  # pragma: no cover - non-Linux: the pages stay
-            return 0
-        return last - first
 
     def close(self) -> None:
         for views in (self.lengths, self.words):

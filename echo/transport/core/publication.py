@@ -37,8 +37,7 @@ from echo.transport.core.frames import (
     StatusMessage,
 )
 from echo.transport.core.liveness import ReceiverLiveness
-from echo.transport.core.logbuffer import compute_position, i32
-from echo.transport.core.logrelease import LogRelease
+from echo.transport.core.logbuffer import compute_fragmented_length, compute_position, i32
 from echo.transport.core.retransmit import RetransmitHandler, resend_due, resend_length
 from echo.transport.core.scanner import Emit, TermScanner
 
@@ -53,6 +52,7 @@ except ImportError:  # mypy's own package (a dev dependency): not needed to run 
 
 #: what a send returns when the socket buffer is full (nothing sent: try again later)
 WOULD_BLOCK: Final = -1
+
 
 # Aeron's offer() results (Publication.java).
 NOT_CONNECTED: Final = -1
@@ -181,9 +181,9 @@ class NetworkPublication:
         )
         self._last_nak = -math.inf
         self._acknowledged = 0
-        self._probe_at, self._probe_delay = math.inf, timers.tail_probe_delay
+        self._probe_at = math.inf
+        self._probe_delay = timers.tail_probe_delay
         self._rttm_replies: list[bytes] = []
-        self.log_release = LogRelease(self.appender, now, timers.connection_timeout)
 
     # ---------------------------------------------------------------- positions
 
@@ -362,7 +362,8 @@ class NetworkPublication:
             position,
             min(nak.length, self.term_length - nak.term_offset),
             self.sender_position,
-            self.log_release.nak_reach(self.sender_position),
+            self.term_length // TERM_WINDOW_DIVISOR
+            + compute_fragmented_length(self.max_message_length, self.max_payload),
             max(self._receiver_window, self.mtu) * self.flow_control.retransmit_window_multiple,
         )
         if not length:
@@ -434,18 +435,15 @@ class NetworkPublication:
         if self._setup_pending and now >= self._last_setup + self.timers.setup_interval:
             sent = emit(self.setup_frame())
             if sent >= 0:
-                self._last_setup = self.log_release.setup_sent(self.sender_position, now)
+                self._last_setup = now
                 counters.setups_sent += sent
 
         if self.retransmits:
-            resend_due(
-                self.retransmits, now, self.scanner, emit, counters, self.log_release.released
-            )
+            resend_due(self.retransmits, now, self.scanner, emit, counters)
 
         self.send_pending(now, emit)
         if self.liveness.expire(now):
             self.sender_limit = self.flow_control.on_idle(now, self.sender_limit)
-        self.log_release.poll(self.sender_position, self.liveness, now)
 
         if self.state is PublicationState.DRAINING:
             if self.sender_position >= self.position:
@@ -478,9 +476,7 @@ class NetworkPublication:
     def repair(self, now: float, emit: Emit) -> None:
         """Send the resends that are due now (the part of `poll` a NAK just read needs)."""
         if self.state is not PublicationState.CLOSED and self.retransmits:
-            resend_due(
-                self.retransmits, now, self.scanner, emit, self.counters, self.log_release.released
-            )
+            resend_due(self.retransmits, now, self.scanner, emit, self.counters)
 
     def _send_heartbeat(self, now: float, emit: Emit) -> None:
         """An idle heartbeat, a probe after data, or end-of-stream while lingering."""

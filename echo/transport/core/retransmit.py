@@ -112,22 +112,15 @@ class RetransmitHandler:
 
 
 def resend_due(
-    handler: RetransmitHandler,
-    now: float,
-    scanner: TermScanner,
-    emit: Emit,
-    counters: Counters,
-    released: int = 0,
+    handler: RetransmitHandler, now: float, scanner: TermScanner, emit: Emit, counters: Counters
 ) -> None:
     """Send the ranges `handler` has due at `now`, whole frames out of the log (`scanner`).
 
     A full socket (WOULD_BLOCK) stops the resends: what was not sent stays due, and the driver
     polls again once the socket is writable. A range the scan's datagram bound cut short is
     continued on the next poll. (A range that sends nothing without either, e.g. one no whole
-    frame fits in, is dropped: it is answered as far as it can be.) A range below `released`
-    was given back (logrelease.py: every receiver has consumed it): it is dropped, never sent
-    as zeros."""
-    ranges = [(position, length) for position, length in handler.due(now) if position >= released]
+    frame fits in, is dropped: it is answered as far as it can be.)"""
+    ranges = handler.due(now)
     for index, (position, length) in enumerate(ranges):
         end = position + length
         reached = scanner.send(position, end, emit)
