@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import itertools
 
+import attrs
 import pytest
 
+from echo.lobby.limits import RateLimit
 from echo.lobby.protocol import (
     CreateLobby,
     ErrorCode,
@@ -24,6 +26,7 @@ from echo.lobby.protocol import (
     QuickJoin,
     SearchLobbies,
     SearchResults,
+    SetLocked,
     StringEquals,
 )
 from echo.lobby.state import LobbyRegistry
@@ -151,3 +154,67 @@ def test_a_lobby_with_no_connected_member_is_not_listed() -> None:
     lab.reconnect("a")
     listing = search(lab).listings[0]
     assert (listing.lobby_id, listing.member_count, listing.max_members) == (lobby_id, 2, 4)
+
+
+def test_lobby_id_1_is_a_lobby_id_and_a_search_without_a_cursor_lists_it() -> None:
+    ids = iter([1, 2])
+    lab = Lab()
+    lab.reg = LobbyRegistry(CONFIG, new_lobby_id=lambda: next(ids))
+    assert create(lab, "a") == 1
+    assert create(lab, "b") == 2
+    assert [x.lobby_id for x in search(lab).listings] == [1, 2]
+    assert [x.lobby_id for x in search(lab, cursor=1).listings] == [2]
+
+
+def test_the_101st_try_of_an_id_or_code_source_is_not_made() -> None:
+    tries = itertools.count()
+    ids = LobbyRegistry(CONFIG, new_lobby_id=lambda: 0 if next(tries) < 100 else 7)
+    with pytest.raises(RuntimeError, match="the lobby id source keeps returning ids in use"):
+        ids.handle("a", CreateLobby(1, "r", 4, False, {}), 0.0)
+    tries = itertools.count()
+    codes = LobbyRegistry(CONFIG, new_join_code=lambda: "" if next(tries) < 100 else "AAAA")
+    with pytest.raises(RuntimeError, match="the join code source keeps returning codes in use"):
+        codes.handle("a", CreateLobby(1, "r", 4, True, {}), 0.0)
+
+
+def test_a_retried_quick_join_checks_number_ranges_with_both_ends_included() -> None:
+    lab = Lab()
+    duo = create(lab, "a", {"mode": "duel", "skill": 5}, size=2)
+    first = lab.ok("b", QuickJoin(lab.rid(), (StringEquals("mode", "duel"),)))
+    assert isinstance(first, LobbyJoined) and first.lobby_id == duo
+    # b's retries are checked against the lobby itself (its own seat counted as free).
+    for low, high in ((5, 5), (4, 5), (5, 6)):
+        again = lab.ok("b", QuickJoin(lab.rid(), (NumberRange("skill", low, high),)))
+        assert isinstance(again, LobbyJoined) and again.lobby_id == duo
+    for low, high in ((6, 9), (1, 4)):
+        lab.refused(
+            "b",
+            QuickJoin(lab.rid(), (NumberRange("skill", low, high),)),
+            ErrorCode.ALREADY_IN_LOBBY,
+        )
+    # A string value is in no number range.
+    lab.refused(
+        "b",
+        QuickJoin(lab.rid(), (NumberRange("mode", -(2**63), 2**63 - 1),)),
+        ErrorCode.ALREADY_IN_LOBBY,
+    )
+
+
+def test_a_quick_join_and_a_search_spend_one_budget() -> None:
+    lab = Lab(attrs.evolve(CONFIG, search_limit=RateLimit(rate=0.001, burst=2)))
+    lab.refused("b", QuickJoin(lab.rid(), (StringEquals("mode", "none"),)), ErrorCode.NO_MATCH)
+    lab.ok("b", SearchLobbies(lab.rid(), (), None, 10))  # the budget's second token
+    lab.refused("b", SearchLobbies(lab.rid(), (), None, 10), ErrorCode.RATE_LIMITED)
+    lab.ok("c", SearchLobbies(lab.rid(), (), None, 10))  # a budget per member
+
+
+def test_a_private_lobby_locked_and_unlocked_keeps_its_join_code() -> None:
+    lab = Lab()
+    reply = lab.ok("a", CreateLobby(lab.rid(), "r", 4, True, {}))
+    assert isinstance(reply, LobbyJoined)
+    snap = lab.reg.snapshot(reply.lobby_id)
+    assert snap is not None and snap.join_code
+    lab.ok("a", SetLocked(lab.rid(), reply.lobby_id, True))
+    lab.ok("a", SetLocked(lab.rid(), reply.lobby_id, False))
+    joined = lab.ok("b", JoinByCode(lab.rid(), snap.join_code))
+    assert isinstance(joined, LobbyJoined) and joined.lobby_id == reply.lobby_id
