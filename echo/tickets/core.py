@@ -371,14 +371,11 @@ def open_ticket(
 SEAT_SERVER_ID: Final = "\x00lobby-seat"
 
 
-class TicketSeats:
-    """Seats for `LobbyRegistry(seats=...)`: a ticket for (lobby, member) to the pseudo-server
-    `SEAT_SERVER_ID`, signed with the key every lobby server shares.
+class _Signer:
+    """What `TicketSeats` and `TicketIssuer` share: the key they sign with, the keys they
+    accept (the retired ones of a rotation too), how long what they sign lives, their clock."""
 
-    A seat proves that the lobby's home once admitted the member; it lets that member, and only
-    it, recreate the lobby on another server within `ttl` seconds of its last join. `clock`
-    returns UNIX seconds (the driver passes ``time.time``): seats cross machines.
-    """
+    _WHAT = "what is signed"
 
     def __init__(
         self,
@@ -389,11 +386,24 @@ class TicketSeats:
         retired: Mapping[int, bytes] | None = None,
     ) -> None:
         if ttl <= 0:
-            raise ValueError("a seat lives a positive time")
+            raise ValueError(f"{self._WHAT} lives a positive time")
         self.key = key
         self.ttl = ttl
         self.clock = clock
+        #: every key what it signs may carry (the retired ones of a rotation too)
         self.keys: dict[int, bytes] = {**(retired or {}), key.key_id: key.secret}
+
+
+class TicketSeats(_Signer):
+    """Seats for `LobbyRegistry(seats=...)`: a ticket for (lobby, member) to the pseudo-server
+    `SEAT_SERVER_ID`, signed with the key every lobby server shares.
+
+    A seat proves that the lobby's home once admitted the member; it lets that member, and only
+    it, recreate the lobby on another server within `ttl` seconds of its last join. `clock`
+    returns UNIX seconds (the driver passes ``time.time``): seats cross machines.
+    """
+
+    _WHAT = "a seat"
 
     def issue(self, lobby_id: int, member_id: str) -> bytes:
         return issue(self.key, lobby_id, member_id, SEAT_SERVER_ID, self.clock() + self.ttl)
@@ -452,25 +462,11 @@ def _seat_tag_mac(key: bytes, lobby_id: int, member_id: str, secret: bytes) -> b
     return hmac.new(key, body, hashlib.sha256).digest()[:SEAT_TAG_MAC_BYTES]
 
 
-class TicketIssuer:
+class TicketIssuer(_Signer):
     """Game tickets for `LobbyRegistry(tickets=...)`, signed with the key the game servers hold;
     each lives `ttl` seconds from the start. `clock` returns UNIX seconds (``time.time``)."""
 
-    def __init__(
-        self,
-        key: TicketKey,
-        *,
-        ttl: float,
-        clock: Callable[[], float],
-        retired: Mapping[int, bytes] | None = None,
-    ) -> None:
-        if ttl <= 0:
-            raise ValueError("a ticket lives a positive time")
-        self.key = key
-        self.ttl = ttl
-        self.clock = clock
-        #: every key its tickets may be signed with (the retired ones of a rotation too)
-        self.keys: dict[int, bytes] = {**(retired or {}), key.key_id: key.secret}
+    _WHAT = "a ticket"
 
     def claims(self, ticket: bytes) -> TicketClaims | None:
         """The claims of a ticket signed with one of `keys`, whatever its age (`open_ticket`);

@@ -176,7 +176,7 @@ async def _start(owner: echo.lobby.LobbyClient) -> None:
                 return
             except echo.lobby.LobbyError as error:
                 assert "no game server" in error.message
-                await trio.sleep(0.2)  # the next announcement: another process's
+                await trio.sleep(0.2)  # the next announcement comes from another process
 
 
 async def _early_result(
