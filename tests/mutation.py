@@ -253,11 +253,8 @@ def _all_mutants(work: Path, group: str, module: str, jobs: int) -> list[str]:
     no mutant makes mutmut generate the mutants and measure the tests, then stop)."""
     meta = work / "mutants" / (module.replace(".", "/") + ".py.meta")
     source = ROOT / (module.replace(".", "/") + ".py")
-    if (
-        meta.exists()
-        and source.stat().st_mtime > meta.stat().st_mtime
-        and not json.loads(meta.read_text())["exit_code_by_key"]
-    ):
+    edited = meta.exists() and source.stat().st_mtime > meta.stat().st_mtime
+    if edited and not json.loads(meta.read_text())["exit_code_by_key"]:
         meta.unlink()  # it had no mutant, and has been edited since: mutated again below
     if not meta.exists():
         # A plain copy of it (written while another module of the group ran) is newer than its
@@ -265,19 +262,22 @@ def _all_mutants(work: Path, group: str, module: str, jobs: int) -> list[str]:
         # goes, and with it the record of which tests reach which functions, which predates it.
         (work / "mutants" / (module.replace(".", "/") + ".py")).unlink(missing_ok=True)
         (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
-        configure(work, group, [m for m in groups()[group][0] if m == module or _mutated(work, m)])
-        done = mutmut(work, "run", "--max-children", str(jobs), f"{module}.{_NOTHING}")
-        if _nothing_to_mutate(work, module):
-            # Without a mutated module beside it, mutmut stops here with "could not find any
-            # test case for any mutant" (no function for a test to reach): not a failure.
-            return []
-        if "nothing matches" not in done.stdout + done.stderr or not meta.exists():
-            raise SystemExit(
-                f"{module}: generating its mutants failed\n{done.stdout[-4000:]}"
-                f"{done.stderr[-4000:]}"
-            )
-    names: dict[str, object] = json.loads(meta.read_text())["exit_code_by_key"]
-    return sorted(names)
+    elif not edited:
+        names: dict[str, object] = json.loads(meta.read_text())["exit_code_by_key"]
+        return sorted(names)
+    # Made now, or again for a module edited since (mutmut keeps the verdicts of the functions
+    # that did not change): a sample drawn from the old names would hold mutants that are gone.
+    configure(work, group, [m for m in groups()[group][0] if m == module or _mutated(work, m)])
+    done = mutmut(work, "run", "--max-children", str(jobs), f"{module}.{_NOTHING}")
+    if _nothing_to_mutate(work, module):
+        # Without a mutated module beside it, mutmut stops here with "could not find any test
+        # case for any mutant" (no function for a test to reach): not a failure.
+        return []
+    if "nothing matches" not in done.stdout + done.stderr or not meta.exists():
+        raise SystemExit(
+            f"{module}: generating its mutants failed\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
+        )
+    return sorted(json.loads(meta.read_text())["exit_code_by_key"])
 
 
 def sample(names: list[str], size: int, seed: int, module: str) -> list[str]:
