@@ -5,10 +5,10 @@
 The modules come in groups, each with the fast unit tests its mutants may run: `transport`
 (the transport's pure modules: `[tool.mutmut]` in pyproject.toml) and one group per table
 `[tool.echo-mutate.GROUP]` (`only_mutate`, `tests`): `session` (with its crypto), `tickets`,
-`channels`, `topics`, `lobby`. A group has a test selection of its own because mutmut runs the whole
-selection once to learn which tests reach which function, and a change of selection throws
-away every earlier verdict: one shared selection would make a lobby mutant wait on the
-transport's tests and the other way round.
+`channels`, `topics`, `lobby`, `lobby-protocol`. A group has a test selection of its own
+because mutmut runs the whole selection once to learn which tests reach which function, and a
+change of selection throws away every earlier verdict: one shared selection would make a
+lobby mutant wait on the transport's tests and the other way round.
 
 MODULE is a name (`frames`), a dotted name or a path (`echo/transport/core/frames.py`); GROUP is a
 group's name (every module in it); none means every module of every group. mutmut works in
@@ -35,6 +35,11 @@ killed or no longer exists (its function changed) is reported, so that it can go
 
 `--report` runs nothing: it prints the rates and survivors of the last run (of the same
 draw, given the same `--sample` and `--seed`), while a run is still going for instance.
+
+A module in which mutmut finds nothing to mutate (it mutates the bodies of functions and
+methods only: a module of enums, attrs records and constants has no mutant) is listed as such,
+without a rate; it is never handed to mutmut alone, which would stop with "could not find any
+test case for any mutant" (the lobby protocol's first modules are such).
 
 Prints, per module, the mutants killed out of those checked and the rate, then every survivor
 with its diff. A timeout counts as killed (the mutant hung the tests); "no tests" (no selected
@@ -181,11 +186,17 @@ def prepare(group: str) -> Path:
     # module too, so every mutant of it would be "no tests": that record goes as well.
     # A copy that has its .meta but no mutants is one that mutmut wrote over with the plain
     # source while it mutated only other modules (an older ./dev mutate, or an interrupted
-    # run): both go.
+    # run): both go. Not so a module that has no mutants at all (`_nothing_to_mutate`): its
+    # copy is always plain, and its .meta is the record that it has none.
     for module in groups()[group][0]:
         copy = work / "mutants" / (module.replace(".", "/") + ".py")
         meta = copy.with_name(copy.name + ".meta")
-        if meta.exists() and copy.exists() and "__mutmut_" not in copy.read_text():
+        if (
+            meta.exists()
+            and copy.exists()
+            and "__mutmut_" not in copy.read_text()
+            and not _nothing_to_mutate(work, module)
+        ):
             meta.unlink()
         if copy.exists() and not meta.exists():
             copy.unlink()
@@ -203,6 +214,24 @@ def prepare(group: str) -> Path:
 
 def _mutated(work: Path, module: str) -> bool:
     return (work / "mutants" / (module.replace(".", "/") + ".py.meta")).exists()
+
+
+def _nothing_to_mutate(work: Path, module: str) -> bool:
+    """Whether mutmut, mutating `module` from its current source, found nothing to mutate.
+
+    mutmut mutates the bodies of functions and methods only (not module-level code, class
+    bodies, nor decorated functions such as properties): a module of declarations (enums,
+    attrs records, constants: the lobby protocol's `records`, `requests`, `replies`,
+    `updates`) has no mutant. mutmut still writes its .meta, with no mutant in it."""
+    meta = work / "mutants" / (module.replace(".", "/") + ".py.meta")
+    source = ROOT / (module.replace(".", "/") + ".py")
+    if not meta.exists() or source.stat().st_mtime > meta.stat().st_mtime:
+        return False  # not mutated yet, or edited since: it may have mutants now
+    return not json.loads(meta.read_text())["exit_code_by_key"]
+
+
+#: the modules mutmut found nothing to mutate in (reported apart, not as a rate of 0)
+EMPTY: set[str] = set()
 
 
 def configure(work: Path, group: str, modules: list[str] | None = None) -> None:
@@ -223,21 +252,32 @@ def _all_mutants(work: Path, group: str, module: str, jobs: int) -> list[str]:
     """Every mutant of `module`, generating them first if need be (a run whose filter matches
     no mutant makes mutmut generate the mutants and measure the tests, then stop)."""
     meta = work / "mutants" / (module.replace(".", "/") + ".py.meta")
+    source = ROOT / (module.replace(".", "/") + ".py")
+    edited = meta.exists() and source.stat().st_mtime > meta.stat().st_mtime
+    if edited and not json.loads(meta.read_text())["exit_code_by_key"]:
+        meta.unlink()  # it had no mutant, and has been edited since: mutated again below
     if not meta.exists():
         # A plain copy of it (written while another module of the group ran) is newer than its
         # source, so mutmut would keep it unmutated ("0 files mutated") and match nothing: it
         # goes, and with it the record of which tests reach which functions, which predates it.
         (work / "mutants" / (module.replace(".", "/") + ".py")).unlink(missing_ok=True)
         (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
-        configure(work, group, [m for m in groups()[group][0] if m == module or _mutated(work, m)])
-        done = mutmut(work, "run", "--max-children", str(jobs), f"{module}.{_NOTHING}")
-        if "nothing matches" not in done.stdout + done.stderr or not meta.exists():
-            raise SystemExit(
-                f"{module}: generating its mutants failed\n{done.stdout[-4000:]}"
-                f"{done.stderr[-4000:]}"
-            )
-    names: dict[str, object] = json.loads(meta.read_text())["exit_code_by_key"]
-    return sorted(names)
+    elif not edited:
+        names: dict[str, object] = json.loads(meta.read_text())["exit_code_by_key"]
+        return sorted(names)
+    # Made now, or again for a module edited since (mutmut keeps the verdicts of the functions
+    # that did not change): a sample drawn from the old names would hold mutants that are gone.
+    configure(work, group, [m for m in groups()[group][0] if m == module or _mutated(work, m)])
+    done = mutmut(work, "run", "--max-children", str(jobs), f"{module}.{_NOTHING}")
+    if _nothing_to_mutate(work, module):
+        # Without a mutated module beside it, mutmut stops here with "could not find any test
+        # case for any mutant" (no function for a test to reach): not a failure.
+        return []
+    if "nothing matches" not in done.stdout + done.stderr or not meta.exists():
+        raise SystemExit(
+            f"{module}: generating its mutants failed\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
+        )
+    return sorted(json.loads(meta.read_text())["exit_code_by_key"])
 
 
 def sample(names: list[str], size: int, seed: int, module: str) -> list[str]:
@@ -294,9 +334,15 @@ def run_group(
     previous = _previous_hashes(work)
     failed = False
     for module in modules:
+        # Its mutants made first (if not yet): handing mutmut a module with none to mutate, or
+        # an empty list of names (which means every mutant), would go wrong.
+        everything = _all_mutants(work, group, module, args.jobs)
+        if not everything:
+            EMPTY.add(module)
+            print(f"==> mutmut: {module} (nothing to mutate)", file=sys.stderr, flush=True)
+            continue
         targets = [f"{module}.*"]
         if args.sample is not None:
-            everything = _all_mutants(work, group, module, args.jobs)
             targets = sample(everything, args.sample, args.seed, module)
             SAMPLED[module] = (set(targets), len(everything))
         if before and previous.get(module) == sources[module]:
@@ -348,6 +394,9 @@ def report(modules: list[str], statuses: dict[str, str], min_rate: float | None)
     below = False
     print(f"\n{'module':<34} {'killed':>7} {'checked':>8} {'rate':>7}  other")
     for module in modules:
+        if module in EMPTY:
+            print(f"{module:<34} {'-':>7} {'-':>8} {'-':>7}  nothing to mutate (declarations)")
+            continue
         mine = {k: v for k, v in statuses.items() if k.startswith(module + ".")}
         counts = Counter(mine.values())
         checked = sum(
@@ -392,6 +441,8 @@ def last_results(group: str, modules: list[str], args: argparse.Namespace) -> di
     statuses = results(work)
     for module in modules:
         meta = work / "mutants" / (module.replace(".", "/") + ".py.meta")
+        if _nothing_to_mutate(work, module):
+            EMPTY.add(module)
         if args.sample is not None and meta.exists():
             everything = sorted(json.loads(meta.read_text())["exit_code_by_key"])
             SAMPLED[module] = (

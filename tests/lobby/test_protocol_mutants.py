@@ -8,7 +8,7 @@ both modules are executed again (under their own names, `table` reading the fres
 and the fresh codec must give the pinned wire bytes, read them back, refuse what does not fit
 with the same reasons, and tell requests from server messages like the imported one.
 
-Pure (in `./dev mutate lobby`'s selection).
+Pure (in `./dev mutate lobby-protocol`'s selection).
 """
 
 from __future__ import annotations
@@ -20,23 +20,38 @@ from types import ModuleType
 import attrs
 import pytest
 
+import echo.lobby.protocol as protocol_package
 import echo.lobby.protocol.fields as fields_module
 import echo.lobby.protocol.fields as pf
 import echo.lobby.protocol.table as table_module
+import echo.lobby.web.jsonforms as jsonforms_module
+import echo.lobby.web.jsonwire as jsonwire_module
 from echo.lobby.protocol import (
+    I64_MAX,
+    I64_MIN,
+    MAX_MESSAGE_BYTES,
+    U64_MAX,
     Channel,
     CreateLobby,
+    Done,
+    JoinLobby,
     LobbyListing,
     LobbyProtocolError,
     Message,
     MessageType,
+    NumberRange,
     QuickJoin,
     SearchResults,
     SeatTag,
     SeatTags,
+    SendChat,
+    SetMetadata,
     StartGame,
     channel_of,
     encode,
+    parse_message_untrusted,
+    parse_request_untrusted,
+    parse_server_message_untrusted,
 )
 from tests.lobby import test_protocol
 from tests.lobby.test_protocol import EDGES, EDGES_HEX, SAMPLES, SAMPLES_HEX, TRAILING
@@ -254,3 +269,102 @@ def test_a_trailing_field_anywhere_but_last_is_refused_by_the_fresh_codecs() -> 
             private=fields._BOOL,
             metadata=fields._VALUES,
         )
+
+
+# --- the JSON door, whose forms are made from the codecs when it is imported ----------------------
+
+
+@pytest.fixture
+def fresh_door() -> ModuleType:
+    """`echo.lobby.web.jsonwire` built again on `jsonforms`, `table` and `fields` built again:
+    its forms come from the table's codecs at import (an integer field's JSON range is its
+    codec's low..high), so a mutant of a codec's constructor reaches the door only this way.
+    `jsonforms` and `jsonwire` import `fields` and `table` from their package: both its
+    attributes and `sys.modules` name the fresh ones while the door is built."""
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (fields_module, table_module):
+            made = _exec(module)
+            patch.setitem(sys.modules, module.__name__, made)
+            patch.setattr(protocol_package, module.__name__.rpartition(".")[2], made)
+        forms = _exec(jsonforms_module)
+        patch.setitem(sys.modules, jsonforms_module.__name__, forms)
+        return _exec(jsonwire_module)
+
+
+def test_the_json_door_takes_each_integer_field_s_range_from_its_codec(
+    fresh_door: ModuleType,
+) -> None:
+    def quick_join(request_id: int, low: int, high: int) -> dict[str, object]:
+        bounds = {"kind": "number_range", "key": "k", "low": low, "high": high}
+        return {"type": "quick_join", "request_id": request_id, "filters": [bounds]}
+
+    most = QuickJoin(0xFFFFFFFF, (NumberRange("k", I64_MIN, I64_MAX),))
+    assert fresh_door.load_request(quick_join(0xFFFFFFFF, I64_MIN, I64_MAX)) == most
+    for low, high in ((I64_MIN - 1, 0), (0, I64_MAX + 1)):
+        with pytest.raises(fresh_door.JsonProtocolError) as refused:
+            fresh_door.load_request(quick_join(1, low, high))
+        assert f"expected an integer in {I64_MIN}..{I64_MAX}" in str(refused.value)
+    for request_id in (-1, 0x1_0000_0000):
+        with pytest.raises(fresh_door.JsonProtocolError) as refused:
+            fresh_door.load_request(quick_join(request_id, 0, 0))
+        assert "request_id: expected an integer in 0..4294967295" in str(refused.value)
+    # a u64 is a decimal string (past 2^53 a JavaScript number is not exact)
+    join = {"type": "join_lobby", "request_id": 1, "lobby_id": str(U64_MAX)}
+    assert fresh_door.load_request(join) == JoinLobby(1, U64_MAX)
+    with pytest.raises(fresh_door.JsonProtocolError, match="expected a 64-bit"):
+        fresh_door.load_request({**join, "lobby_id": 5})
+
+
+# --- the table's functions: the size limit, and what their refusals say -------------------------
+
+
+def _metadata_of(size: int) -> SetMetadata:
+    """A SetMetadata whose wire form is `size` bytes (about 4 string values of 64 KiB)."""
+    big = "x" * 0xFFFF
+    msg = SetMetadata(1, 2, {"a": big, "b": big, "c": big, "d": ""})
+    rest = size - len(encode(msg))
+    assert 0 <= rest <= 0xFFFF
+    return attrs.evolve(msg, changes={**msg.changes, "d": "y" * rest})
+
+
+def test_a_message_of_exactly_the_largest_size_is_written_and_read() -> None:
+    largest = _metadata_of(MAX_MESSAGE_BYTES)
+    data = encode(largest)
+    assert len(data) == MAX_MESSAGE_BYTES
+    assert parse_message_untrusted(data) == largest
+
+
+def test_a_message_one_byte_larger_is_refused_both_ways_with_its_size() -> None:
+    why = f"message of {MAX_MESSAGE_BYTES + 1} bytes exceeds {MAX_MESSAGE_BYTES}"
+    with pytest.raises(LobbyProtocolError) as refused:
+        encode(_metadata_of(MAX_MESSAGE_BYTES + 1))
+    assert str(refused.value) == why
+    with pytest.raises(LobbyProtocolError) as refused:
+        parse_message_untrusted(encode(_metadata_of(MAX_MESSAGE_BYTES)) + b"\x00")
+    assert str(refused.value) == why
+
+
+def test_no_bytes_are_refused_as_an_empty_message() -> None:
+    with pytest.raises(LobbyProtocolError) as refused:
+        parse_message_untrusted(b"")
+    assert str(refused.value) == "empty message"
+
+
+def test_a_message_from_the_wrong_side_is_refused_by_its_name() -> None:
+    with pytest.raises(LobbyProtocolError) as refused:
+        parse_request_untrusted(encode(Done(7)))
+    assert str(refused.value) == "Done is not a request"
+    with pytest.raises(LobbyProtocolError) as refused:
+        parse_server_message_untrusted(encode(JoinLobby(7, 9)))
+    assert str(refused.value) == "JoinLobby is a request, not a server message"
+
+
+class _LoudChat(SendChat):
+    """A subclass of a message: an application's own, say, with methods of its own."""
+
+
+def test_a_subclass_of_a_message_is_sent_as_that_message_on_its_channel() -> None:
+    loud = _LoudChat(1, 2, "hi")
+    assert encode(loud) == encode(SendChat(1, 2, "hi"))
+    assert channel_of(loud) is Channel.CHAT
+    assert parse_message_untrusted(encode(loud)) == SendChat(1, 2, "hi")

@@ -282,23 +282,13 @@ class _Trailing(_Codec):
     """A field added to a message after it shipped: among the message's last fields, left out
     when it and every trailing field after it are empty, so the message without it keeps its
     bytes and old bytes parse as before. The last trailing field present is never empty (one
-    message, one form); an empty one before it is written as it is (`_Record` does both)."""
+    message, one form); an empty one before it is written as it is. `_Record` does both, with
+    `codec` and `empty`: whether a trailing field is written depends on the fields after it,
+    so it has no `write` or `read` of its own."""
 
     def __init__(self, codec: _Codec, empty: Any) -> None:
         self.codec = codec
         self.empty = empty
-
-    def write(self, w: Buffer, v: Any) -> None:
-        if v != self.empty:
-            self.codec.write(w, v)
-
-    def read(self, r: Buffer) -> Any:
-        if r.eof():
-            return self.empty
-        v = self.codec.read(r)
-        if v == self.empty:
-            raise LobbyProtocolError("an empty trailing field is left out, not sent")
-        return v
 
 
 class _Record(_Codec):
