@@ -199,7 +199,12 @@ def run_net(args: argparse.Namespace, seed: int, work: Path) -> dict[str, Any]:
             procs.stop(server)
             sampler.stop()
     out = summarize(connected, queued, sampler, args.players)
-    out.update(server_fds=fds, idle_cpu_pct=100 * idle, bots_cpu_s=bots_cpu)
+    # The wave's CPU less what holding the sessions costs (the idle phase's rate): the
+    # queueing's own share.
+    above = (out["queue cpu s"] - idle * out["wave s"]) / args.players * 1e6
+    out.update(
+        server_fds=fds, idle_cpu_pct=100 * idle, bots_cpu_s=bots_cpu, cpu_per_1000_above_idle=above
+    )
     return out
 
 
