@@ -210,6 +210,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=60.0,
         help="seconds the last players get to be matched once every entry is answered",
     )
+    net.add_argument(
+        "--liveness",
+        type=float,
+        default=None,
+        help="the players' image liveness in seconds [default: the library's, "
+        "echo.lobby.timers.CLIENT_LIVENESS]",
+    )
     net.add_argument("--idle-seconds", type=float, default=3.0)
     net.add_argument("--phase-timeout", type=float, default=900.0, help="for the connects")
     net.add_argument(
@@ -295,7 +302,7 @@ def settings_of(
     if args.net:
         from bench import matchmaker_net
 
-        keep = ("port", "bot_procs", "connect_concurrency", "queue_concurrency")
+        keep = ("port", "bot_procs", "connect_concurrency", "queue_concurrency", "liveness")
         settings["net"] = {k: getattr(args, k) for k in keep}
         settings["net"]["fd_room"] = matchmaker_net.fd_room()
         figures = (*UNITS, "matched %", "connects/s")

@@ -131,6 +131,7 @@ def bot_argv(args: argparse.Namespace, seed: int, offset: int, count: int) -> li
         str(args.connect_timeout),
         "--match-timeout",
         str(args.match_timeout),
+        *(["--liveness", str(args.liveness)] if args.liveness else []),
     ]
 
 
@@ -171,11 +172,25 @@ def start_server(args: argparse.Namespace, work: Path, log: Any) -> subprocess.P
     return server
 
 
+def start_server_again(args: argparse.Namespace, work: Path, log: Any) -> subprocess.Popen[bytes]:
+    """`start_server`, tried again a few seconds later while one of its ports is taken (the
+    machine is shared: something may hold one of its 20,000 ports a moment)."""
+    for attempt in range(3):
+        try:
+            return start_server(args, work, log)
+        except RuntimeError as error:
+            if "Address already in use" not in str(error) or attempt == 2:
+                raise
+            print(f"echo-lobby: {error}; again in 5 s", file=sys.stderr, flush=True)
+            time.sleep(5)
+    raise AssertionError("unreachable")
+
+
 def run_net(args: argparse.Namespace, seed: int, work: Path) -> dict[str, Any]:
     """One repeat over the network: a fresh server and bots; the figures (`summarize`)."""
     work.mkdir(parents=True, exist_ok=True)
     with (work / "m1-net-server.log").open("wb") as log:
-        server = start_server(args, work, log)
+        server = start_server_again(args, work, log)
         sampler = CpuSampler(server.pid)
         bots: list[subprocess.Popen[bytes]] = []
         try:
@@ -221,6 +236,7 @@ def connect_figures(connected: list[dict[str, Any]], sampler: CpuSampler) -> dic
         "connects/s": count / (t1 - t0) if t1 > t0 else 0.0,
         "connect cpu s": sampler.between(t0, t1),
         "connect failed": sum(c["failed"] for c in connected),
+        "lost by the last connect": sum(c.get("lost", 0) for c in connected),
         "connect errors": dict(errors.most_common(5)),
     }
 
@@ -267,6 +283,7 @@ def summarize(
         "wrong size": wrong,
         "late": len(seats) - wave_players,
         "left": sum(q["left"] for q in queued),
+        "lost before queueing": sum(q.get("lost", 0) for q in queued),
         "refused": sum(q["refused"] for q in queued),
         "queue errors": dict(errors.most_common(5)),
         "wave s": span,
@@ -276,6 +293,13 @@ def summarize(
 
 
 # ------------------------------------------------------------------------------ the bots
+
+
+def liveness_of(args: argparse.Namespace) -> float:
+    """The players' image liveness (`--liveness`), or the library's."""
+    from echo.lobby.timers import CLIENT_LIVENESS
+
+    return float(args.liveness or CLIENT_LIVENESS)
 
 
 def bot_main(args: argparse.Namespace) -> None:
@@ -304,7 +328,7 @@ async def _bot(args: argparse.Namespace) -> None:
     mine = list(range(args.offset, args.offset + args.count))
     # The lobby client's own timers, on one transport for all the process's players, as
     # `echo.lobby.connect` would give each player alone (L1's bots do the same).
-    config = client_transport_config(lobby_client_timers())
+    config = client_transport_config(lobby_client_timers(liveness=liveness_of(args)))
     async with open_transport(config) as transport, trio.open_nursery() as nursery:
         clients = await connect_all(args, nursery, transport, mine)
         stdin = trio.wrap_file(sys.stdin)
@@ -348,6 +372,10 @@ async def connect_all(
             for _attempt in range(3):
                 try:
                     clients[i] = await nursery.start(player, i)
+                    if len(clients) % 500 == 0:  # (the rate's course, in the .err file)
+                        print(
+                            f"{time.time() - t0:.1f} s: {len(clients)} connected", file=sys.stderr
+                        )
                     break
                 except Exception as error:  # counted by kind; the run goes on
                     errors[f"{type(error).__name__}: {str(error)[:80]}"] += 1
@@ -363,6 +391,8 @@ async def connect_all(
             "phase": "connected",
             "connected": len(clients),
             "failed": failed,
+            # (those whose session dropped meanwhile and did not come back)
+            "lost": sum(1 for client in clients.values() if client.server is None),
             "errors": dict(errors),
             "t0": t0,
             "t1": time.time(),
@@ -380,6 +410,10 @@ async def queue_all(
     from echo.lobby.client import LobbyError, LobbyUnavailable
     from echo.lobby.queue_wire import Matched, QueueLeft
 
+    # Sessions that dropped since they connected and did not come back (the client retries
+    # once, then gives a server that was silent up): they are queued all the same, and are
+    # refused at once (no server for their queue), as a game's client would be.
+    lost = sum(1 for client in clients.values() if client.server is None)
     in_flight = trio.CapacityLimiter(args.queue_concurrency)
     sent: list[float] = []
     replied: list[float] = []
@@ -429,6 +463,7 @@ async def queue_all(
         players.cancel_scope.cancel()  # (everyone seated or out: no deadline to wait for)
     return {
         "queued": len(replied),
+        "lost": lost,
         "refused": counts["refused"],
         "left": counts["left"],
         "errors": dict(errors),
@@ -454,6 +489,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     bot.add_argument("--queue-concurrency", type=int, default=64)
     bot.add_argument("--connect-timeout", type=float, default=10.0)
     bot.add_argument("--match-timeout", type=float, default=60.0)
+    bot.add_argument("--liveness", type=float, default=None)
     bot_main(parser.parse_args(argv))
 
 
