@@ -448,19 +448,7 @@ async def queue_all(
         seated.append((now, event.lobby_id, entry.size))
         waits.append((now - t) * 1000)
 
-    async with trio.open_nursery() as players:
-
-        async def deadline() -> None:
-            # Every entry answered: the last ones get `--match-timeout` to be matched.
-            await all_sent.wait()
-            await trio.sleep(args.match_timeout)
-            players.cancel_scope.cancel()
-
-        players.start_soon(deadline)
-        async with trio.open_nursery() as each:
-            for i, client in clients.items():
-                each.start_soon(play, client, i)
-        players.cancel_scope.cancel()  # (everyone seated or out: no deadline to wait for)
+    await every_player(clients, play, all_sent, args.match_timeout)
     return {
         "queued": len(replied),
         "lost": lost,
@@ -472,6 +460,27 @@ async def queue_all(
         "seated": seated,
         "waits": waits,
     }
+
+
+async def every_player(
+    clients: dict[int, Any], play: Any, all_sent: Any, match_timeout: float
+) -> None:
+    """`play` for every player, until all are done or `match_timeout` after `all_sent`."""
+    import trio
+
+    async with trio.open_nursery() as players:
+
+        async def deadline() -> None:
+            # Every entry answered: the last ones get `--match-timeout` to be matched.
+            await all_sent.wait()
+            await trio.sleep(match_timeout)
+            players.cancel_scope.cancel()
+
+        players.start_soon(deadline)
+        async with trio.open_nursery() as each:
+            for i, client in clients.items():
+                each.start_soon(play, client, i)
+        players.cancel_scope.cancel()  # (everyone seated or out: no deadline to wait for)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
