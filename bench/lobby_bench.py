@@ -33,19 +33,19 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from bench import procs
 from bench import results as result_files
 from bench.harness import Result
+from bench.procs import Lines, cpu_seconds, memory_kib, say, stop
 
 REPO = Path(__file__).resolve().parents[1]
 COLYSEUS_DIR = REPO / "bench" / "colyseus"
 MODES = ("ffa", "duel", "team", "coop")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------------------ measuring
@@ -58,76 +58,6 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     ranked = sorted(values)
     index = max(0, min(len(ranked) - 1, -(-len(ranked) * p // 100) - 1))
     return ranked[int(index)]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-
-
-def memory_kib(pid: int) -> dict[str, int]:
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0])
-    return out
-
-
-def udp_bound(port: int) -> bool:
-    want = f":{port:04X}"
-    for table in ("/proc/net/udp", "/proc/net/udp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        if any(line.split()[1].endswith(want) for line in lines):
-            return True
-    return False
-
-
-class Lines:
-    """A child's stdout lines, read by a thread; waits are on a condition variable."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], label: str) -> None:
-        self.proc, self.label = proc, label
-        self.lines: list[str] = []
-        self.eof = False
-        self.cond = threading.Condition()
-        assert proc.stdout is not None
-        threading.Thread(target=self._read, args=(proc.stdout,), daemon=True).start()
-
-    def _read(self, stream: IO[bytes]) -> None:
-        for raw in stream:
-            with self.cond:
-                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.eof = True
-            self.cond.notify_all()
-
-    def wait_json(self, phase: str, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for i, line in enumerate(self.lines):
-                    if line.startswith("{") and json.loads(line).get("phase") == phase:
-                        found: dict[str, Any] = json.loads(self.lines.pop(i))
-                        return found
-                left = deadline - time.monotonic()
-                if self.eof or left <= 0:
-                    why = "exited" if self.eof else f"no {phase} result in {timeout:.0f} s"
-                    raise RuntimeError(f"{self.label}: {why}; last: {self.lines[-5:]}")
-                self.cond.wait(left)
-
-    def wait_text(self, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not any(text in line for line in self.lines):
-                left = deadline - time.monotonic()
-                if self.eof or left <= 0:
-                    raise RuntimeError(f"{self.label}: never said {text!r}: {self.lines[-5:]}")
-                self.cond.wait(left)
 
 
 # ------------------------------------------------------------------------------ targets
@@ -176,34 +106,10 @@ class Echo(Target):
     def argv(self, args: argparse.Namespace) -> list[str]:
         """echo-lobby's command line for L1."""
         members = args.lobbies * args.members + 64
-        return [
-            sys.executable,
-            "-m",
-            "echo.lobby.cli",
-            "server",
-            "--address",
-            "127.0.0.1",
-            "--port",
-            str(args.echo_port),
-            "--max-clients",
-            str(members),
-            "--max-per-ip",
-            str(members),
-            "--indexed-keys",
-            "mode,skill",
-            "--log-level",
-            "warning",
-        ]
+        return procs.lobby_server_argv(args.echo_port, members, "--indexed-keys", "mode,skill")
 
     def _start(self, argv: list[str], port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        # At warning level it says nothing when ready: its HELLO port being bound is the sign.
-        deadline = time.monotonic() + 60
-        while not udp_bound(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"echo-lobby did not start (exit {proc.poll()})")
-            time.sleep(0.05)
-        return proc
+        return procs.start_udp_server(argv, port, log)
 
     def bot_argv(self, args: argparse.Namespace, offset: int, lobbies: int) -> list[str]:
         return [
@@ -371,7 +277,7 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
         profiles.start("chat", who)
         rate = args.chat_rate / len(outs)
         for proc in bots:
-            _say(proc, f"chat {rate} {args.chat_seconds}")
+            say(proc, f"chat {rate} {args.chat_seconds}")
         chats = [o.wait_json("chat", args.chat_seconds + args.phase_timeout) for o in outs]
         cpu2 = cpu_seconds(server.pid)
         bots_cpu.append(sum(cpu_seconds(p.pid) for p in bots))
@@ -396,7 +302,7 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
 
         profiles.start("search", who)
         for proc in bots:
-            _say(proc, f"search {args.searches} {args.search_concurrency}")
+            say(proc, f"search {args.searches} {args.search_concurrency}")
         searches = [o.wait_json("search", args.phase_timeout) for o in outs]
         profiles.stop()
         cpu3 = cpu_seconds(server.pid)
@@ -416,30 +322,14 @@ def run_target(target: Target, args: argparse.Namespace, work: Path) -> dict[str
             "rss_mib_peak": memory_kib(server.pid).get("VmHWM", 0) / 1024,
         }
         for proc in bots:
-            _say(proc, "quit")
+            say(proc, "quit")
     finally:
         for proc in bots:
-            _stop(proc)
-        _stop(server)
+            stop(proc)
+        stop(server)
         server_log.close()
     result["load_after"] = os.getloadavg()
     return result
-
-
-def _say(proc: subprocess.Popen[bytes], line: str) -> None:
-    assert proc.stdin is not None
-    proc.stdin.write((line + "\n").encode())
-    proc.stdin.flush()
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
 
 
 # ------------------------------------------------------------------------------ echo's bots
