@@ -78,13 +78,19 @@ async def queue(
 
 async def _walk(client: LobbyClient, waiting: Waiting, entry: EnqueueMatch) -> int:
     """Send `entry` to its queue's home, walking on past servers found silent (marked dead),
-    as a join walks past a dead lobby home; the ticket id."""
+    as a join walks past a dead lobby home; the ticket id. Servers marked dead earlier are
+    asked last, not never (`echo.lobby.home.past_dead`)."""
     from echo.lobby.client import LobbyUnavailable, NoReply
 
-    for _ in range(len(client.servers) + 1):
-        home = queue_home(client.ring, entry.mode, entry.region, client.dead)
+    mode, region, ring = entry.mode, entry.region, client.ring
+    tried: set[str] = set()
+    while True:
+        home = queue_home(ring, mode, region, client.dead | tried) or queue_home(
+            ring, mode, region, tried
+        )
         if home is None:
             break
+        tried.add(home)
         waiting.server = home
         try:
             reply = await client._request(entry, server=home)

@@ -11,7 +11,7 @@ Pure module: no trio, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Protocol
 
 import attrs
@@ -42,6 +42,17 @@ def home_of(ring: Ring, lobby_id: int) -> Home:
     if not servers:
         raise ValueError("the ring has no servers")
     return Home(servers[0], servers[1] if len(servers) > 1 else None)
+
+
+def past_dead(walk: Iterable[str], dead: Collection[str]) -> list[str]:
+    """`walk` with the servers marked dead moved to its end, each once: they are asked after
+    every other, not never. A mark is what a past silence said; a server that restarted or
+    came back from a stall answers again, and a client whose only server went silent once
+    must be able to reach it again."""
+    order = list(dict.fromkeys(walk))
+    return [server for server in order if server not in dead] + [
+        server for server in order if server in dead
+    ]
 
 
 def failover_home(ring: Ring, lobby_id: int, dead: Collection[str]) -> str | None:

@@ -8,7 +8,7 @@ import trio
 import echo.lobby
 from echo.lobby.client import Reconnected, Rehomed, split_server
 from echo.lobby.home import failover_home, home_of
-from echo.lobby.protocol import Presence
+from echo.lobby.protocol import ErrorCode, Presence
 from tests.lobby.servers import cluster, until
 
 
@@ -213,3 +213,26 @@ async def test_the_rehome_walk_passes_a_server_that_refuses_as_one_that_is_silen
             assert refusing in owner.dead and refusing in bob.dead
             await bob.chat("past the refusal")
             await owner.wait_until(lambda m: m.server == last)
+
+
+async def test_a_lone_server_marked_dead_is_asked_again_once_it_is_back() -> None:
+    # A member in no lobby whose only server went silent marks it dead after one retry. The
+    # mark orders later walks (live servers first); it must not shut the member out for good:
+    # once the server is back, a queue, a quick join and a join by code reach it again.
+    async with cluster(1) as c:
+        server = c.names[0]
+        async with echo.lobby.connect(c.names, member="solo") as solo:
+            c.kill(c.lobby[0])
+            await solo.wait_until(lambda m: server in m.dead and not m._recovering, timeout=15)
+            await c.restart(c.lobby[0])
+            with pytest.raises(echo.lobby.LobbyError) as refused:
+                await solo.quick_join()
+            assert refused.value.code is ErrorCode.NO_MATCH  # asked, and answered
+            assert server not in solo.dead
+            solo.dead.add(server)
+            with pytest.raises(echo.lobby.LobbyError) as refused:
+                await solo.join_code("NOSUCH")
+            assert refused.value.code is ErrorCode.NO_SUCH_CODE
+            solo.dead.add(server)
+            ticket = await solo.queue("duel", "eu", size=2)
+            assert ticket > 0 and solo.waiting is not None and solo.waiting.server == server

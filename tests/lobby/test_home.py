@@ -10,7 +10,7 @@ import hashlib
 
 import pytest
 
-from echo.lobby.home import Home, Ring, failover_home, home_of, lobby_key
+from echo.lobby.home import Home, Ring, failover_home, home_of, lobby_key, past_dead
 
 
 class FakeRing:
@@ -58,3 +58,9 @@ def test_single_and_empty_rings() -> None:
     assert home_of(FakeRing(["only"]), 7) == Home("only", None)
     with pytest.raises(ValueError):
         home_of(FakeRing([]), 7)
+
+
+def test_servers_marked_dead_are_walked_last_not_left_out() -> None:
+    assert past_dead(["a", "b", "c", "b"], {"a"}) == ["b", "c", "a"]
+    assert past_dead(["a", "b"], {"a", "b"}) == ["a", "b"]  # all marked: asked anyway, in order
+    assert past_dead([], {"a"}) == []

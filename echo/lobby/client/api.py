@@ -35,7 +35,7 @@ from echo.lobby.client.rehome import _Rehome
 from echo.lobby.client.state import (
     _Link,
 )
-from echo.lobby.home import failover_home
+from echo.lobby.home import failover_home, past_dead
 from echo.lobby.keys import RingKeys, ring_pins
 from echo.lobby.protocol import (
     BanMember,
@@ -154,9 +154,12 @@ class LobbyClient(_Rehome):
         self._not_in_a_lobby()
         lobby_id = claims.lobby_id
         deadline = trio.current_time() + FAILOVER_WAIT
+        tried: set[str] = set()  # (silent in this walk; servers marked dead are asked last)
         async with self._lock:
             while True:
-                target = failover_home(self.ring, lobby_id, self.dead)
+                target = failover_home(self.ring, lobby_id, self.dead | tried) or failover_home(
+                    self.ring, lobby_id, tried
+                )
                 if target is None:
                     raise LobbyUnavailable(f"every lobby server of lobby {lobby_id} is gone")
                 try:
@@ -174,6 +177,7 @@ class LobbyClient(_Rehome):
                 except LobbyUnavailable:
                     if target not in self.dead:
                         raise  # it answered, and not with a resume refusal
+                    tried.add(target)
                     continue  # silent: the next server of the ring
                 break
         await self.wait_until(lambda c: c.replica is not None and c.replica.lobby_id == lobby_id)
@@ -206,9 +210,11 @@ class LobbyClient(_Rehome):
         self._not_in_a_lobby(allowed=lobby_id)
         last: Exception | None = None
         deadline = trio.current_time() + FAILOVER_WAIT
-        attempts = 0
-        while attempts < len(self.servers) + 1:
-            home = failover_home(self.ring, lobby_id, self.dead)
+        tried: set[str] = set()  # (found silent in this walk; marked dead ones are asked last)
+        while True:
+            home = failover_home(self.ring, lobby_id, self.dead | tried) or failover_home(
+                self.ring, lobby_id, tried
+            )
             if home is None:
                 break
             try:
@@ -216,7 +222,7 @@ class LobbyClient(_Rehome):
                 return await self._joined(reply)
             except LobbyUnavailable as error:
                 last = error
-                attempts += 1
+                tried.add(home)
             except LobbyError as error:
                 first_home = failover_home(self.ring, lobby_id, set())
                 failing_over = home != first_home
@@ -241,9 +247,8 @@ class LobbyClient(_Rehome):
             return await self._join_walk([self._seated_server()], request, ErrorCode.NO_SUCH_CODE)
         self._not_in_a_lobby()
         walk = code_walk(self.ring, code, len(self.servers))
-        # (a generator: a server found dead during the walk is skipped too)
-        alive = (server for server in walk if server not in self.dead)
-        return await self._join_walk(alive, request, ErrorCode.NO_SUCH_CODE)
+        # (servers marked dead last, not never: `past_dead`)
+        return await self._join_walk(past_dead(walk, self.dead), request, ErrorCode.NO_SUCH_CODE)
 
     async def quick_join(self, filters: Sequence[Filter] = ()) -> int:
         """Join the fullest open lobby that matches, on the current server, then the others.
@@ -255,8 +260,8 @@ class LobbyClient(_Rehome):
         if seated is not None:
             return await self._join_walk([seated], request, ErrorCode.NO_MATCH)
         first = self.server
-        order = [s for s in ([first] if first else []) + self.servers if s not in self.dead]
-        return await self._join_walk(dict.fromkeys(order), request, ErrorCode.NO_MATCH)
+        order = past_dead(([first] if first else []) + self.servers, self.dead)
+        return await self._join_walk(order, request, ErrorCode.NO_MATCH)
 
     async def search(
         self, filters: Sequence[Filter] = (), *, cursor: int | None = None, limit: int = 20
