@@ -85,3 +85,27 @@ async def test_closing_the_transport_ends_what_still_lingers(
             await receiving.aclose()
         # The nursery did not wait out the 30 s linger: shutting down ended it.
         assert trio.current_time() - started < 1.0
+
+
+async def test_a_close_after_close_soon_does_not_end_the_stream_before_its_goodbye(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The session server's teardown closes a duologue's publication (timeout 0) right after
+    # the application's close(reason) gave it a goodbye to send. When the receiver was not
+    # connected yet, the goodbye waited, and that close ended the stream at position 0: a
+    # lobby member refused for its token saw "closed by the server", not why.
+    net = MemoryNetwork()
+    with trio.fail_after(60):
+        async with (
+            open_transport(socket_factory=net) as receiving,
+            open_transport(socket_factory=net) as sending,
+        ):
+            publication = await sending.add_publication(URI, 7)
+            assert not publication.is_connected
+            publication.close_soon(timeout=5.0, last=b"bye")
+            await publication.close(timeout=0.0)
+            subscription = await receiving.add_subscription(URI, 7)
+            assert (await subscription.receive()).data == b"bye"
+            started = trio.current_time()
+            await sending.settle(10.0)
+            assert trio.current_time() - started < 5.0  # the end came, acknowledged
