@@ -34,6 +34,7 @@ from echo.session.server import (
 from echo.session.session import (
     HandshakeTimeout,
     LostContact,
+    PeerClosed,
     ProtocolViolation,
     Rejected,
     Session,
@@ -54,6 +55,7 @@ __all__ = [
     "HandshakeTimeout",
     "JoinVerdict",
     "LostContact",
+    "PeerClosed",
     "Pin",
     "ProtocolViolation",
     "Rejected",

@@ -249,10 +249,20 @@ class Session:
         if self.close_reason is None:  # the first reason stands (a late resume refusal, say)
             self._lost = lost
             self._by_peer = by_peer
+            self._stream_ended = not lost and not by_peer
+        elif by_peer and self._stream_ended:
+            # The peer's stream ended while its goodbye, read with its last messages, waited
+            # to be taken: the goodbye says why it ended ("identity refused: ...", not
+            # "closed by the server").
+            self.close_reason = reason
+            self._by_peer = True
+            self._stream_ended = False
+            return
         self._mark_closed(reason)
 
     _lost = False
     _by_peer = False
+    _stream_ended = False
 
     def _closed_error(self) -> SessionClosed:
         reason = self.close_reason or "closed"
