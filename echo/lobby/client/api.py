@@ -211,7 +211,8 @@ class LobbyClient(_Rehome):
         last: Exception | None = None
         deadline = trio.current_time() + FAILOVER_WAIT
         tried: set[str] = set()  # (found silent in this walk; marked dead ones are asked last)
-        while True:
+        attempts = 0
+        while attempts < len(self.servers) + 1:
             home = failover_home(self.ring, lobby_id, self.dead | tried) or failover_home(
                 self.ring, lobby_id, tried
             )
@@ -222,7 +223,9 @@ class LobbyClient(_Rehome):
                 return await self._joined(reply)
             except LobbyUnavailable as error:
                 last = error
-                tried.add(home)
+                attempts += 1
+                if home in self.dead:
+                    tried.add(home)  # silent: the next server (a dropped session: again)
             except LobbyError as error:
                 first_home = failover_home(self.ring, lobby_id, set())
                 failing_over = home != first_home
