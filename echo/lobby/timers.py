@@ -18,24 +18,20 @@ interval follows from that job alone:
   as a member's for its home; `CLIENT_HEARTBEAT` 0.8 s keeps three heartbeats in it, as
   `SERVER_HEARTBEAT` does the other way. (It was the transport's 10 s with a heartbeat every
   2 s: a killed player's lobby stayed in search results for 10 s and more.)
-- **status messages** keep the other side's publication connected. A member's
-  (`STATUS_INTERVAL` 1.5 s) keep its home's publication within the transport's 5 s
-  publication-connection timeout, three in it (4 s for them too was tried: members then
-  failed to get back to a home restarted on the same ports, in most runs of
-  `tests/lobby/test_client.py`'s restart test; why is not settled). The home's
-  (`SERVER_STATUS_INTERVAL` 4 s) keep the member's publication connected within
-  `MEMBER_CONNECTION_TIMEOUT` (13 s, three and a margin): a member does not learn that its
-  home died from them (its image's liveness says so in 2.5 s, and its link then closes), so
-  they need not come sooner. Flow control does not need either sooner: a lobby's traffic in
-  an interval is a sliver of the receiver window, and an image sends an SM early anyway when
-  the window must move (`echo.transport.core.status`, as Aeron's receiver does), so a busy
-  member is never held back.
+- **status messages both ways** keep the other side's publication connected, and that is
+  all they do at rest: each side learns that the other died from the missing heartbeats
+  (the liveness above), not from these, and flow control does not need them sooner (a
+  lobby's traffic in an interval is a sliver of the receiver window, and an image sends an SM
+  early anyway when the window must move: `echo.transport.core.status`, as Aeron's receiver
+  does, so a busy member is never held back). `STATUS_INTERVAL` 4 s, with the publications'
+  connection timeout `CONNECTION_TIMEOUT` 13 s on both sides (three and a margin; the
+  transport's is 5 s, which needed one every 1.5 s).
 - **tail loss** does not wait for an idle heartbeat: `probe_after_data` sends one probe heartbeat
   right after each burst of data, so a lost last message (a chat line, an update) is NAKed and
   repaired in milliseconds, as in `echo_timers`.
 
-A server then sends 1.5 and receives 1.9 idle datagrams a second per member (a little over
-half of `echo_timers`' 6).
+A server then sends 1.5 and receives 1.5 idle datagrams a second per member (half of
+`echo_timers`' 6).
 """
 
 from __future__ import annotations
@@ -49,11 +45,10 @@ from echo.transport.core.config import TransportConfig
 
 SERVER_HEARTBEAT = 0.8
 CLIENT_HEARTBEAT = 0.8
-STATUS_INTERVAL = 1.5
-#: The home's status messages to a member (see the module's text).
-SERVER_STATUS_INTERVAL = 4.0
-#: A member's publication stays connected this long without its home's status messages.
-MEMBER_CONNECTION_TIMEOUT = 13.0
+#: Status messages at rest, both ways (see the module's text).
+STATUS_INTERVAL = 4.0
+#: A publication stays connected this long without the other side's status messages.
+CONNECTION_TIMEOUT = 13.0
 #: The home's heartbeats come every `SERVER_HEARTBEAT`; silence this long means it is gone.
 CLIENT_LIVENESS = 2.5
 #: A member's heartbeats come every `CLIENT_HEARTBEAT`; silence this long means it dropped.
@@ -66,8 +61,9 @@ def lobby_server_timers(base: TransportConfig | None = None, **overrides: Any) -
     """A lobby server's transport timers (see the module's text)."""
     fields: dict[str, Any] = {
         "heartbeat_interval": SERVER_HEARTBEAT,
-        "status_message_interval": SERVER_STATUS_INTERVAL,
+        "status_message_interval": STATUS_INTERVAL,
         "image_liveness_timeout": MEMBER_LIVENESS,
+        "publication_connection_timeout": CONNECTION_TIMEOUT,
     }
     fields.update(overrides)
     return attrs.evolve(echo_timers(base), **fields)
@@ -81,7 +77,7 @@ def lobby_client_timers(
         "heartbeat_interval": CLIENT_HEARTBEAT,
         "status_message_interval": STATUS_INTERVAL,
         "image_liveness_timeout": liveness,
-        "publication_connection_timeout": MEMBER_CONNECTION_TIMEOUT,
+        "publication_connection_timeout": CONNECTION_TIMEOUT,
     }
     fields.update(overrides)
     return attrs.evolve(echo_timers(base), **fields)

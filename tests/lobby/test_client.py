@@ -123,15 +123,32 @@ async def test_a_home_that_restarts_empty_gets_the_lobby_back_from_its_members()
         async with (
             echo.lobby.connect(c.names, member="owner") as owner,
             echo.lobby.connect(c.names, member="bob") as bob,
+            trio.open_nursery() as nursery,
         ):
             lobby_id = await owner.create("phoenix", 4, metadata={"mode": "duel"})
             await bob.join(lobby_id)
             await bob.ready()
             await owner.wait_until(lambda m: m.replica.members["bob"].ready)
+            seen: dict[str, list[object]] = {"owner": [], "bob": []}
+
+            async def record(member: echo.lobby.LobbyClient, into: list[object]) -> None:
+                async for event in member.events():
+                    into.append(event)
+
+            nursery.start_soon(record, owner, seen["owner"])
+            nursery.start_soon(record, bob, seen["bob"])
             fresh = await c.restart(c.lobby[0])
             assert fresh.registry.snapshot(lobby_id) is None
-            for m in (owner, bob):
-                assert await m.next_event(Rehomed) == Rehomed(lobby_id, c.names[0])
+            # Both come back to it. The first to find the lobby gone re-creates it from its
+            # copy (Rehomed); one that asks after that finds its seat in the re-created lobby,
+            # which it cannot tell from a kept one (Reconnected only, docs/lobby.md). Which
+            # comes first is a race of milliseconds; that one of them re-created it is not.
+            back = Reconnected(c.names[0])
+            await until(
+                lambda: back in seen["owner"]
+                and back in seen["bob"]
+                and Rehomed(lobby_id, c.names[0]) in seen["owner"] + seen["bob"]
+            )
             await until(
                 lambda: (
                     (s := fresh.registry.snapshot(lobby_id)) is not None
@@ -142,6 +159,7 @@ async def test_a_home_that_restarts_empty_gets_the_lobby_back_from_its_members()
             snapshot = fresh.registry.snapshot(lobby_id)
             assert snapshot.owner == "owner" and snapshot.members[1].ready
             assert snapshot.metadata == {"mode": "duel"}
+            nursery.cancel_scope.cancel()
 
 
 async def test_a_lone_home_silent_longer_than_the_retry_is_asked_again() -> None:
