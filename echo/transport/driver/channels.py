@@ -103,8 +103,6 @@ class PublicationChannel:
         self._waiters = Waiters()
         self.session_id = state.session_id
         self._released = False
-        #: `close_soon` was called: the stream ends in the background (after its goodbye)
-        self._closing_soon = False
         self.stream_id = state.stream_id
         self.max_message_length = state.max_message_length
         self.max_payload_length = state.max_payload
@@ -188,11 +186,11 @@ class PublicationChannel:
 
     async def close(self, timeout: float | None) -> bool:
         """Drain, announce end-of-stream and linger; True if every receiver got everything."""
-        if self._closing_soon:
+        driver = self._driver
+        if self in driver.lingering:
             # `close_soon` is under way, its goodbye perhaps still waiting for a receiver:
             # beginning the end here would announce it before the goodbye. Wait for that
             # close instead, up to `timeout`.
-            driver = self._driver
             with trio.move_on_after(_CLOSE_GRACE if timeout is None else timeout):
                 while self in driver.lingering:
                     await driver.lingering_done.park()
@@ -206,7 +204,6 @@ class PublicationChannel:
         """`close` in the driver's own nursery: returns at once, the stream drains, announces
         its end and lingers (up to `timeout`) in the background, then its resources are
         released. `first` (a last message still to send, say) is awaited before the close."""
-        self._closing_soon = True
         if first is None:
             self._begin_close()
         driver = self._driver
