@@ -118,6 +118,21 @@ def test_server_names() -> None:
             split_server(bad)
 
 
+def record_events(
+    nursery: trio.Nursery, **members: echo.lobby.LobbyClient
+) -> dict[str, list[object]]:
+    """Every event of each member from now on, by name (until the nursery is cancelled)."""
+    seen: dict[str, list[object]] = {name: [] for name in members}
+
+    async def record(member: echo.lobby.LobbyClient, into: list[object]) -> None:
+        async for event in member.events():
+            into.append(event)
+
+    for name, member in members.items():
+        nursery.start_soon(record, member, seen[name])
+    return seen
+
+
 async def test_a_home_that_restarts_empty_gets_the_lobby_back_from_its_members() -> None:
     async with cluster(1) as c:
         async with (
@@ -129,14 +144,7 @@ async def test_a_home_that_restarts_empty_gets_the_lobby_back_from_its_members()
             await bob.join(lobby_id)
             await bob.ready()
             await owner.wait_until(lambda m: m.replica.members["bob"].ready)
-            seen: dict[str, list[object]] = {"owner": [], "bob": []}
-
-            async def record(member: echo.lobby.LobbyClient, into: list[object]) -> None:
-                async for event in member.events():
-                    into.append(event)
-
-            nursery.start_soon(record, owner, seen["owner"])
-            nursery.start_soon(record, bob, seen["bob"])
+            seen = record_events(nursery, owner=owner, bob=bob)
             fresh = await c.restart(c.lobby[0])
             assert fresh.registry.snapshot(lobby_id) is None
             # Both come back to it. The first to find the lobby gone re-creates it from its
@@ -174,14 +182,7 @@ async def test_a_lone_home_silent_longer_than_the_retry_is_asked_again() -> None
             lobby_id = await owner.create("patient", 4, metadata={"mode": "duel"})
             await bob.join(lobby_id)
             await owner.wait_until(lambda m: "bob" in m.replica.members)
-            seen: dict[str, list[object]] = {"owner": [], "bob": []}
-
-            async def record(member: echo.lobby.LobbyClient, into: list[object]) -> None:
-                async for event in member.events():
-                    into.append(event)
-
-            nursery.start_soon(record, owner, seen["owner"])
-            nursery.start_soon(record, bob, seen["bob"])
+            seen = record_events(nursery, owner=owner, bob=bob)
             c.kill(c.lobby[0])
             # The scenario is an outage of this length (a loaded or restarting host), longer
             # than the members' liveness and their one short retry: with no other server to
