@@ -452,3 +452,39 @@ async def test_iterating_a_subscription_ends_when_it_is_closed(autojump_clock) -
         assert got == [b"one", b"two"]
         with pytest.raises(trio.EndOfChannel):
             await sub.receive()
+
+
+async def test_a_poll_delivers_what_arrived_past_a_term_boundary(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A poll that returns fewer fragments than its limit has delivered everything there was:
+    # receive loops (the session's, the hub's) then wait for news. The image's own poll stops
+    # at a term's end (as Aeron's Image.poll does), so one whose messages straddled a term
+    # boundary, all arrived before the poll, delivered the first term's part and left the rest:
+    # no datagram was left to come and wake the reader (heartbeats do not), and the Echo 2.0
+    # client waited for an echo that sat in its log (the wire test's 66/150 in CI).
+    uri = channel(VIRTUAL_PORT, "term-length=64k")
+    net = MemoryNetwork(seed=7)
+    message = bytes(1000)
+    with trio.fail_after(60):
+        async with (
+            open_transport(socket_factory=net) as rx,
+            open_transport(socket_factory=net) as tx,
+        ):
+            sub = await rx.add_subscription(uri, STREAM)
+            pub = await tx.add_publication(uri, STREAM)
+            await pub.wait_connected(timeout=5)
+            # Up to 10 messages short of the term's end, read as they come ...
+            while pub.position < 65536 - 10 * 1056:
+                await pub.send(message, timeout=5)
+                await sub.receive()
+            # ... then 20 more, which cross into the next term, left unread until all are in.
+            for _ in range(20):
+                await pub.send(message, timeout=5)
+            assert pub.position > 65536
+            image = sub._channel.images[0].image
+            while image.rebuild_position < pub.position:
+                await sub.wait_activity()
+            received: list[Message] = []
+            assert sub.poll(received.append, fragment_limit=1000) == 20
+            assert len(received) == 20

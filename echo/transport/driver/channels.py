@@ -411,6 +411,19 @@ class SubscriptionChannel:
             if image.rebuild_position <= image.subscriber_position:
                 continue  # nothing new
             fragments += image.poll_into(handler, link.origin, fragment_limit - fragments)
+            # The image's poll stops at its term's end (Aeron's Image.poll); this one goes on
+            # into the next term. A caller takes a short poll to mean it has everything (the
+            # session's `receive` then waits for news), and what already arrived past the
+            # boundary brings none: the reader would wait for ever.
+            while (
+                fragments < fragment_limit
+                and image.rebuild_position > image.subscriber_position
+                and not image.subscriber_position & image.mask
+            ):
+                position = image.subscriber_position
+                fragments += image.poll_into(handler, link.origin, fragment_limit - fragments)
+                if image.subscriber_position == position:
+                    break
             if image.status_message_due():
                 if due is None:
                     due = []
