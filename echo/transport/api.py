@@ -315,7 +315,10 @@ class Subscription:
             self.on_image_unavailable(image)
 
     def poll(self, handler: Callable[[Message], object], fragment_limit: int = 10) -> int:
-        """Deliver up to `fragment_limit` fragments' worth of messages; never blocks."""
+        """Deliver up to `fragment_limit` fragments' worth of messages; never blocks.
+
+        Fewer than `fragment_limit` means everything that had arrived was delivered (a poll
+        goes on across term boundaries, unlike Aeron's `Image.poll`): wait for news then."""
         return self._channel.poll(handler, fragment_limit)
 
     async def wait_activity(self) -> None:
