@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 import socket
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -17,7 +19,9 @@ from echo.transport import (
     NOT_CONNECTED,
     Image,
     Message,
+    Publication,
     SendError,
+    Subscription,
     open_transport,
 )
 from echo.transport.core.frames import (
@@ -51,6 +55,21 @@ def port_of(address: str) -> int:
 def sized(index: int, size: int, rng: random.Random) -> bytes:
     head = struct.pack("<II", index, size)[:size]
     return head + rng.randbytes(max(0, size - len(head)))
+
+
+@asynccontextmanager
+async def connected_pair(
+    net: MemoryNetwork, uri: str
+) -> AsyncIterator[tuple[Subscription, Publication]]:
+    """A subscription and a connected publication of `uri`, each on its own transport of `net`."""
+    async with (
+        open_transport(socket_factory=net) as rx,
+        open_transport(socket_factory=net) as tx,
+    ):
+        sub = await rx.add_subscription(uri, STREAM)
+        pub = await tx.add_publication(uri, STREAM)
+        await pub.wait_connected(timeout=5)
+        yield sub, pub
 
 
 async def collect(sub, count: int, into: list[Message]) -> None:  # type: ignore[no-untyped-def]
@@ -169,14 +188,8 @@ async def test_term_rotation_and_term_id_wrap(autojump_clock: trio.testing.MockC
     net = MemoryNetwork(seed=11, link=Link(loss=0.1))
     received: list[Message] = []
     with trio.fail_after(60):
-        async with (
-            open_transport(socket_factory=net) as rx,
-            open_transport(socket_factory=net) as tx,
-        ):
-            sub = await rx.add_subscription(uri, STREAM)
-            pub = await tx.add_publication(uri, STREAM)
+        async with connected_pair(net, uri) as (sub, pub):
             assert pub.term_length == 65536 and pub.max_message_length == 8192
-            await pub.wait_connected(timeout=5)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(collect, sub, len(messages), received)
                 for data in messages:
@@ -196,13 +209,7 @@ async def test_offer_many_delivers_each_message_in_order(
     batches = [[sized(b * 100 + i, rng.randint(1, 3000), rng) for i in range(50)] for b in range(8)]
     received: list[Message] = []
     with trio.fail_after(60):
-        async with (
-            open_transport(socket_factory=net) as rx,
-            open_transport(socket_factory=net) as tx,
-        ):
-            sub = await rx.add_subscription(uri, STREAM)
-            pub = await tx.add_publication(uri, STREAM)
-            await pub.wait_connected(timeout=5)
+        async with connected_pair(net, uri) as (sub, pub):
             assert pub.offer_many([]) == 0
             refused = 0
             async with trio.open_nursery() as nursery:
@@ -467,13 +474,7 @@ async def test_a_poll_delivers_what_arrived_past_a_term_boundary(
     net = MemoryNetwork(seed=7)
     message = bytes(1000)
     with trio.fail_after(60):
-        async with (
-            open_transport(socket_factory=net) as rx,
-            open_transport(socket_factory=net) as tx,
-        ):
-            sub = await rx.add_subscription(uri, STREAM)
-            pub = await tx.add_publication(uri, STREAM)
-            await pub.wait_connected(timeout=5)
+        async with connected_pair(net, uri) as (sub, pub):
             # Up to 10 messages short of the term's end, read as they come ...
             while pub.position < 65536 - 10 * 1056:
                 await pub.send(message, timeout=5)
