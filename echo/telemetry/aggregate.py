@@ -83,13 +83,13 @@ def _top(df: DataFrame, metric: str, n: int) -> list[dict[str, Any]]:
     ]
 
 
-def _by_source(df: DataFrame, key: str) -> DataFrame:
+def _by_source(df: DataFrame, keys: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
     def count_of(event: str) -> Column:
         return F.sum(F.when(F.col("event") == event, 1).otherwise(0)).cast("long")
 
-    return df.groupBy(F.col(key).alias("source")).agg(
+    return df.groupBy(*keys).agg(
         count_of("hello_rejected").alias("rejections"),
         count_of("duologue_created").alias("duologues"),
         count_of("duologue_expired").alias("expiries"),
@@ -148,12 +148,68 @@ def overview(ev: DataFrame) -> Overview:
     )
 
 
+# Past this many server starts in a log, the never-joined count sorts the life events by time
+# in a window instead of looking each event's run up in an expression built from the starts.
+RUN_LOOKUP_MAX_STARTS: Final = 64
+
+
 def _never_joined(ev: DataFrame) -> int:
     """Duologues created but never joined.
 
     duologue_id restarts with each server process, so a duologue is (server, the
-    server_started before it, id); the window finds that start.
+    server_started before it, id). A log has few starts: they are collected, and each event's
+    run is looked up in an expression built from them, so that the count is one aggregation
+    (no sort of every event by time, which a window partitioned by server needs).
     """
+    from pyspark.sql import functions as F
+
+    starts = [
+        (r["server_id"], int(r["t"]))
+        for r in ev.filter(F.col("event") == "server_started")
+        .select("server_id", F.unix_micros("ts").alias("t"))
+        .distinct()
+        .collect()
+    ]
+    if len(starts) > RUN_LOOKUP_MAX_STARTS:
+        keyed = _runs_by_window(ev)
+    else:
+        life = ev.filter(F.col("event").isin("duologue_created", "duologue_connected"))
+        keyed = life.withColumn("run", _run_of(starts))
+    created = F.col("event") == "duologue_created"
+    # An id-less connection joins nothing (as a join on the key would not match a null).
+    joined = (F.col("event") == "duologue_connected") & F.col("duologue_id").isNotNull()
+    row = (
+        keyed.groupBy("server_id", "run", "duologue_id")
+        .agg(
+            F.sum(F.when(created, 1).otherwise(0)).alias("created"),
+            F.max(F.when(joined, 1).otherwise(0)).alias("joined"),
+        )
+        .filter(F.col("joined") == 0)
+        .agg(F.sum("created").alias("n"))
+        .first()
+    )
+    return int(row["n"] or 0) if row is not None else 0
+
+
+def _run_of(starts: Sequence[tuple[str, int]]) -> Column:
+    """The micros of the last start of the event's server at or before it (0 before any)."""
+    from pyspark.sql import functions as F
+
+    by_server: dict[str, list[int]] = defaultdict(list)
+    for server, t in starts:
+        by_server[server].append(t)
+    at = F.unix_micros("ts")
+    run: Column = F.lit(0).cast("long")
+    for server, times in by_server.items():
+        last: Column = F.lit(0).cast("long")
+        for start in sorted(times):
+            last = F.when(at >= F.lit(start), F.lit(start)).otherwise(last)
+        run = F.when(F.col("server_id") == server, last).otherwise(run)
+    return run
+
+
+def _runs_by_window(ev: DataFrame) -> DataFrame:
+    """The created and connected events with their run, found by a window over the starts."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -165,30 +221,31 @@ def _never_joined(ev: DataFrame) -> int:
         .orderBy("ts", (F.col("event") != "server_started"))
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    keyed = life_events.withColumn(
+    return life_events.withColumn(
         "run",
         F.coalesce(
-            F.max(F.when(F.col("event") == "server_started", F.col("ts"))).over(run),
-            F.timestamp_seconds(F.lit(0)),
+            F.max(F.when(F.col("event") == "server_started", F.unix_micros("ts"))).over(run),
+            F.lit(0).cast("long"),
         ),
-    )
-    key = ["server_id", "run", "duologue_id"]
-    created = keyed.filter(F.col("event") == "duologue_created").select(*key)
-    joined = keyed.filter(F.col("event") == "duologue_connected").select(*key).distinct()
-    return int(created.join(joined, on=key, how="left_anti").count())
+    ).filter(F.col("event") != "server_started")
 
 
 def _sources(ev: DataFrame, top_n: int) -> tuple[dict[str, Any], int]:
     """The top-sources tables: per address, and per IPv6 network (prefix differs from the
     address exactly for IPv6, pseudonymised or not, because an IPv4 prefix key is the address
-    itself)."""
+    itself). One shuffle of the events, by (address, prefix); both tables fold from it."""
     from pyspark.sql import functions as F
 
     src = ev.filter(F.col("event").isin(list(SOURCE_EVENTS)))
-    per_ip = _by_source(src, "source_ip").cache()
-    per_prefix = _by_source(
-        src.filter(F.col("source_prefix") != F.col("source_ip")), "source_prefix"
-    ).cache()
+    pairs = _by_source(src, ["source_ip", "source_prefix"]).cache()
+    counts = [F.sum(c).cast("long").alias(c) for c in ("rejections", "duologues", "expiries")]
+    per_ip = pairs.groupBy(F.col("source_ip").alias("source")).agg(*counts).cache()
+    per_prefix = (
+        pairs.filter(F.col("source_prefix") != F.col("source_ip"))
+        .groupBy(F.col("source_prefix").alias("source"))
+        .agg(*counts)
+        .cache()
+    )
     top_sources = {
         "by_rejections": _top(per_ip, "rejections", top_n),
         "by_duologues": _top(per_ip, "duologues", top_n),
@@ -196,8 +253,8 @@ def _sources(ev: DataFrame, top_n: int) -> tuple[dict[str, Any], int]:
         "prefixes_by_duologues": _top(per_prefix, "duologues", top_n),
     }
     distinct_sources = per_ip.count()
-    per_ip.unpersist()
-    per_prefix.unpersist()
+    for df in (per_ip, per_prefix, pairs):
+        df.unpersist()
     return top_sources, distinct_sources
 
 

@@ -95,7 +95,14 @@ def _string_type_regex(fields: Mapping[str, FieldType]) -> str:
 
 
 def classify(raw: DataFrame) -> DataFrame:
-    """Parse `value` lines; adds `j` (struct), `ts_parsed`, `valid`, `known` columns."""
+    """Parse `value` lines; adds `j` (struct), `ts_parsed`, `valid`, `known` columns.
+
+    The per-event rules are looked up, not spelled out once per event: the generated code of
+    a 23-branch CASE over the events grew past the JVM's 8,000-byte limit for compiling a
+    method, so the job's hottest loop ran in the bytecode interpreter. Here each line costs
+    one regex over the union of the string fields (which finds nothing on a well-formed line),
+    a bit mask of the fields present, and two lookups by event name in literal maps.
+    """
     from pyspark.sql import functions as F
 
     parsed = raw.select(
@@ -107,27 +114,65 @@ def classify(raw: DataFrame) -> DataFrame:
         ).alias("j"),
     ).withColumn("ts_parsed", F.try_to_timestamp(F.col("j.ts"), F.lit(TS_SPARK_PATTERN)))
     j = F.col("j")
+    event = j["event"]
     common_ok = (
         j.isNotNull()
         & j[CORRUPT].isNull()
         & j["server_id"].isNotNull()
-        & j["event"].isNotNull()
+        & event.isNotNull()
         & (F.coalesce(j["schema_version"], F.lit(-1)) == SCHEMA_VERSION)
         & F.coalesce(j["ts"].rlike(f"^{TS_RE.pattern}$"), F.lit(False))
         & F.col("ts_parsed").isNotNull()
     )
-    fields_ok: Column = F.when(~F.col("value").rlike(_string_type_regex({})), True).otherwise(False)
-    known = F.lit(False)
-    for event, fields in EVENT_FIELDS.items():
-        required = [j[n].isNotNull() for n, t in fields.items() if not t.nullable]
-        ok = ~F.col("value").rlike(_string_type_regex(fields))
-        for cond in required:
-            ok = ok & cond
-        fields_ok = F.when(j["event"] == event, ok).otherwise(fields_ok)
-        known = known | (j["event"] == event)
+    # Bit i of `present` is set when field i of the read schema is not null.
+    names = list(all_fields())
+    present: Column = F.lit(0).cast("long")
+    for i, name in enumerate(names):
+        present = present + F.when(j[name].isNotNull(), F.lit(1 << i)).otherwise(F.lit(0))
+    masks, patterns = _event_rules(names)
+    required = F.coalesce(F.create_map(*_literals(masks))[event], F.lit(0).cast("long"))
+    # A line whose string fields are all strings passes the union pattern, so the event's own
+    # pattern (a subset of the union's keys, compiled anew only when it changes from one
+    # suspect line to the next) runs only on the rare line the union flags.
+    own_pattern = F.coalesce(
+        F.create_map(*_literals(patterns))[event], F.lit(_string_type_regex({}))
+    )
+    strings_ok = ~F.col("value").rlike(_string_type_regex(_string_fields())) | ~F.regexp(
+        F.col("value"), own_pattern
+    )
+    fields_ok = strings_ok & ((present.bitwiseAND(required)) == required)
+    known = event.isin(list(EVENT_FIELDS))
     return parsed.withColumn("valid", F.coalesce(common_ok & fields_ok, F.lit(False))).withColumn(
         "known", F.coalesce(known, F.lit(False))
     )
+
+
+def _string_fields() -> dict[str, FieldType]:
+    """Every string field of any event (the union pattern's keys)."""
+    return {n: t for n, t in all_fields().items() if t.is_str}
+
+
+def _event_rules(names: Sequence[str]) -> tuple[dict[str, int], dict[str, str]]:
+    """Per event: the bit mask of its required (non-nullable) fields in `names`' order, and
+    the pattern that finds one of its string fields (or a common one) holding a non-string."""
+    if len(names) > 63:
+        raise ValueError(f"{len(names)} fields do not fit the 63 bits of a present-field mask")
+    masks = {
+        event: sum(1 << names.index(n) for n, t in fields.items() if not t.nullable)
+        for event, fields in EVENT_FIELDS.items()
+    }
+    patterns = {event: _string_type_regex(fields) for event, fields in EVENT_FIELDS.items()}
+    return masks, patterns
+
+
+def _literals(mapping: Mapping[str, Any]) -> list[Column]:
+    """create_map's arguments: key, value, key, value, ... as literals."""
+    from pyspark.sql import functions as F
+
+    out: list[Column] = []
+    for key, value in mapping.items():
+        out += [F.lit(key), F.lit(value).cast("long") if isinstance(value, int) else F.lit(value)]
+    return out
 
 
 def build_spark(

@@ -181,9 +181,17 @@ def _write(path: Path, events: list[dict[str, Any]]) -> None:
             f.write(json.dumps({"server_id": "s", "schema_version": 1, **e}) + "\n")
 
 
-def test_restarts_subsets_and_extra_fields(spark: Any, tmp_path: Path) -> None:
-    """A real log: one server restarted (duologue ids start again), few event types."""
+@pytest.mark.parametrize("lookup_max_starts", [64, 0], ids=["starts-looked-up", "window"])
+def test_restarts_subsets_and_extra_fields(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lookup_max_starts: int
+) -> None:
+    """A real log: one server restarted (duologue ids start again), few event types. The
+    never-joined count finds each duologue's run both ways: from the collected starts, and
+    (for a log with more starts than that lookup takes) by a window."""
+    from echo.telemetry import aggregate
     from echo.telemetry.pipeline import run_analysis
+
+    monkeypatch.setattr(aggregate, "RUN_LOOKUP_MAX_STARTS", lookup_max_starts)
 
     def ts(s: int) -> str:
         return f"2026-11-22T10:00:{s:02d}.000000Z"
