@@ -23,6 +23,7 @@ from echo.lobby.protocol import (
     StartGame,
     StringEquals,
 )
+from echo.lobby.state.checks import BUCKET_SWEEP_S
 from echo.tickets import RosterEntry, TicketClaims, TicketIssuer, TicketKey, verify
 from tests.lobby.lab import CONFIG, Lab
 
@@ -174,13 +175,16 @@ def test_a_crashed_player_gets_a_fresh_ticket_while_the_game_runs() -> None:
 def test_the_game_s_life_bounds_the_re_issue_and_ends_the_game() -> None:
     lab, lobby_id, _ = lab_with(US)
     lab.ok("a", StartGame(lab.rid(), lobby_id))
-    assert lab.reg.next_deadline() == lab.now + NO_READY.game_life
-    sends = lab.advance(NO_READY.game_life)
+    life_end = lab.now + NO_READY.game_life
+    lab.advance(BUCKET_SWEEP_S)  # the requests' rate buckets are full again and forgotten
+    assert lab.reg.next_deadline() == life_end
+    sends = lab.advance(life_end - lab.now)
     [ended] = [s.message for s in sends if isinstance(s.message, GameEnded)]
     assert ended.result == {"error": TIMED_OUT}
     lab.refused("b", RequestTicket(lab.rid(), lobby_id), ErrorCode.NO_GAME)
     snap = lab.reg.snapshot(lobby_id)
     assert snap is not None and not snap.locked
+    lab.advance(BUCKET_SWEEP_S)
     assert lab.reg.next_deadline() is None
     lab.check_replicas()
 

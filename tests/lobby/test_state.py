@@ -41,6 +41,7 @@ from echo.lobby.protocol import (
     TransferOwner,
 )
 from echo.lobby.state import LobbyRegistry
+from echo.lobby.state.checks import BUCKET_SWEEP_S
 from tests.lobby.lab import CONFIG, FAST, Lab
 
 
@@ -551,20 +552,20 @@ def test_update_and_search_are_rate_limited(kind: str, make: object) -> None:
 
 def test_reconnection_within_the_grace_period_keeps_the_seat() -> None:
     lab = Lab(
-        LobbyConfig(reconnect_grace=10.0, create_limit=FAST, join_limit=FAST, update_limit=FAST)
+        LobbyConfig(reconnect_grace=5.0, create_limit=FAST, join_limit=FAST, update_limit=FAST)
     )
     lobby_id = lobby_with(lab, "a", "b", size=2)
     [send] = lab.disconnect("b")
     assert send.to == ("a",) and isinstance(send.message, PresenceChanged)
     assert send.message.presence is Presence.RECONNECTING
-    assert lab.reg.next_deadline() == 10.0
+    assert lab.reg.next_deadline() == 5.0  # (before the rate buckets' sweep at 10 s)
     lab.refused("c", JoinLobby(lab.rid(), lobby_id), ErrorCode.LOBBY_FULL)  # the seat is kept
     lab.ok("a", SetMetadata(lab.rid(), lobby_id, {"x": 1}))  # b misses this update...
-    assert lab.advance(9.0) == ()
+    assert lab.advance(4.0) == ()
     sends = lab.reconnect("b")
     assert sends[-1].to == ("b",) and isinstance(sends[-1].message, LobbySnapshot)
     assert lab.replicas["b"].metadata == {"x": 1}  # ...and has it from the snapshot
-    assert lab.reg.next_deadline() is None
+    assert lab.reg.next_deadline() == BUCKET_SWEEP_S  # the grace period's end went with it
     assert lab.advance(5.0) == ()
     assert ids(snap(lab, lobby_id)) == ["a", "b"]
     lab.check_replicas()
@@ -603,16 +604,29 @@ def test_a_dropped_member_can_claim_its_seat_by_joining_again() -> None:
     lab.check_replicas()
 
 
-def test_expire_forgets_full_rate_buckets() -> None:
+def test_full_rate_buckets_are_forgotten_at_the_deadline_the_driver_waits_for() -> None:
+    """The server calls `expire` only at `next_deadline`. Rate buckets must set one while any
+    are kept, or a server keeps a bucket for every member it ever rate-checked (the soak's
+    lobby servers grew by about 15 MiB an hour that way)."""
     lab = Lab(LobbyConfig(chat_limit=RateLimit(rate=1.0, burst=2), create_limit=FAST))
+    assert lab.reg.next_deadline() is None
     lobby_id = create(lab, "a")
+    first_bucket = lab.now
     lab.ok("a", SendChat(lab.rid(), lobby_id, "one"))
     lab.ok("a", SendChat(lab.rid(), lobby_id, "two"))
     lab.refused("a", SendChat(lab.rid(), lobby_id, "three"), ErrorCode.RATE_LIMITED)
-    lab.advance(1.0)
-    assert ("a", "chat") in lab.reg._buckets
-    lab.advance(1.0)
-    assert ("a", "chat") not in lab.reg._buckets
+    sweep = lab.reg.next_deadline()
+    assert sweep == first_bucket + BUCKET_SWEEP_S
+    # A bucket used just before the sweep is not full at it: kept, and the next sweep set.
+    lab.advance(sweep - 0.5 - lab.now)
+    assert ("a", "chat") in lab.reg._buckets  # (a look before the deadline sweeps nothing)
+    lab.ok("a", SendChat(lab.rid(), lobby_id, "four"))
+    lab.advance(sweep - lab.now)
+    assert list(lab.reg._buckets) == [("a", "chat")]
+    assert lab.reg.next_deadline() == sweep + BUCKET_SWEEP_S
+    lab.advance(BUCKET_SWEEP_S)
+    assert lab.reg._buckets == {}
+    assert lab.reg.next_deadline() is None  # nothing left to look at
 
 
 # --- search and quick-join ------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""ECHO_MEMDEBUG: a real echo-server dumps its live heap on SIGUSR1, compared with start-up."""
+"""ECHO_MEMDEBUG: a real echo-server (and echo-lobby) dumps its live heap on SIGUSR1, compared
+with start-up."""
 
 from __future__ import annotations
 
@@ -63,3 +64,29 @@ def test_sigusr1_dumps_what_grew_since_start_up(
     assert logs["images"]["count"] == sum(logs["image_states"].values()) >= 1
     # The second dump compares with the first: nothing happened in between.
     assert "echo.transport.core.image.PublicationImage" not in dict(second["types_grown"])  # type: ignore[call-overload]
+
+
+def test_echo_lobby_dumps_on_sigusr1_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe is how the soak's lobby servers' growth was found (one rate bucket kept per
+    member ever rate-checked): on SIGUSR1 a real echo-lobby writes the dump, and a member who
+    came and went shows as the images of its session in their cool-down."""
+    from tests.lobby.test_cli import CLIENT, run, start_lobby
+
+    dumps = tmp_path / "dumps"
+    monkeypatch.setenv("ECHO_MEMDEBUG", str(dumps))
+    monkeypatch.setenv("ECHO_MEMDEBUG_FRAMES", "0")  # type counts only
+    lobby, port = start_lobby(tmp_path / "lobby.log")
+    try:
+        member = run(
+            [*CLIENT, "--servers", f"127.0.0.1:{port}", "--member", "alice"],
+            stdin="create room\nleave\n",
+        )
+        assert member.returncode == 0, member.stderr
+        lobby.send_signal(signal.SIGUSR1)
+        first = wait_for(dumps / f"memdebug-{lobby.pid}-1.json")
+    finally:
+        lobby.send_signal(signal.SIGTERM)
+        assert lobby.wait(timeout=30) == 0
+    assert first["pid"] == lobby.pid and first["traced_bytes"] is None
+    grown = dict(first["types_grown"])  # type: ignore[call-overload]
+    assert grown.get("echo.transport.core.image.PublicationImage", 0) >= 1, grown

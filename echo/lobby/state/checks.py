@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
+from typing import Final
 
 from echo.lobby.games import GameServerDirectory
 from echo.lobby.heldchat import HeldChat
@@ -35,6 +36,10 @@ from echo.lobby.state.records import (
     _value_bytes,
 )
 
+#: How often `expire` looks for rate buckets that are full again (and forgets them) while any
+#: are kept: a bucket of the default limits refills within 6 s of its last use.
+BUCKET_SWEEP_S: Final = 10.0
+
 
 class _State:
     """The registry's fields, declared for the layers of `LobbyRegistry` (each module of this
@@ -58,6 +63,7 @@ class _State:
     _where: dict[str, int]
     _index: SearchIndex
     _buckets: dict[tuple[str, str], TokenBucket]
+    _bucket_sweep_at: float | None
     _reconnecting: dict[str, float]
     held_chat: HeldChat
     _out: list[Send]
@@ -82,6 +88,8 @@ class _Checks(_State):
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = TokenBucket(limit, now)
+            if self._bucket_sweep_at is None:  # `expire` forgets it once it is full again
+                self._bucket_sweep_at = now + BUCKET_SWEEP_S
         if not bucket.take(now):
             # The wait ends the text: a client paces itself by it (LobbyClient.search_all).
             wait = bucket.wait(now)

@@ -54,6 +54,7 @@ from echo.lobby.protocol import (
     Value,
 )
 from echo.lobby.search_index import SearchIndex
+from echo.lobby.state.checks import BUCKET_SWEEP_S
 from echo.lobby.state.records import (
     Handled,
     Seats,
@@ -114,6 +115,7 @@ class LobbyRegistry(_Recreate):
         # page is a walk from the cursor that stops after `limit` matches.
         self._index = SearchIndex()
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._bucket_sweep_at: float | None = None  # the next look for full buckets
         self._reconnecting: dict[str, float] = {}  # member id -> end of its grace period
         # Chat said while a seated member was away, for its return (echo.lobby.heldchat).
         self.held_chat = HeldChat(self.config.held_chat_bytes)
@@ -217,15 +219,19 @@ class LobbyRegistry(_Recreate):
 
     def next_deadline(self) -> float | None:
         """When `expire` next has work: the earliest end of a reconnection grace period, of a
-        game's life, or of a held game result's time (`echo.lobby.gameloop.due_held`)."""
+        game's life, or of a held game result's time (`echo.lobby.gameloop.due_held`), or the
+        next look for rate buckets that are full again (every `BUCKET_SWEEP_S` while any are
+        kept: a server that never looked would keep one per member it ever rate-checked)."""
         held = gameloop.next_held(self)
+        sweep = self._bucket_sweep_at
         return (
             min(
                 min(self._reconnecting.values(), default=math.inf),
                 min(self._game_deadlines.values(), default=math.inf),
                 math.inf if held is None else held,
+                math.inf if sweep is None else sweep,
             )
-            if self._reconnecting or self._game_deadlines or held is not None
+            if self._reconnecting or self._game_deadlines or held is not None or sweep is not None
             else None
         )
 
@@ -341,9 +347,11 @@ class LobbyRegistry(_Recreate):
                 self._remove(lobby, member_id, reason, now)
         gameloop.expire(self, now)
         gameloop.due_held(self, now)
-        for key, bucket in list(self._buckets.items()):
-            if bucket.is_full(now):
-                del self._buckets[key]
+        if self._bucket_sweep_at is not None and now >= self._bucket_sweep_at:
+            for key, bucket in list(self._buckets.items()):
+                if bucket.is_full(now):
+                    del self._buckets[key]
+            self._bucket_sweep_at = now + BUCKET_SWEEP_S if self._buckets else None
         return self._take_out()
 
     def game_result(
