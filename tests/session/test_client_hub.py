@@ -20,7 +20,7 @@ from echo.protocol import ECHO_STREAM_ID
 from echo.session import client_hub
 from echo.session.client import client_transport_config
 from echo.session.client_handshake import HandshakeState
-from echo.session.server import SessionServer
+from echo.session.server import ALL_CLIENTS_TERM_LENGTH, SessionServer
 from echo.transport import open_transport
 from echo.transport.testing import MemoryNetwork
 from tests.session.test_lost_contact import SERVER, echo_app, memory_server
@@ -51,6 +51,8 @@ async def test_handshakes_in_flight_on_one_transport_make_one_destination(
     def on_step(step: object) -> None:
         if getattr(step, "state", None) is HandshakeState.AWAITING_CONNECT:
             assert server.all_clients_pub is not None
+            # Its log sized to its use: a CONNECT per HELLO for the server's life (the soak).
+            assert server.all_clients_pub.term_length == ALL_CLIENTS_TERM_LENGTH
             seen.append(len(server.all_clients_pub.destinations))
             if len(seen) == CLIENTS:
                 everyone_said_hello.set()
