@@ -201,6 +201,18 @@ class DuologueHost(ServerState):
             )
             log.warning("duologue_needs_response_channel", error=str(error))
             return "client has no response channel (--duologue-ports per-client?)"
+        except OSError as error:
+            # The shared control port is bound only while a response publication uses it and
+            # held by a placeholder between; another program (a client's ephemeral port on
+            # this host) can take it in that instant. This duologue ends; the server goes on,
+            # and the port is bound again on demand once that program lets it go.
+            log.error(
+                "duologue_control_port_unavailable",
+                duologue_id=duologue.duologue_id,
+                control_port=duologue.control_port,
+                error=str(error),
+            )
+            return f"the server's duologue port {duologue.control_port} is unavailable"
         return None
 
     async def _run_session(self, duologue: Duologue) -> str:

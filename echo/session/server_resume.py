@@ -99,7 +99,7 @@ class ResumeHost(DuologueHost):
                 ),
                 self.config.stream_id,
             )
-        except UriError as error:
+        except (UriError, OSError) as error:  # (OSError: its control port was taken, `_answer`)
             log.warning("resume_failed", duologue_id=duologue.duologue_id, error=str(error))
             session._mark_closed("resume failed")
             duologue.cancel_scope.cancel()

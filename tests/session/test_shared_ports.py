@@ -178,6 +178,32 @@ async def test_a_shared_port_held_by_another_program_fails_at_start() -> None:
             await es.SessionServer(config, echo_app).run()
 
 
+async def test_a_shared_control_port_taken_while_idle_ends_that_duologue_not_the_server() -> None:
+    """Between duologues the control port is held by a placeholder, and let go while a
+    response publication binds it: another program (a client's ephemeral port on the same
+    host) can take it then. A soak's echo-server died of it (exit 1, "cannot bind
+    UDP ...: Address already in use"); now that duologue ends and the server goes on."""
+    config = shared_config(free_base(4))
+    control_port = config.clients_base_port + 1
+    events = Events()
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(es.SessionServer(config, echo_app, events=events).run)
+        assert server._held is not None
+        server._held.idle.pop(control_port).close()  # the instant between, as in the race
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as blocker:
+            blocker.bind(("127.0.0.1", control_port))
+            with pytest.raises(es.HandshakeTimeout):
+                async with connect(config, timeout=2.0):
+                    pass
+            closed = await events.wait_for("duologue_closed")
+            assert "unavailable" in closed["reason"]
+        # The other program let the port go: the next client is served.
+        async with connect(config) as session:
+            await session.send(b"still here")
+            assert await session.receive() == b"still here"
+        await server.stop()
+
+
 async def test_a_session_on_shared_ports_resumes_and_loses_nothing() -> None:
     # Resume moves the client's request stream to a new path; on shared ports the answer is a
     # response publication tied to a request image, so the server opens a new one for the
