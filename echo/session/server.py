@@ -78,7 +78,6 @@ __all__ = [
 ]
 
 
-
 #: The all-clients publication's term length. It carries one short reply per HELLO (a CONNECT
 #: of some 170 bytes with its header) for the server's whole life, so with the transport's
 #: 16 MiB terms its log kept touching fresh pages until three terms were in memory: the
@@ -87,6 +86,7 @@ __all__ = [
 #: (some 18,000 admissions) for a client's NAK; a CONNECT is far below the term's 128 KiB
 #: message limit, and the MDC flow control (the fastest receiver) is not held back by it.
 ALL_CLIENTS_TERM_LENGTH: Final = 1 << 20
+
 
 class SessionServer(HelloHost):
     """Admission, duologues and sessions for `app`. `run()` serves; `stop()` ends it gracefully.

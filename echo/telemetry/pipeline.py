@@ -137,7 +137,7 @@ def classify(raw: DataFrame) -> DataFrame:
     own_pattern = F.coalesce(
         F.create_map(*_literals(patterns))[event], F.lit(_string_type_regex({}))
     )
-    strings_ok = ~F.col("value").rlike(_string_type_regex(_string_fields())) | ~F.regexp(
+    strings_ok = ~F.col("value").rlike(_string_type_regex(all_fields())) | ~F.regexp(
         F.col("value"), own_pattern
     )
     fields_ok = strings_ok & ((present.bitwiseAND(required)) == required)
@@ -145,11 +145,6 @@ def classify(raw: DataFrame) -> DataFrame:
     return parsed.withColumn("valid", F.coalesce(common_ok & fields_ok, F.lit(False))).withColumn(
         "known", F.coalesce(known, F.lit(False))
     )
-
-
-def _string_fields() -> dict[str, FieldType]:
-    """Every string field of any event (the union pattern's keys)."""
-    return {n: t for n, t in all_fields().items() if t.is_str}
 
 
 def _event_rules(names: Sequence[str]) -> tuple[dict[str, int], dict[str, str]]:
