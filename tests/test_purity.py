@@ -142,7 +142,8 @@ DRIVERS: dict[str, list[str]] = {
     # the --metrics option, the operations endpoint and its collectors; the Agones client's
     # trio driver and its HTTP/1.1 client
     "echo.ops": [
-        "agones_driver", "cli", "http", "httpclient", "memdebug", "metrics", "queue_metrics",
+        "agones_driver", "cli", "heap", "http", "httpclient", "memdebug", "metrics",
+        "queue_metrics",
     ],
 }  # fmt: skip
 

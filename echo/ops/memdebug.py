@@ -167,8 +167,11 @@ def probe_from_environment(environ: dict[str, str] | os._Environ[str]) -> Memory
     return MemoryProbe(path, int(environ.get(FRAMES_ENV, FRAMES)))
 
 
-async def serve_probe(probe: MemoryProbe) -> None:
-    """Dump on every SIGUSR1, until cancelled."""
+async def serve_probe(probe: MemoryProbe, log: Any = None) -> None:
+    """Dump on every SIGUSR1, until cancelled; each dump's path goes to `log` (a structlog
+    logger) as ``memdebug_written``, so the operator who sent the signal knows where to look."""
     with trio.open_signal_receiver(signal.SIGUSR1) as signals:
         async for _ in signals:
-            probe.dump()
+            path = probe.dump()
+            if log is not None:
+                log.warning("memdebug_written", path=str(path), dump=probe.dumps)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import os
 import signal
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import click
@@ -27,6 +25,7 @@ from echo._cli import (
     sole_error,
 )
 from echo.ops.cli import Ops, metrics_option, open_ops
+from echo.ops.heap import trim_heap
 from echo.ops.memdebug import probe_from_environment, serve_probe
 from echo.ops.metrics import TicketCollector, session_collectors
 from echo.server.server import EchoServer, echo_application
@@ -301,38 +300,6 @@ def freeze_start_up_objects() -> int:
     return gc.get_freeze_count()
 
 
-#: How often the server hands freed heap memory back to the kernel (see `trim_heap`).
-HEAP_TRIM_INTERVAL = 10.0
-
-
-def _malloc_trim() -> Callable[[], object] | None:
-    """glibc's malloc_trim(0), or None where there is no glibc."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    return lambda: trim(0)
-
-
-async def trim_heap(interval: float = HEAP_TRIM_INTERVAL) -> None:
-    """Give memory that the process freed back to the kernel, every `interval` seconds.
-
-    Churn (sessions opening and closing without pause) allocates and frees term buffers,
-    datagrams and per-session objects of many sizes; glibc keeps freed heap pages for reuse,
-    scattered between live allocations, so RSS crept up (~0.2-0.5 MiB a minute) while the
-    Python heap stayed flat (tracemalloc over thousands of sessions and sprayed datagrams
-    showed no growth). malloc_trim returns those pages; it takes well under a millisecond.
-    """
-    trim = _malloc_trim()
-    if trim is None:
-        return
-    while True:
-        await trio.sleep(interval)
-        trim()
-
-
 def ticket_admission(
     path: str, ticket_server_id: str, outcomes: Counter[str] | None = None
 ) -> Admit:
@@ -396,7 +363,7 @@ async def _serve(
             frozen = freeze_start_up_objects()
             probe = probe_from_environment(os.environ)
             if probe is not None:
-                nursery.start_soon(serve_probe, probe)
+                nursery.start_soon(serve_probe, probe, log)
             _log_listening(config, frozen)
             if ops is not None:
                 ops.health.ready()

@@ -28,6 +28,8 @@ from echo._cli import (
     sole_error,
 )
 from echo.ops.cli import Ops, metrics_option, open_ops
+from echo.ops.heap import trim_heap
+from echo.ops.memdebug import probe_from_environment, serve_probe
 from echo.ops.metrics import TopicsCollector
 from echo.topics.client import (
     ClientConfig,
@@ -196,6 +198,10 @@ async def _serve(server: TopicServer, log: Any, ops: Ops | None = None) -> None:
             if ops is not None:
                 await ops.start(nursery)
             host, port = await nursery.start(server.run)
+            nursery.start_soon(trim_heap)  # freed pages back to the kernel, as echo-server
+            probe = probe_from_environment(os.environ)  # ECHO_MEMDEBUG, as on echo-server
+            if probe is not None:
+                nursery.start_soon(serve_probe, probe, log)
             if ops is not None:
                 ops.health.ready()
             config = server.core.config

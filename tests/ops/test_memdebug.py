@@ -1,5 +1,5 @@
-"""ECHO_MEMDEBUG: a real echo-server (and echo-lobby) dumps its live heap on SIGUSR1, compared
-with start-up."""
+"""ECHO_MEMDEBUG: a real echo-server (and echo-lobby, and echo-topics) dumps its live heap on
+SIGUSR1, compared with start-up, and says where in its log."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ops.test_processes import ECHO_CLIENT, ECHO_SERVER, REPO, running
+from tests.ops.test_processes import ECHO_CLIENT, ECHO_SERVER, REPO, TOPICS, running
 from tests.ports import free_base
 
 
@@ -88,5 +88,33 @@ def test_echo_lobby_dumps_on_sigusr1_too(tmp_path: Path, monkeypatch: pytest.Mon
         lobby.send_signal(signal.SIGTERM)
         assert lobby.wait(timeout=30) == 0
     assert first["pid"] == lobby.pid and first["traced_bytes"] is None
+    written = _logged(tmp_path / "lobby.log", "memdebug_written")
+    assert written == [str(dumps / f"memdebug-{lobby.pid}-1.json")]
     grown = dict(first["types_grown"])  # type: ignore[call-overload]
     assert grown.get("echo.transport.core.image.PublicationImage", 0) >= 1, grown
+
+
+def _logged(log: Path, event: str) -> list[str]:
+    """The `path` of every JSON log line of `event`."""
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    return [x["path"] for x in lines if x.get("event") == event]
+
+
+def test_echo_topics_dumps_on_sigusr1_instead_of_dying(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGUSR1's default action ends a process: a topics server that had no probe died when
+    the soak's operator signalled every server. Now it dumps like the others and goes on."""
+    dumps = tmp_path / "dumps"
+    monkeypatch.setenv("ECHO_MEMDEBUG", str(dumps))
+    monkeypatch.setenv("ECHO_MEMDEBUG_FRAMES", "2")
+    log = tmp_path / "topics.log"
+    with running([*TOPICS, "--port", str(free_base(1))], log) as topics:
+        for n in (1, 2):
+            topics.send_signal(signal.SIGUSR1)
+            dump = wait_for(dumps / f"memdebug-{topics.pid}-{n}.json")
+            assert dump["pid"] == topics.pid and isinstance(dump["traced_bytes"], int)
+        assert topics.poll() is None  # alive after both signals (and exits 0 at SIGTERM)
+    assert _logged(log, "memdebug_written") == [
+        str(dumps / f"memdebug-{topics.pid}-{n}.json") for n in (1, 2)
+    ]

@@ -38,6 +38,7 @@ from echo.lobby.drain import hand_off
 from echo.lobby.web.cli import web_door_config, web_door_options
 from echo.lobby.webpage.cli import door_type, web_page_option
 from echo.ops.cli import Ops, metrics_option, open_ops
+from echo.ops.heap import trim_heap
 from echo.ops.memdebug import probe_from_environment, serve_probe
 from echo.ops.metrics import LobbyCollector, session_collectors
 
@@ -376,9 +377,10 @@ async def _serve(
                 await ops.start(nursery)
                 ops.register(LobbyCollector(server), *session_collectors(server.sessions))
             await nursery.start(server.run)
+            nursery.start_soon(trim_heap)  # freed pages back to the kernel, as echo-server
             probe = probe_from_environment(os.environ)  # ECHO_MEMDEBUG, as on echo-server
             if probe is not None:
-                nursery.start_soon(serve_probe, probe)
+                nursery.start_soon(serve_probe, probe, log)
             if door is not None:  # the WebSocket door (echo.lobby.web), beside the UDP port
                 from echo.lobby.web.door import WebDoor
 
