@@ -32,6 +32,14 @@ interval follows from that job alone:
 
 A server then sends 1.5 and receives 1.5 idle datagrams a second per member (half of
 `echo_timers`' 6).
+
+A lobby server's publications (one per member session, and its links to the other servers of
+the ring) also get smaller terms than the transport's 16 MiB: `LOBBY_TERM_LENGTH`, 4 MiB. A
+publication that lives for hours touches a fresh page of its log for every 4 KiB it sends
+until its three terms are resident, so with 16 MiB terms each long-lived stream could come to
+hold 48 MiB (the one-hour soak's lobby servers held 2.3 MB of publication pages after 55
+minutes, and rising). 4 MiB terms bound that to 12 MiB a stream and still carry the largest
+lobby message (`MAX_MESSAGE_BYTES`, 256 KiB, and its framing) under the term / 8 limit.
 """
 
 from __future__ import annotations
@@ -55,15 +63,18 @@ CLIENT_LIVENESS = 2.5
 MEMBER_LIVENESS = 2.5
 #: After silence, how long the home gets to answer again before the lobby moves on.
 RETRY_TIMEOUT = 1.0
+#: The term length of a lobby server's publications (see the module's text).
+LOBBY_TERM_LENGTH = 4 * 1024 * 1024
 
 
 def lobby_server_timers(base: TransportConfig | None = None, **overrides: Any) -> TransportConfig:
-    """A lobby server's transport timers (see the module's text)."""
+    """A lobby server's transport timers and term length (see the module's text)."""
     fields: dict[str, Any] = {
         "heartbeat_interval": SERVER_HEARTBEAT,
         "status_message_interval": STATUS_INTERVAL,
         "image_liveness_timeout": MEMBER_LIVENESS,
         "publication_connection_timeout": CONNECTION_TIMEOUT,
+        "term_length": LOBBY_TERM_LENGTH,
     }
     fields.update(overrides)
     return attrs.evolve(echo_timers(base), **fields)

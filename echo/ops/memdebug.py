@@ -6,7 +6,9 @@ by type, and the allocation sites whose live size grew most since the previous d
 counts' and sizes' differences). Two dumps N sessions apart say what grows with sessions
 served, without stopping the server. Each dump also says what the transport's logs hold:
 the live publications' and images' terms, mapped and resident (mincore(2): the pages the
-kernel holds, which no Python-level count sees), and the images by state. Off (and free) when
+kernel holds, which no Python-level count sees), and the images by state; and what the two
+allocators under the objects hold: pymalloc's arenas and blocks, glibc's heap (mallinfo2), so
+that RSS growth with no object growth can be placed. Off (and free) when
 the variable is unset: tracemalloc costs a third of a server's throughput, it is for looking,
 not for production.
 """
@@ -18,8 +20,10 @@ import gc
 import json
 import mmap
 import os
+import re
 import signal
 import sys
+import tempfile
 import tracemalloc
 from collections import Counter
 from pathlib import Path
@@ -109,6 +113,67 @@ def log_usage() -> dict[str, Any]:
     return usage
 
 
+#: The lines of ``sys._debugmallocstats()`` kept in a dump, and their keys there.
+_PYMALLOC_LINES: dict[str, str] = {
+    "arenas allocated current": "arenas",
+    "arenas highwater mark": "arenas_highwater",
+    "bytes in allocated blocks": "allocated_bytes",
+    "bytes in available blocks": "available_bytes",
+}
+
+
+def pymalloc_usage() -> dict[str, int]:
+    """Python's small-object allocator: its 1 MiB arenas now and at most, and the bytes of
+    their blocks in use and free. An arena goes back to the kernel only once all its blocks
+    are free, so arenas growing while allocated bytes do not is fragmentation, not objects.
+    Empty while tracemalloc traces (it wraps the allocator, and CPython then prints nothing).
+    (CPython prints these on stderr only: fd 2 points at a file for the call.)"""
+    with tempfile.TemporaryFile(mode="w+") as out:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read()
+    usage: dict[str, int] = {}
+    for match in re.finditer(r"^# (.+?)\s+=\s+([\d,]+)$", text, re.MULTILINE):
+        key = _PYMALLOC_LINES.get(match[1])
+        if key is not None:
+            usage[key] = int(match[2].replace(",", ""))
+    return usage
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def glibc_heap_usage() -> dict[str, int] | None:
+    """glibc malloc's heap (mallinfo2(3)): bytes it got from the kernel by brk (`heap`) and
+    by mmap (`mmapped`), in use, and free inside the heap; None without glibc 2.33+."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except AttributeError:
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return {
+        "heap": info.arena,
+        "mmapped": info.hblkhd,
+        "in_use": info.uordblks,
+        "free": info.fordblks,
+    }
+
+
 class MemoryProbe:
     """Dumps of the live heap, each compared with the one before (the first: with start-up)."""
 
@@ -140,6 +205,8 @@ class MemoryProbe:
             ],
             "types_total": sum(types.values()),
             "logs": log_usage(),
+            "pymalloc": pymalloc_usage(),
+            "glibc_heap": glibc_heap_usage(),
             "sites_grown": [
                 {
                     "size_diff": stat.size_diff,

@@ -59,3 +59,15 @@ def test_overrides_and_liveness() -> None:
     assert lobby_server_timers(heartbeat_interval=0.2).heartbeat_interval == 0.2
     with pytest.raises(TypeError):
         lobby_server_timers(no_such_timer=1.0)
+
+
+def test_a_lobby_servers_terms_are_small_and_still_carry_the_largest_message() -> None:
+    from echo.lobby.protocol import MAX_MESSAGE_BYTES
+    from echo.transport.core.logbuffer import compute_max_message_length
+
+    term = lobby_server_timers().term_length
+    assert term == timers.LOBBY_TERM_LENGTH < echo_timers().term_length
+    # The largest lobby message and its channel framing fit (Aeron's term / 8 limit) ...
+    assert compute_max_message_length(term) >= MAX_MESSAGE_BYTES + 1024
+    # ... where half the term would not: the bound is not loose by a factor of two.
+    assert compute_max_message_length(term // 4) < MAX_MESSAGE_BYTES

@@ -62,6 +62,11 @@ def test_sigusr1_dumps_what_grew_since_start_up(
     assert publications["mapped"] >= 3 * 64 * 1024
     assert 0 < publications["resident"] <= publications["mapped"]
     assert logs["images"]["count"] == sum(logs["image_states"].values()) >= 1
+    # glibc's heap (this is Linux with glibc): what it got from the kernel, and uses. pymalloc
+    # says nothing while tracemalloc wraps it.
+    heap = first["glibc_heap"]
+    assert isinstance(heap, dict) and 0 < heap["in_use"] <= heap["heap"] + heap["mmapped"]
+    assert first["pymalloc"] == {}
     # The second dump compares with the first: nothing happened in between.
     assert "echo.transport.core.image.PublicationImage" not in dict(second["types_grown"])  # type: ignore[call-overload]
 
@@ -92,6 +97,11 @@ def test_echo_lobby_dumps_on_sigusr1_too(tmp_path: Path, monkeypatch: pytest.Mon
     assert written == [str(dumps / f"memdebug-{lobby.pid}-1.json")]
     grown = dict(first["types_grown"])  # type: ignore[call-overload]
     assert grown.get("echo.transport.core.image.PublicationImage", 0) >= 1, grown
+    # Without tracemalloc, pymalloc's arenas (1 MiB each) and the bytes of their blocks.
+    pymalloc = first["pymalloc"]
+    assert isinstance(pymalloc, dict)
+    assert 0 < pymalloc["arenas"] <= pymalloc["arenas_highwater"]
+    assert 0 < pymalloc["allocated_bytes"] <= pymalloc["arenas"] * 1024 * 1024
 
 
 def _logged(log: Path, event: str) -> list[str]:
