@@ -234,10 +234,18 @@ def probe_from_environment(environ: dict[str, str] | os._Environ[str]) -> Memory
     return MemoryProbe(path, int(environ.get(FRAMES_ENV, FRAMES)))
 
 
-async def serve_probe(probe: MemoryProbe, log: Any = None) -> None:
+async def serve_probe(
+    probe: MemoryProbe, log: Any = None, *, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
     """Dump on every SIGUSR1, until cancelled; each dump's path goes to `log` (a structlog
-    logger) as ``memdebug_written``, so the operator who sent the signal knows where to look."""
+    logger) as ``memdebug_written``, so the operator who sent the signal knows where to look.
+
+    Start it with ``nursery.start`` before the server says it is listening: it reports started
+    once the signal is caught, and a SIGUSR1 before that would end the process (the default
+    action), as it ended a topics server signalled right after start-up.
+    """
     with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+        task_status.started()
         async for _ in signals:
             path = probe.dump()
             if log is not None:

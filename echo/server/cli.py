@@ -363,7 +363,7 @@ async def _serve(
             frozen = freeze_start_up_objects()
             probe = probe_from_environment(os.environ)
             if probe is not None:
-                nursery.start_soon(serve_probe, probe, log)
+                await nursery.start(serve_probe, probe, log)
             _log_listening(config, frozen)
             if ops is not None:
                 ops.health.ready()

@@ -201,7 +201,7 @@ async def _serve(server: TopicServer, log: Any, ops: Ops | None = None) -> None:
             nursery.start_soon(trim_heap)  # freed pages back to the kernel, as echo-server
             probe = probe_from_environment(os.environ)  # ECHO_MEMDEBUG, as on echo-server
             if probe is not None:
-                nursery.start_soon(serve_probe, probe, log)
+                await nursery.start(serve_probe, probe, log)
             if ops is not None:
                 ops.health.ready()
             config = server.core.config

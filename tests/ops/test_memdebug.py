@@ -15,8 +15,11 @@ from tests.ops.test_processes import ECHO_CLIENT, ECHO_SERVER, REPO, TOPICS, run
 from tests.ports import free_base
 
 
-def wait_for(path: Path, timeout: float = 60.0) -> dict[str, object]:
-    """The dump, once the server wrote all of it (it writes the file in one call)."""
+def wait_for(
+    path: Path, server: subprocess.Popen[bytes], timeout: float = 60.0
+) -> dict[str, object]:
+    """The dump, once the server wrote all of it (it writes the file in one call); the server
+    must stay alive meanwhile (a SIGUSR1 it does not catch ends it)."""
     deadline = time.monotonic() + timeout
     while True:
         if path.exists():
@@ -24,6 +27,7 @@ def wait_for(path: Path, timeout: float = 60.0) -> dict[str, object]:
                 return json.loads(path.read_text())  # type: ignore[no-any-return]
             except json.JSONDecodeError:
                 pass  # still being written
+        assert server.poll() is None, f"the server exited with {server.returncode}"
         assert time.monotonic() < deadline, f"no {path}"
         time.sleep(0.05)  # another process's file or port: nothing to await
 
@@ -43,9 +47,9 @@ def test_sigusr1_dumps_what_grew_since_start_up(
         )
         assert client.returncode == 0, client.stderr
         server.send_signal(signal.SIGUSR1)
-        first = wait_for(dumps / f"memdebug-{server.pid}-1.json")
+        first = wait_for(dumps / f"memdebug-{server.pid}-1.json", server)
         server.send_signal(signal.SIGUSR1)
-        second = wait_for(dumps / f"memdebug-{server.pid}-2.json")
+        second = wait_for(dumps / f"memdebug-{server.pid}-2.json", server)
     assert first["pid"] == server.pid
     assert isinstance(first["traced_bytes"], int) and first["traced_bytes"] > 0
     grown = dict(first["types_grown"])  # type: ignore[call-overload]
@@ -88,7 +92,7 @@ def test_echo_lobby_dumps_on_sigusr1_too(tmp_path: Path, monkeypatch: pytest.Mon
         )
         assert member.returncode == 0, member.stderr
         lobby.send_signal(signal.SIGUSR1)
-        first = wait_for(dumps / f"memdebug-{lobby.pid}-1.json")
+        first = wait_for(dumps / f"memdebug-{lobby.pid}-1.json", lobby)
     finally:
         lobby.send_signal(signal.SIGTERM)
         assert lobby.wait(timeout=30) == 0
@@ -122,7 +126,7 @@ def test_echo_topics_dumps_on_sigusr1_instead_of_dying(
     with running([*TOPICS, "--port", str(free_base(1))], log) as topics:
         for n in (1, 2):
             topics.send_signal(signal.SIGUSR1)
-            dump = wait_for(dumps / f"memdebug-{topics.pid}-{n}.json")
+            dump = wait_for(dumps / f"memdebug-{topics.pid}-{n}.json", topics)
             assert dump["pid"] == topics.pid and isinstance(dump["traced_bytes"], int)
         assert topics.poll() is None  # alive after both signals (and exits 0 at SIGTERM)
     assert _logged(log, "memdebug_written") == [

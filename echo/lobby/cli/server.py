@@ -380,7 +380,7 @@ async def _serve(
             nursery.start_soon(trim_heap)  # freed pages back to the kernel, as echo-server
             probe = probe_from_environment(os.environ)  # ECHO_MEMDEBUG, as on echo-server
             if probe is not None:
-                nursery.start_soon(serve_probe, probe, log)
+                await nursery.start(serve_probe, probe, log)
             if door is not None:  # the WebSocket door (echo.lobby.web), beside the UDP port
                 from echo.lobby.web.door import WebDoor
 
