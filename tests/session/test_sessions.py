@@ -659,8 +659,10 @@ async def test_200_sessions_opened_and_closed_in_random_order_leave_nothing_behi
             with trio.fail_after(10):
                 while open_descriptors() > fds or count_tasks() > tasks:  # noqa: ASYNC110
                     await trio.sleep(0.05)
-            # (<=: the baseline may have caught a task of the warm-up still finishing)
-            assert open_descriptors() == fds and count_tasks() <= tasks
+            # (<=: the baseline may have caught a task of the warm-up still finishing, or its
+            # client publication's socket still lingering: a clean-clone CI run ended one fd
+            # below it. A leak of the 200 sessions would show 200 times over.)
+            assert open_descriptors() <= fds and count_tasks() <= tasks
             gc.collect()
             assert len(sessions) == 201 + 200  # the server's (with the warm-up), the clients'
             assert [ref for ref in sessions if ref() is not None] == []
