@@ -1,6 +1,6 @@
 """A game server in the lobby's loop: rock-paper-scissors for the players of a lobby.
 
-    python examples/ship_a_game/game_server.py --port 9100 --topics 127.0.0.1:7700 \\
+    python examples/ship_a_game/game_server.py --port 9100 --topics 127.0.0.1:7600 \\
         --ticket-key game.key --region eu
 
 It admits only players with a ticket of the lobby service (signed with the key in
