@@ -33,6 +33,7 @@ from echo.transport.core.frames import (
 from echo.transport.core.image import AMPLIFICATION_FACTOR, ImageState, PublicationImage
 from echo.transport.core.loss import group_nak_delay
 from echo.transport.core.message import Message
+from echo.transport.core.status import PROBE_REPEAT
 
 TERM = 64 * 1024
 HALF_TERM = TERM // 2
@@ -307,9 +308,11 @@ def test_a_heartbeat_at_a_term_start_a_whole_term_past_the_edge_is_ignored() -> 
     assert wire.naks() == []
 
 
-def test_a_heartbeat_where_everything_was_consumed_gets_an_sm_at_once() -> None:
-    # A closing publication waits, at its last position, for an SM that proves delivery
-    # (sender.py): the receiver read everything, so that SM goes now, not at the periodic one.
+def test_a_probe_repeated_where_everything_was_consumed_gets_an_sm_at_once() -> None:
+    # A closing publication waits, at its last position, for an SM that proves delivery, and
+    # probes from there until it gets one (publication.py): the receiver read everything, so
+    # the repeat is answered now, not at the periodic SM. The single probe that follows each
+    # burst of data is not answered: that SM was a third datagram for every message.
     image, wire = make_image(), Wire()
     image.poll(0.0, wire)
     for position in range(0, 4 * FRAME, FRAME):
@@ -319,8 +322,16 @@ def test_a_heartbeat_where_everything_was_consumed_gets_an_sm_at_once() -> None:
     assert len(wire.sms()) == 1  # a quarter window not yet consumed: no SM for it alone
     heartbeat(image, 4 * FRAME, 0.01)
     image.poll(0.01, wire)
+    assert len(wire.sms()) == 1  # one heartbeat at the tail: the probe after data
+    heartbeat(image, 4 * FRAME, 0.012)
+    image.poll(0.012, wire)
     sms = wire.sms()
     assert len(sms) == 2 and sms[-1].consumption_term_offset == 4 * FRAME
+    # Idle heartbeats from the same position, further apart than a probe's repeat, are not
+    # answered either.
+    heartbeat(image, 4 * FRAME, 0.012 + 2 * PROBE_REPEAT)
+    image.poll(0.012 + 2 * PROBE_REPEAT, wire)
+    assert len(wire.sms()) == 2
 
 
 # ----------------------------------------------------------------------- loss

@@ -558,6 +558,55 @@ def test_announce_end_sends_one_end_of_stream_heartbeat_and_closes() -> None:
     assert len(wire.sent) == 1
 
 
+def test_a_closed_publication_probes_from_its_tail_until_an_sm_shows_it() -> None:
+    # Close right after data its receiver has not acknowledged: two heartbeats at the tail at
+    # once (an echo receiver answers the repeat with the SM that proves delivery), then
+    # probes backing off from the tail probe delay; the SM at the tail ends them and the
+    # next heartbeat says end-of-stream.
+    pub = publication()
+    wire = Wire()
+    pub.on_status_message(sm(0), 0.0)
+    offer(pub, 2, 0.0)
+    pub.poll(0.0, wire.emit)
+    assert len(wire.data()) == 2
+    wire.clear()
+    pub.close(0.001)
+    pub.poll(0.001, wire.emit)
+    first = wire.heartbeats()
+    assert [(h.term_offset, h.is_end_of_stream) for h in first] == [(2 * FRAME, False)] * 2
+    assert pub.counters.heartbeats_sent == 2
+    delay = pub.timers.tail_probe_delay
+    probes = []
+    now = 0.001
+    for _ in range(4):
+        now = pub.next_deadline(now)
+        wire.clear()
+        pub.poll(now, wire.emit)
+        [probe] = wire.heartbeats()
+        assert not probe.is_end_of_stream and probe.term_offset == 2 * FRAME
+        probes.append(round(now - 0.001, 6))
+    assert probes == [delay, 3 * delay, 7 * delay, 15 * delay]
+    pub.on_status_message(sm(2 * FRAME), now)
+    wire.clear()
+    pub.poll(now, wire.emit)
+    [eos] = wire.heartbeats()
+    assert eos.is_end_of_stream and eos.term_offset == 2 * FRAME
+
+
+def test_a_publication_whose_receiver_already_has_the_tail_ends_at_once_on_close() -> None:
+    # Everything acknowledged before the close: nothing to prove, no probes.
+    pub = publication()
+    wire = Wire()
+    now = send_acknowledged(pub, 2, wire, TERM // 2)
+    wire.clear()
+    pub.close(now)
+    pub.poll(now, wire.emit)
+    heartbeats = wire.heartbeats()
+    assert heartbeats and all(h.term_offset == 2 * FRAME for h in heartbeats)
+    assert heartbeats[-1].is_end_of_stream
+    assert not any(h.is_end_of_stream for h in heartbeats[:-1]) and len(heartbeats) <= 2
+
+
 def test_announce_end_on_a_full_socket_counts_nothing_but_still_closes() -> None:
     pub = publication()
     wire = Wire()

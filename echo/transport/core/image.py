@@ -220,7 +220,7 @@ class PublicationImage:
                 elif self.eos_position is None:
                     self.eos_position = position
         deadline = status.deadline
-        status.on_heartbeat(position, self.subscriber_position, now)
+        status.on_heartbeat(position, now)
         # (A status message brought forward: the poll that sends it must come sooner.)
         return news or status.deadline < deadline
 

@@ -1,15 +1,12 @@
 """A publication's sending side (Aeron's NetworkPublication): the log, SETUP, data,
 heartbeats, linger, and the receivers it has heard from.
 
-Its parts: the term scanner reads frames into datagrams (scanner.py), the retransmit handler
-says which NAKed ranges to resend (retransmit.py), flow control moves the sender limit
-(flow_control.py).
+Its parts: the term scanner (scanner.py), the retransmits (retransmit.py), flow control.
 
-Pure: every method takes `now` (seconds) and output goes through an `emit(datagram) -> int`
-callback that the caller supplies (the driver's socket send, or a test's list). `emit` returns
-how many datagrams went on the wire (one per destination; 0 when there is no destination yet or
-the send failed), or WOULD_BLOCK when the datagram could not be handed to the network (socket
-buffer full); the sender then stops and tries again on the next poll instead of losing its
+Pure: every method takes `now` (seconds); output goes through the caller's `emit(datagram) ->
+int` (the driver's socket send, or a test's list). `emit` returns how many datagrams went on
+the wire (one per destination; 0 with no destination yet or a failed send), or WOULD_BLOCK
+(socket buffer full): the sender stops and tries again on the next poll without losing its
 place. Counters add what `emit` returns, so each counts datagrams that left, never attempts.
 """
 
@@ -82,7 +79,7 @@ HOUSEKEEPING_INTERVAL: Final = 1.0
 #: "the receivers are losing data": a NAK within this long makes the sender probe after
 #: every burst (SenderTimers.tail_probe_delay), so a lost tail is NAKed in milliseconds
 RECENT_NAK_WINDOW: Final = 1.0
-#: a blocked sender's probes back off by this factor, up to the heartbeat interval
+#: a blocked or lingering sender's probes back off by this factor, to the heartbeat interval
 PROBE_BACKOFF: Final = 2
 #: a current Aeron's answer to end-of-stream may take its conductor's 1 s timer and its 200 ms
 #: SM timer: lingering lasts that long after the end while the proof is missing
@@ -92,7 +89,7 @@ END_OF_STREAM_ANSWER: Final = 1.3
 class PublicationState(enum.Enum):
     ACTIVE = "active"
     DRAINING = "draining"  # closed by the application; sending what is left
-    #: all sent; heartbeats until every receiver's SM shows it consumed everything, then
+    #: all sent; probes until every receiver's SM shows it consumed everything, then
     #: end-of-stream heartbeats until receivers have that too (or the linger time is up)
     LINGERING = "lingering"
     CLOSED = "closed"
@@ -230,11 +227,8 @@ class NetworkPublication:
     def offer_many(self, messages: Iterable[bytes | bytearray | memoryview], now: float) -> int:
         """Append messages in order until one is refused; returns how many were appended.
 
-        The same as calling `offer` for each, without a call per message from the caller
-        (this module is compiled): a term rotation (ADMIN_ACTION) is taken care of here, and
-        the first refusal (back pressure, not connected, closed) ends the batch; offering the
-        first message left says which it was.
-        """
+        `offer` for each, in one compiled call: a term rotation (ADMIN_ACTION) is taken care
+        of here; the first refusal ends the batch (offering the next message says which)."""
         count = 0
         for data in messages:
             result = self.offer(data, now)
@@ -481,13 +475,24 @@ class NetworkPublication:
     def _send_heartbeat(self, now: float, emit: Emit) -> None:
         """An idle heartbeat, a probe after data, or end-of-stream while lingering."""
         probing = now >= self._probe_at
+        first_at_end = self._last_send == -math.inf  # lingering (or its end-of-stream) began
         sent = emit(self._heartbeat(eos=self._announcing_end))
         if sent >= 0:
             self._last_send = now
             self._probe_at = math.inf
             self.counters.heartbeats_sent += sent
-            if probing and self._flow_blocked():
-                # Still blocked on flow control: probe again, backing off.
+            # Closed and a receiver has not shown the tail (or blocked on flow control): probe,
+            # backing off. An echo receiver answers a heartbeat's repeat at once (status.py),
+            # so the first from the end comes with its twin; an Aeron one on its SM timer.
+            awaiting_proof = self.state is PublicationState.LINGERING and not (
+                self._announcing_end or self.liveness.all_caught_up(self.position)
+            )
+            if awaiting_proof and first_at_end:
+                self.counters.heartbeats_sent += max(0, emit(self._heartbeat(eos=False)))
+            if awaiting_proof and (first_at_end or not probing):
+                self._probe_delay = self.timers.tail_probe_delay
+                self._probe_at = now + self._probe_delay
+            elif probing and (awaiting_proof or self._flow_blocked()):
                 self._probe_delay = min(
                     self._probe_delay * PROBE_BACKOFF, self.timers.heartbeat_interval
                 )

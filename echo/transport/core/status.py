@@ -60,9 +60,8 @@ class StatusScheduler:
         self._unconfirmed_edge: int | None = None
         self._confirm_delay = 0.0
 
-    def on_heartbeat(self, position: int, consumption: int, now: float) -> None:
-        """A heartbeat from the sender at `position` (where it stopped sending); the image has
-        consumed up to `consumption`."""
+    def on_heartbeat(self, position: int, now: float) -> None:
+        """A heartbeat from the sender at `position` (where it stopped sending)."""
         edge = position + self.mtu
         probing = position == self._heartbeat_position and now - self._heartbeat_time < PROBE_REPEAT
         self._heartbeat_position = position
@@ -78,12 +77,12 @@ class StatusScheduler:
         if (
             edge >= self.last_sm_position + self.window
             or edge >= self._previous_grant
+            # (A closing publication waits for proof of delivery, an SM at its tail, before
+            # it announces end-of-stream: it probes from its tail until it hears one
+            # (publication.py, _send_heartbeat), and that repeat is answered here. A single
+            # heartbeat at what we consumed is not: it is the probe that follows every burst
+            # of data, and answering each one was a third datagram for every message.)
             or probing
-            # The sender stopped where we have consumed everything, which our last SM did
-            # not say yet: a closing publication waits for that proof of delivery before it
-            # announces end-of-stream (sender.py, _announce_end_due). Sent now, it moves the
-            # periodic SM back by an interval, so it costs nothing.
-            or self.last_sm_position < position == consumption
         ):
             # The sender idles at the edge of the window we gave it, or of the one before
             # (then our last SM, which moved it, was lost), or it probes again and again
