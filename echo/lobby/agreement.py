@@ -18,6 +18,9 @@ from echo.topics.ring import HashRing
 CHAT_MAX_MESSAGE = 2048
 #: A ChatLine's bytes besides its member id and text: type, lobby id, str8 and str16 lengths.
 CHAT_LINE_OVERHEAD = 1 + 8 + 1 + 2
+#: A member's buffer for the server's replies and for lobby updates: two largest messages.
+#: It costs the member memory only while its application does not read.
+MEMBER_BUFFER = 2 * MAX_MESSAGE_BYTES
 
 
 def lobby_channel_specs(*, server: bool) -> list[ChannelSpec]:
@@ -25,18 +28,36 @@ def lobby_channel_specs(*, server: bool) -> list[ChannelSpec]:
     takes requests up to the largest message (a recreate carries a whole lobby) and hardly
     anything on the updates channel (members send nothing there); chat holds a few lines, so a
     flood runs out of credit at once. Chat has the lowest priority on the wire, and a bound on
-    its messages (`CHAT_MAX_MESSAGE`)."""
+    its messages (`CHAT_MAX_MESSAGE`).
+
+    Every channel declares its largest message, and a member's buffers for replies and
+    updates hold two of them (`MEMBER_BUFFER`): a member then hands credit back once a
+    quarter of its buffer is read, not after every message (`ChannelSpec.max_message`).
+    Without that, each update a member read (a member joined, left, got ready) and each reply
+    sent the server a GUARANTEE of its own, with the probe heartbeat after it. The server's
+    buffers stay one largest request and one chat line, as they bound what a member can make
+    the server hold: the credit a request or a chat line freed goes back in the same session
+    message as the reply or the line's echo."""
     if server:
-        caps = {Channel.REQUESTS: MAX_MESSAGE_BYTES, Channel.UPDATES: 1024, Channel.CHAT: 2048}
-    else:
         caps = {
             Channel.REQUESTS: MAX_MESSAGE_BYTES,
-            Channel.UPDATES: MAX_MESSAGE_BYTES,
+            Channel.UPDATES: 1024,
+            Channel.CHAT: CHAT_MAX_MESSAGE,
+        }
+    else:
+        caps = {
+            Channel.REQUESTS: MEMBER_BUFFER,
+            Channel.UPDATES: MEMBER_BUFFER,
             Channel.CHAT: 16 * 1024,
         }
+    largest = MAX_MESSAGE_BYTES
     return [
-        ChannelSpec(Channel.REQUESTS, capacity=caps[Channel.REQUESTS], priority=0),
-        ChannelSpec(Channel.UPDATES, capacity=caps[Channel.UPDATES], priority=0),
+        ChannelSpec(
+            Channel.REQUESTS, capacity=caps[Channel.REQUESTS], priority=0, max_message=largest
+        ),
+        ChannelSpec(
+            Channel.UPDATES, capacity=caps[Channel.UPDATES], priority=0, max_message=largest
+        ),
         ChannelSpec(
             Channel.CHAT, capacity=caps[Channel.CHAT], priority=1, max_message=CHAT_MAX_MESSAGE
         ),
