@@ -873,6 +873,32 @@ PEER_SUBJECT = "colyseus"
 PEER_LABEL = "Colyseus 0.16 on Node 20"
 
 
+#: The issue's goals for L1, as ratios to Colyseus's figure of the same repeat.
+TARGETS: dict[str, tuple[str, float, str]] = {
+    "joins/s": (">=", 1.0, "ratio"),
+    "server RSS peak": ("<=", 1.0, "ratio"),
+    "server CPU idle": ("<=", 1.0, "ratio"),
+    "chat delivery p99": ("<=", 1.0, "ratio"),
+    "search p99": ("<=", 2.0, "ratio"),
+}
+
+
+def with_targets(
+    figures: dict[tuple[str, str], Result],
+    targets: dict[str, tuple[str, float, str]],
+    with_peer: bool,
+) -> dict[tuple[str, str], Result]:
+    """`figures` with each one `targets` names carrying its goal (only next to the peer)."""
+    if not with_peer:
+        return figures
+    import attrs
+
+    return {
+        key: attrs.evolve(figure, target=targets[key[1]]) if key[1] in targets else figure
+        for key, figure in figures.items()
+    }
+
+
 def figures_of(record: dict[str, Any], subject: str, peer: bool) -> dict[tuple[str, str], Result]:
     """A target's record as Results; echo's compared to the peer's of the same repeat."""
     found: dict[tuple[str, str], Result] = {}
@@ -918,7 +944,8 @@ def write_result_file(
     with_peer = all("join" in repeat.get("colyseus", {}) for repeat in measured)
     by_key = []
     for repeat in measured:
-        figures = figures_of(repeat["echo"], ECHO_SUBJECT, with_peer)
+        echo = figures_of(repeat["echo"], ECHO_SUBJECT, with_peer)
+        figures = with_targets(echo, TARGETS, with_peer)
         if with_peer:
             figures.update(figures_of(repeat["colyseus"], PEER_SUBJECT, False))
         by_key.append(figures)

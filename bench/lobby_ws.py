@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from bench import results as result_files
-from bench.harness import Result
 
 ECHO_WS = "echo-ws"
 SUBJECT = "echo_lobby_ws"
@@ -89,7 +88,7 @@ def write_result_file(
     """bench/results/lobby_ws.json: echo-ws's figures per repeat against Colyseus's of the
     same repeat (repeats where echo-ws failed are left out; without Colyseus in every repeat
     that echo-ws ran, no baseline at all rather than another run's)."""
-    from bench.lobby_bench import PEER_LABEL, PEER_SUBJECT, figures_of
+    from bench.lobby_bench import PEER_LABEL, PEER_SUBJECT, figures_of, with_targets
 
     measured = [
         {r["target"]: r for r in repeat}
@@ -101,7 +100,9 @@ def write_result_file(
     with_peer = all("join" in repeat.get(PEER_SUBJECT, {}) for repeat in measured)
     by_key = []
     for repeat in measured:
-        figures = _with_targets(figures_of(repeat[ECHO_WS], SUBJECT, with_peer), with_peer)
+        figures = with_targets(
+            figures_of(repeat[ECHO_WS], SUBJECT, with_peer), TARGETS, with_peer
+        )
         if with_peer:
             figures.update(figures_of(repeat[PEER_SUBJECT], PEER_SUBJECT, False))
         by_key.append(figures)
@@ -127,16 +128,3 @@ def write_result_file(
     for note in left_out:
         print(f"left out of the result file: {note}", file=sys.stderr)
     return record.write(directory) if record is not None else None
-
-
-def _with_targets(
-    figures: dict[tuple[str, str], Result], with_peer: bool
-) -> dict[tuple[str, str], Result]:
-    if not with_peer:
-        return figures
-    import attrs
-
-    return {
-        key: attrs.evolve(figure, target=TARGETS[key[1]]) if key[1] in TARGETS else figure
-        for key, figure in figures.items()
-    }

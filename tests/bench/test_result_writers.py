@@ -107,6 +107,15 @@ def test_the_lobby_file_compares_echo_with_colyseus_of_the_same_repeat(tmp_path:
     # A figure no repeat could give (no search answered) is left out, not written as 0.
     assert "search p99" not in by_name
     assert all(m.subject == "echo_lobby" for m in record.metrics)
+    # The goals ride on the figures they name, as ratios to Colyseus's.
+    assert joins.target is not None and (joins.target["op"], joins.target["threshold"]) == (
+        ">=", 1.0,
+    )  # fmt: skip
+    assert joins.target_met() is False  # the median ratio, 0.375
+    assert by_name["server CPU idle"].target["op"] == "<="  # type: ignore[index]
+    assert by_name["chat delivery p99"].target is not None
+    assert by_name["join p50"].target is None
+    assert lobby_bench.TARGETS["search p99"] == ("<=", 2.0, "ratio")
 
 
 def test_without_colyseus_the_lobby_file_has_no_baseline_rather_than_another_runs(
