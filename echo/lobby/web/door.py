@@ -16,14 +16,20 @@ How a connection is bounded (each case counted in the server's counters, ``ws_*`
   ``rate_limited`` refusal; those have a budget too (`over_rate`), and past it the
   connection is closed with 1008. Chat waits for
   the member's chat rate (the registry's `chat_limit`, as over UDP) in a queue of at most
-  `max_chat_waiting` lines: the requests that can be waiting unanswered.
+  `max_chat_waiting` lines: the requests that can be waiting unanswered. One task of the
+  door's paces every member's waiting chat.
 - **Outgoing.** What the server sends to the member is queued here as JSON text, per logical
   channel with the server's backlogs (`LobbyServerConfig.updates_backlog`, `chat_backlog`),
   and one writer task sends it in order: a member that does not read has its chat dropped and,
   past the updates backlog, its connection closed (4001), as a UDP member's session is.
 - **Idle.** No hello within the server's hello timeout closes with 4003; a member that does not
   answer a ping within `ping_timeout` is dropped (its seat goes RECONNECTING); beyond
-  `max_connections` a new connection is closed with 1013.
+  `max_connections` a new connection is closed with 1013. One task of the door keeps every
+  member's ping time, and a ping's own task lives only until its pong.
+
+A member at rest is three trio tasks: trio-websocket's reader, its handler here (which reads
+its messages) and its writer. What every member needs on a timer (pings, paced chat) is one
+task's for all: a sleeping task is about 3 KB, and 8,000 members are 8,000 of each.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import heapq
+import itertools
 import ssl
 from collections.abc import Mapping
 from typing import Any, cast
@@ -150,7 +158,7 @@ class _Outbox:
         self.lanes = {ch: _Lane(self, ch) for ch in Channel}
         self.queue: collections.deque[tuple[_Lane, str, int]] = collections.deque()
         self.wake = trio.Event()
-        self.emptied = trio.Event()  # set each time the writer has sent all it held
+        self.emptied: trio.Event | None = None  # set once the writer has sent all it held
 
     def __getitem__(self, ch: Channel) -> _Lane:
         return self.lanes[ch]
@@ -172,8 +180,9 @@ class _Outbox:
                 await ws.send_message(text)
                 self.queue.popleft()
                 lane.queued -= size
-            self.emptied.set()
-            self.emptied = trio.Event()
+            if self.emptied is not None:
+                self.emptied.set()
+                self.emptied = None
 
     def push(self, text: str) -> None:
         """A message of the door's own (not the server's) behind everything queued."""
@@ -183,6 +192,8 @@ class _Outbox:
     async def sent(self) -> None:
         """Until everything queued now has been handed to the WebSocket."""
         while self.queue:
+            if self.emptied is None:
+                self.emptied = trio.Event()
             await self.emptied.wait()
 
 
@@ -198,6 +209,10 @@ class _Member:
         self.conn: _Conn | None = None  # once let in
         self.outbox: _Outbox | None = None
         self.gone = trio.Event()  # its connection's handling has ended
+        # chat waiting for the chat rate (a deque is ~0.8 KB: only while one waits)
+        self.chat: collections.deque[bytes] | None = None
+        self.chat_bucket: TokenBucket | None = None  # once let in
+        self.ping: trio.CancelScope | None = None  # while a ping waits for its pong
 
     async def receive(self) -> bytes:
         return self.hello
@@ -214,6 +229,13 @@ class _Member:
         await self.door.close(self.ws, code, reason)
         self.cancel.cancel()
 
+    def ended(self) -> None:
+        """Its connection's handling is over: what waited for it is let go."""
+        self.gone.set()
+        self.chat = None
+        if self.ping is not None:
+            self.ping.cancel()
+
 
 class WebDoor:
     """``await nursery.start(door.run)`` beside ``server.run``: the WebSocket members of
@@ -227,6 +249,14 @@ class WebDoor:
         self.port = self.config.port
         self._last: tuple[bytes, str] | None = None
         self._members: set[_Member] = set()
+        self._nursery: trio.Nursery | None = None  # the door's own tasks (`run`)
+        # when each member is next pinged, in that order (`_heartbeats`)
+        self._ping_due: collections.deque[tuple[float, _Member]] = collections.deque()
+        self._ping_wake = _Flag()
+        # members with chat waiting for their chat rate, by when a line is next due (`_pace`)
+        self._chat_due: list[tuple[float, int, _Member]] = []
+        self._chat_wake = _Flag()
+        self._chat_order = itertools.count()
 
     def text_of(self, data: bytes) -> str:
         """The JSON text of a binary server message. The server encodes a message once for
@@ -251,6 +281,9 @@ class WebDoor:
             disconnect_timeout=config.close_timeout,
         )
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._heartbeats)
+            nursery.start_soon(self._pace_chat)
             ws_server = await nursery.start(serve)
             self.port = ws_server.port
             log.info(
@@ -361,7 +394,7 @@ class WebDoor:
             await self._admit(member)
         finally:
             self._members.discard(member)
-            member.gone.set()
+            member.ended()
 
     async def _admit(self, member: _Member) -> None:
         server, ws = self.server, member.ws
@@ -373,17 +406,15 @@ class WebDoor:
         server.conns[hello.member_id] = conn
         outbox = _Outbox(self)
         member.conn, member.outbox = conn, outbox
+        member.chat_bucket = TokenBucket(server.config.lobby.chat_limit, trio.current_time())
         try:
             with member.cancel:
                 await ws.send_message(dumps(dump_welcome(server.server_id)))
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(outbox.write, ws)
                     await server.member_arrived(conn, outbox, old)
-                    nursery.start_soon(self._heartbeat, ws, member)
-                    chat: collections.deque[bytes] = collections.deque()
-                    wake = _Flag()
-                    nursery.start_soon(self._pace_chat, conn, chat, wake)
-                    await self._read(ws, conn, chat, wake)
+                    self._ping_later(member)
+                    await self._read(member, conn)
                     nursery.cancel_scope.cancel()
         except _GONE:
             pass
@@ -392,10 +423,8 @@ class WebDoor:
         if conn.closing is None:
             await self.close(ws, CloseCode.NORMAL, "")
 
-    async def _read(
-        self, ws: WebSocketConnection, conn: _Conn, chat: collections.deque[bytes], wake: _Flag
-    ) -> None:
-        config = self.config
+    async def _read(self, member: _Member, conn: _Conn) -> None:
+        config, ws = self.config, member.ws
         bucket = TokenBucket(config.message_rate, trio.current_time())
         # Refusals have a budget of their own: a client a little over the rate is refused now
         # and then; one at twice the rate or more (a request per millisecond) is closed.
@@ -426,9 +455,9 @@ class WebDoor:
                     conn, _rid(text), ErrorCode.RATE_LIMITED, "over the connection's message rate"
                 )
                 continue
-            self._on_text(conn, text, chat, wake)
+            self._on_text(member, conn, text)
 
-    def _on_text(self, conn: _Conn, text: str, chat: collections.deque[bytes], wake: _Flag) -> None:
+    def _on_text(self, member: _Member, conn: _Conn, text: str) -> None:
         try:
             request = parse_request_text_untrusted(text)
             data = encode(request)
@@ -445,19 +474,32 @@ class WebDoor:
             )
             return
         if isinstance(request, SendChat):
-            if len(chat) >= self.config.max_chat_waiting:
-                self.counters["ws_chat_queue_full"] += 1
-                self._refuse(
-                    conn,
-                    request.request_id,
-                    ErrorCode.RATE_LIMITED,
-                    "too many chat lines waiting for the chat rate",
-                )
-                return
-            chat.append(data)
-            wake.set()
+            self._on_chat(member, conn, request.request_id, data)
             return
         self.server._on_request(conn, data, self._lane(conn, request))
+
+    def _on_chat(self, member: _Member, conn: _Conn, request_id: int, data: bytes) -> None:
+        """Chat is handled at the member's chat rate, as the UDP server reads it: at once
+        while the rate allows, else after the lines already waiting."""
+        bucket, chat = cast(TokenBucket, member.chat_bucket), member.chat
+        now = trio.current_time()
+        if not chat and bucket.take(now):
+            self.server._on_request(conn, data, cast(_Outbox, conn.channels)[Channel.CHAT])
+            return
+        if chat is None:
+            chat = member.chat = collections.deque()
+        elif len(chat) >= self.config.max_chat_waiting:
+            self.counters["ws_chat_queue_full"] += 1
+            self._refuse(
+                conn,
+                request_id,
+                ErrorCode.RATE_LIMITED,
+                "too many chat lines waiting for the chat rate",
+            )
+            return
+        chat.append(data)
+        if len(chat) == 1:
+            self._chat_later(member, bucket, now)
 
     def _lane(self, conn: _Conn, request: Request) -> _Lane:
         return cast(_Outbox, conn.channels)[channel_of(request)]
@@ -469,31 +511,69 @@ class WebDoor:
             self.counters["bad_messages"] += 1
         self.server._reply(conn.member_id, Refusal(rid, code, message))
 
-    async def _pace_chat(self, conn: _Conn, chat: collections.deque[bytes], wake: _Flag) -> None:
-        """Chat is handled at the member's chat rate, as the UDP server reads it."""
-        limit = self.server.config.lobby.chat_limit
-        bucket = TokenBucket(limit, trio.current_time())
-        lane = cast(_Outbox, conn.channels)[Channel.CHAT]
-        while True:
-            while not chat:
-                await wake.wait()
-            while not bucket.take(trio.current_time()):  # noqa: ASYNC110 (a rate, not an event)
-                await trio.sleep(max(0.001, (1.0 - bucket.tokens) / limit.rate))
-            self.server._on_request(conn, chat.popleft(), lane)
+    def _chat_later(self, member: _Member, bucket: TokenBucket, now: float) -> None:
+        due = now + max(0.001, bucket.wait(now))
+        heapq.heappush(self._chat_due, (due, next(self._chat_order), member))
+        if self._chat_due[0][2] is member:
+            self._chat_wake.set()  # sooner than what the pacer sleeps for
 
-    async def _heartbeat(self, ws: WebSocketConnection, member: _Member) -> None:
-        """A ping every `ping_interval`; no pong within `ping_timeout`: the member is gone."""
+    async def _pace_chat(self) -> None:
+        """The door's one chat pacer: each member's waiting lines, as its rate allows."""
+        due = self._chat_due
         while True:
-            await trio.sleep(self.config.ping_interval)
+            if not due:
+                await self._chat_wake.wait()
+                continue
+            with trio.move_on_at(due[0][0]):
+                await self._chat_wake.wait()
+                continue
+            member = heapq.heappop(due)[2]
+            conn, bucket, now = member.conn, member.chat_bucket, trio.current_time()
+            if conn is None or bucket is None or member.gone.is_set():
+                continue
+            lane = cast(_Outbox, conn.channels)[Channel.CHAT]
+            chat = member.chat
+            while chat and bucket.take(now):
+                self.server._on_request(conn, chat.popleft(), lane)
+            if chat:
+                self._chat_later(member, bucket, now)
+            else:
+                member.chat = None
+
+    def _ping_later(self, member: _Member) -> None:
+        self._ping_due.append((trio.current_time() + self.config.ping_interval, member))
+        if len(self._ping_due) == 1:
+            self._ping_wake.set()
+
+    async def _heartbeats(self) -> None:
+        """The door's one ping clock: each member pinged every `ping_interval` from its
+        arrival (members that arrived together are pinged together, the rest spread out)."""
+        due = self._ping_due
+        while True:
+            if not due:
+                await self._ping_wake.wait()
+                continue
+            await trio.sleep_until(due[0][0])
+            _, member = due.popleft()
+            if member.gone.is_set():
+                continue
+            if member.ping is None:
+                cast(trio.Nursery, self._nursery).start_soon(self._ping, member)
+            due.append((trio.current_time() + self.config.ping_interval, member))
+
+    async def _ping(self, member: _Member) -> None:
+        """No pong within `ping_timeout`: the member is gone."""
+        with trio.CancelScope() as member.ping:
             with trio.move_on_after(self.config.ping_timeout) as waited:
                 try:
-                    await ws.ping()
+                    await member.ws.ping()
                 except _GONE:
                     return
+                finally:
+                    member.ping = None
             if waited.cancelled_caught:
                 self.counters["ws_ping_timeouts"] += 1
                 member.cancel.cancel()
-                return
 
     async def _close_member(
         self, ws: WebSocketConnection, conn: _Conn, code: int, reason: str
