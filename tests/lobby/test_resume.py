@@ -29,6 +29,7 @@ from echo.lobby.protocol import (
 )
 from echo.lobby.resume import (
     RESUME_VERSION,
+    RenewalSchedule,
     ResumeClaims,
     ResumeReason,
     ResumeRefusal,
@@ -226,9 +227,7 @@ def test_without_seat_tags_the_servers_bindings_hold_the_secret() -> None:
     bindings.bind("b", reply.lobby_id, SECRET["b"])
     assert check_resume(lab.reg, "b", token, KEYS, WALL, bindings=bindings) == reply.lobby_id
     bindings.bind("b", reply.lobby_id, SECRET["b2"])
-    refused(
-        check_resume(lab.reg, "b", token, KEYS, WALL, bindings=bindings), ResumeReason.REPLAYED
-    )
+    refused(check_resume(lab.reg, "b", token, KEYS, WALL, bindings=bindings), ResumeReason.REPLAYED)
 
 
 def test_a_token_from_the_dead_home_resumes_on_the_server_that_recreated_the_lobby() -> None:
@@ -251,3 +250,21 @@ def test_refusal_reasons_read_back_from_close_reasons() -> None:
     for reason in ResumeReason:
         text = ResumeRefusal(reason, "why").close_reason()
         assert parse_refusal_reason(text) is reason
+
+
+def test_renewals_fall_due_one_member_at_a_time_and_a_new_token_replaces_the_old_due() -> None:
+    schedule = RenewalSchedule()
+    assert schedule.next_due() is None and schedule.pop_due(100.0) == []
+    schedule.add("ann", 10.0)
+    schedule.add("bob", 12.0)
+    schedule.add("cy", 15.0)
+    assert len(schedule) == 3 and schedule.next_due() == 10.0
+    assert schedule.pop_due(9.99) == []
+    assert schedule.pop_due(12.0) == ["ann", "bob"]  # each when its own is due, not all
+    assert len(schedule) == 1 and schedule.next_due() == 15.0
+    schedule.add("cy", 20.0)  # seated again (a new token): its renewal moves with it
+    assert schedule.next_due() == 20.0 and schedule.pop_due(15.0) == []
+    schedule.add("ann", 21.0)  # renewed: back on the schedule
+    schedule.discard("cy")  # left its seat
+    assert len(schedule) == 1 and schedule.next_due() == 21.0
+    assert schedule.pop_due(30.0) == ["ann"] and schedule.next_due() is None

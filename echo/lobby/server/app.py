@@ -35,6 +35,7 @@ from echo.lobby.protocol import (
     SearchLobbies,
 )
 from echo.lobby.queues import QueueDesk
+from echo.lobby.resume import RenewalSchedule
 from echo.lobby.server.base import (
     _Conn,
 )
@@ -109,6 +110,9 @@ class LobbyServer(_Replication):
         self.latency: dict[type[Request], Histogram] = _latency_histograms()
         self.topic_client: Any = None
         self._wake_expiry = trio.Event()
+        #: when each seated member's resume token is next renewed (`_renew_resume_tokens`)
+        self.renewals = RenewalSchedule()
+        self._wake_renewals = trio.Event()
         #: channels with messages queued by `_send_to` that `_flush` has not sent yet
         self._touched: list[_Conn] = []
         self._holding = False  # deliveries are queued, and flushed together at its end

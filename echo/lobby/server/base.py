@@ -31,6 +31,7 @@ from echo.lobby.protocol import (
     Request,
 )
 from echo.lobby.queues import QueueDesk
+from echo.lobby.resume import RenewalSchedule
 from echo.lobby.server.config import (
     LobbyServerConfig,
 )
@@ -101,6 +102,8 @@ class _Base:
     latency: dict[type[Request], Histogram]
     topic_client: Any
     _wake_expiry: trio.Event
+    renewals: RenewalSchedule
+    _wake_renewals: trio.Event
     _touched: list[_Conn]
     _holding: bool
     _listings_dirty: bool

@@ -246,6 +246,7 @@ class _Routing(_Base):
         lobby_id = self.registry.lobby_of(member_id)
         grace = self.config.lobby.reconnect_grace
         if conn is None or not conn.secret or lobby_id is None or grace <= 0:
+            self.renewals.discard(member_id)
             return
         expires = self.seats.clock() + token_ttl(grace)
         try:
@@ -253,3 +254,6 @@ class _Routing(_Base):
         except ResumeTokenError:  # pragma: no cover - a secret the hello parser let through
             return
         self._send_to(member_id, Channel.UPDATES, encode(ResumeToken(lobby_id, token)))
+        if not self.renewals:
+            self._wake_renewals.set()
+        self.renewals.add(member_id, trio.current_time() + grace)

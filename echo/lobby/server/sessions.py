@@ -201,14 +201,19 @@ class _Sessions(_Routing):
         return hello
 
     async def _renew_resume_tokens(self) -> None:
-        """Every grace period, a new token to each seated member: a token lives two, so the
-        one a process holds when it dies outlives its seat's grace period (`token_ttl`)."""
-        grace = self.config.lobby.reconnect_grace
-        if grace <= 0:
+        """A seated member's token is renewed a grace period after its last one: a token
+        lives two, so the one a process holds when it dies outlives its seat's grace period
+        (`token_ttl`). Each member on its own schedule (`RenewalSchedule`)."""
+        if self.config.lobby.reconnect_grace <= 0:
             return
         while True:
-            await trio.sleep(grace)
-            for member_id in list(self.conns):
+            due = self.renewals.next_due()
+            if due is None:
+                await self._wake_renewals.wait()
+                self._wake_renewals = trio.Event()
+                continue
+            await trio.sleep_until(due)
+            for member_id in self.renewals.pop_due(trio.current_time()):
                 self._send_resume_token(member_id)
             self._flush()
 
