@@ -222,6 +222,46 @@ async def test_hundreds_of_idle_connections_are_held_or_timed_out_and_others_are
     await until(lambda: web.open == 0)
 
 
+def _tasks_under(nursery: Any) -> int:
+    return sum(
+        1 + sum(_tasks_under(child) for child in task.child_nurseries)
+        for task in nursery.child_tasks
+    )
+
+
+async def test_a_member_at_rest_costs_the_door_three_tasks_however_many_there_are() -> None:
+    """Pings and paced chat are the door's own tasks, not two sleeping ones per member (a
+    sleeping task is ~3 KB: at 8,000 members, 45 MiB)."""
+    async with lobby_with_door() as (c, web), trio.open_nursery() as nursery:
+        done = trio.Event()
+        welcomed = 0
+
+        async def member(n: int) -> None:
+            nonlocal welcomed
+            async with ws_member(url(web), f"rest-{n}") as m:
+                made = await m.ok(
+                    "create_lobby", name=f"r{n}", max_members=2, private=False, metadata={}
+                )
+                await m.send(
+                    {"type": "send_chat", "request_id": 99, "lobby_id": made["lobby_id"],
+                     "text": "hi"}
+                )  # fmt: skip
+                await m.wait_type("chat_line", text="hi")  # (paced chat leaves nothing behind)
+                welcomed += 1
+                await done.wait()
+
+        counts = []
+        for batch in (10, 30):
+            for n in range(welcomed, batch):
+                nursery.start_soon(member, n)
+            await until(lambda b=batch: welcomed == b, timeout=30)  # type: ignore[misc]
+            await until(lambda b=batch: len(c.lobby[0].conns) == b)  # type: ignore[misc]
+            counts.append(_tasks_under(web._nursery))
+        # each member: trio-websocket's reader, the handler that reads its messages, its writer
+        assert counts[1] - counts[0] == 3 * 20, counts
+        done.set()
+
+
 async def test_connections_beyond_the_maximum_are_closed_with_1013() -> None:
     async with lobby_with_door(max_connections=2) as (c, web):
         async with ws_member(url(web), "a"), ws_member(url(web), "b"):
