@@ -112,6 +112,7 @@ class LobbyServer(_Replication):
         self._wake_expiry = trio.Event()
         #: when each seated member's resume token is next renewed (`_renew_resume_tokens`)
         self.renewals = RenewalSchedule()
+        self.encoded: tuple[bytes, Any] | None = None
         self._wake_renewals = trio.Event()
         #: channels with messages queued by `_send_to` that `_flush` has not sent yet
         self._touched: list[_Conn] = []

@@ -103,6 +103,8 @@ class _Base:
     topic_client: Any
     _wake_expiry: trio.Event
     renewals: RenewalSchedule
+    #: the message last encoded for members, with its bytes (the bytes are sent, not kept)
+    encoded: tuple[bytes, Any] | None
     _wake_renewals: trio.Event
     _touched: list[_Conn]
     _holding: bool

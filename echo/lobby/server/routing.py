@@ -194,6 +194,7 @@ class _Routing(_Base):
             if not out.to:
                 continue
             data = encode(message)  # once, for every member it goes to
+            self.encoded = (data, message)  # (a door that re-forms it needs no parse: `text_of`)
             for member in out.to:
                 self._send_to(member, ch, data)
                 if isinstance(message, LobbyJoined):
@@ -253,7 +254,10 @@ class _Routing(_Base):
             token = issue_resume_token(self.seats.key, lobby_id, member_id, conn.secret, expires)
         except ResumeTokenError:  # pragma: no cover - a secret the hello parser let through
             return
-        self._send_to(member_id, Channel.UPDATES, encode(ResumeToken(lobby_id, token)))
+        message = ResumeToken(lobby_id, token)
+        data = encode(message)
+        self.encoded = (data, message)
+        self._send_to(member_id, Channel.UPDATES, data)
         if not self.renewals:
             self._wake_renewals.set()
         self.renewals.add(member_id, trio.current_time() + grace)
