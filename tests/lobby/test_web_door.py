@@ -36,7 +36,8 @@ async def door(
 ) -> AsyncIterator[WebDoor]:
     """A door on `server` (the cluster's first). Port 0: the kernel's free TCP port, which no
     other test can take between probe and bind (the UDP ranges come from tests/ports.py)."""
-    web = WebDoor(server or c.lobby[0], WebDoorConfig(port=0, **config))
+    door_class = config.pop("door_class", WebDoor)
+    web = door_class(server or c.lobby[0], WebDoorConfig(port=0, **config))
     async with trio.open_nursery() as nursery:
         await nursery.start(web.run)
         yield web

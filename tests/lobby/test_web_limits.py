@@ -14,6 +14,8 @@ import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 from echo.lobby.limits import RateLimit
+from echo.lobby.web.door import WebDoor
+from echo.lobby.webpage.paged import PagedDoor
 from echo.ops.metrics import LobbyCollector
 from tests.lobby.auth import ISSUER, backend, verifier
 from tests.lobby.servers import LOBBY, Cluster, cluster, until
@@ -106,10 +108,15 @@ async def test_a_request_every_millisecond_is_refused_then_closed_and_others_are
         await calm.ok("search_lobbies", filters=[], cursor=None, limit=1)
 
 
-async def test_chat_waits_for_the_chat_rate_in_a_bounded_queue() -> None:
+#: The plain door and `echo-lobby --web`'s, which listens its own way: both pace and ping.
+DOORS = pytest.mark.parametrize("door_class", [WebDoor, PagedDoor], ids=["door", "paged"])
+
+
+@DOORS
+async def test_chat_waits_for_the_chat_rate_in_a_bounded_queue(door_class: type) -> None:
     async with (
         cluster(1, lobby=LOBBY) as c,
-        door(c, max_chat_waiting=4) as web,
+        door(c, max_chat_waiting=4, door_class=door_class) as web,
         ws_member(url(web), "chatty") as chatty,
     ):
         created = await chatty.ok(
@@ -170,10 +177,13 @@ def _fields(config: Any) -> dict[str, Any]:
     return {f.name: getattr(config, f.name) for f in attrs.fields(type(config))}
 
 
-async def test_a_member_that_answers_no_ping_is_dropped_and_keeps_its_seat() -> None:
+@DOORS
+async def test_a_member_that_answers_no_ping_is_dropped_and_keeps_its_seat(
+    door_class: type,
+) -> None:
     async with (
         cluster(1) as c,
-        door(c, ping_interval=0.2, ping_timeout=0.3) as web,
+        door(c, ping_interval=0.2, ping_timeout=0.3, door_class=door_class) as web,
         ws_member(url(web), "owner") as owner,
     ):
         created = await owner.ok(

@@ -369,8 +369,8 @@ def tune_collector() -> None:
     alternated) the longest pass was 135 ms against 618 and 1,453 ms before, for about the
     same total time in the collector (4.9 s against 3.8 and 7.7 s). A full pass needs 5,000
     middle ones (about 100 million allocations); what a session leaves in cycles when it
-    ends is freed then. The objects of start-up are frozen out of the
-    passes (as echo-server does).
+    ends is freed then. The objects of start-up are frozen out of the passes (as
+    echo-server does).
     """
     gc.collect()
     gc.freeze()

@@ -112,8 +112,9 @@ class LobbyServer(_Replication):
         self._wake_expiry = trio.Event()
         #: when each seated member's resume token is next renewed (`_renew_resume_tokens`)
         self.renewals = RenewalSchedule()
-        self.encoded: tuple[bytes, Any] | None = None
         self._wake_renewals = trio.Event()
+        #: the message last encoded for members, with its bytes (`echo.lobby.web` reuses it)
+        self.encoded: tuple[bytes, Any] | None = None
         #: channels with messages queued by `_send_to` that `_flush` has not sent yet
         self._touched: list[_Conn] = []
         self._holding = False  # deliveries are queued, and flushed together at its end

@@ -267,7 +267,7 @@ class WebDoor:
         # when each member is next pinged, in that order (`_heartbeats`)
         self._ping_due: collections.deque[tuple[float, _Member]] = collections.deque()
         self._ping_wake = _Flag()
-        # members with chat waiting for their chat rate, by when a line is next due (`_pace`)
+        # members with chat waiting for their chat rate, by when a line is next due (`_pace_chat`)
         self._chat_due: list[tuple[float, int, _Member]] = []
         self._chat_wake = _Flag()
         self._chat_order = itertools.count()
@@ -302,9 +302,7 @@ class WebDoor:
             disconnect_timeout=config.close_timeout,
         )
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._heartbeats)
-            nursery.start_soon(self._pace_chat)
+            self.start_timers(nursery)
             ws_server = await nursery.start(serve)
             self.port = ws_server.port
             log.info(
@@ -315,6 +313,13 @@ class WebDoor:
                 max_connections=config.max_connections,
             )
             task_status.started(self)
+
+    def start_timers(self, nursery: trio.Nursery) -> None:
+        """The door's own tasks in `nursery`: every member's pings and paced chat. `run`
+        starts them; a door that listens its own way (`PagedDoor`) must too."""
+        self._nursery = nursery
+        nursery.start_soon(self._heartbeats)
+        nursery.start_soon(self._pace_chat)
 
     async def stop(self, reason: str = "server shutting down") -> None:
         """Close every member's connection (1001 with `reason`)."""

@@ -50,6 +50,7 @@ class PagedDoor(WebDoor):
                 config.port, config.ssl_context, host=config.address, https_compatible=True
             )
         async with trio.open_nursery() as nursery:
+            self.start_timers(nursery)
             paged: list[trio.abc.Listener[trio.abc.Stream]] = [
                 PageListener(listener, nursery, counted=self._count) for listener in listeners
             ]
