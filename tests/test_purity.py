@@ -60,7 +60,7 @@ PURE: dict[str, list[str]] = {
     "echo.channels": ["core", "receiving", "sending", "state", "wire"],
     "echo.topics": ["client_core", "codec", "ring", "server"],
     "echo.lobby": [
-        "agreement", "gameloop", "games", "heldchat", "hello", "home", "identity", "keys",
+        "agreement", "due", "gameloop", "games", "heldchat", "hello", "home", "identity", "keys",
         "limits", "listings", "matchmaker", "queue_stats", "queue_wire", "queues", "replica",
         "results", "resume", "search_index", "timers",
     ],

@@ -38,7 +38,6 @@ Pure module: no trio, no clock.
 
 from __future__ import annotations
 
-import collections
 import enum
 import hashlib
 import hmac
@@ -65,57 +64,6 @@ MAX_SECRET_BYTES: Final = 64
 def token_ttl(reconnect_grace: float) -> float:
     """How long a token lives: two grace periods (renewed every one, see the module text)."""
     return 2 * reconnect_grace
-
-
-class RenewalSchedule:
-    """When each seated member's token is next renewed: a grace period after its last one.
-
-    Each member on its own schedule, not all at once: the tokens of 8,000 members made in one
-    step of the server held every other member's traffic for ~0.2 s. Members are seated at
-    different times, so their renewals spread out as their seats did. `now` is the caller's
-    clock; entries are kept in the order they fall due.
-    """
-
-    __slots__ = ("_due", "_queue")
-
-    def __init__(self) -> None:
-        self._queue: collections.deque[tuple[float, str]] = collections.deque()
-        self._due: dict[str, float] = {}  # each member's one live entry
-
-    def __len__(self) -> int:
-        return len(self._due)
-
-    def add(self, member_id: str, due: float) -> None:
-        """`member_id` got a token: its next is due at `due` (a later `add` replaces it).
-        `due` never goes back: the caller adds one grace period to a clock that does not."""
-        self._due[member_id] = due
-        self._queue.append((due, member_id))
-
-    def next_due(self) -> float | None:
-        """When the earliest renewal falls due (None: no member is waiting for one)."""
-        self._skip_stale()
-        return self._queue[0][0] if self._queue else None
-
-    def pop_due(self, now: float) -> list[str]:
-        """The members whose renewal is due at `now` (they leave the schedule until their
-        next token is `add`ed)."""
-        due: list[str] = []
-        queue = self._queue
-        while queue and queue[0][0] <= now:
-            at, member_id = queue.popleft()
-            if self._due.get(member_id) == at:
-                del self._due[member_id]
-                due.append(member_id)
-        return due
-
-    def discard(self, member_id: str) -> None:
-        """No renewal for `member_id` (it left its seat): its entry is dropped when reached."""
-        self._due.pop(member_id, None)
-
-    def _skip_stale(self) -> None:
-        queue = self._queue
-        while queue and self._due.get(queue[0][1]) != queue[0][0]:
-            queue.popleft()
 
 
 class ResumeTokenError(CodecError):

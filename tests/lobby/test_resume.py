@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from echo.lobby.due import DueQueue
 from echo.lobby.hello import SeatBindings
 from echo.lobby.protocol import (
     CreateLobby,
@@ -29,7 +30,6 @@ from echo.lobby.protocol import (
 )
 from echo.lobby.resume import (
     RESUME_VERSION,
-    RenewalSchedule,
     ResumeClaims,
     ResumeReason,
     ResumeRefusal,
@@ -253,7 +253,7 @@ def test_refusal_reasons_read_back_from_close_reasons() -> None:
 
 
 def test_renewals_fall_due_one_member_at_a_time_and_a_new_token_replaces_the_old_due() -> None:
-    schedule = RenewalSchedule()
+    schedule: DueQueue[str] = DueQueue()
     assert schedule.next_due() is None and schedule.pop_due(100.0) == []
     schedule.add("ann", 10.0)
     schedule.add("bob", 12.0)

@@ -16,6 +16,7 @@ from prometheus_client import Histogram
 
 from echo.channels import ChannelsClosed
 from echo.channels.api import Channels
+from echo.lobby.due import DueQueue
 from echo.lobby.games import (
     GameServerDirectory,
 )
@@ -31,7 +32,6 @@ from echo.lobby.protocol import (
     Request,
 )
 from echo.lobby.queues import QueueDesk
-from echo.lobby.resume import RenewalSchedule
 from echo.lobby.server.config import (
     LobbyServerConfig,
 )
@@ -102,7 +102,7 @@ class _Base:
     latency: dict[type[Request], Histogram]
     topic_client: Any
     _wake_expiry: trio.Event
-    renewals: RenewalSchedule
+    renewals: DueQueue[str]
     #: the message last encoded for members, with its bytes (the bytes are sent, not kept)
     encoded: tuple[bytes, Any] | None
     _wake_renewals: trio.Event

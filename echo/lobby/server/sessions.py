@@ -203,7 +203,7 @@ class _Sessions(_Routing):
     async def _renew_resume_tokens(self) -> None:
         """A seated member's token is renewed a grace period after its last one: a token
         lives two, so the one a process holds when it dies outlives its seat's grace period
-        (`token_ttl`). Each member on its own schedule (`RenewalSchedule`)."""
+        (`token_ttl`). Each member on its own schedule (`renewals`)."""
         if self.config.lobby.reconnect_grace <= 0:
             return
         while True:

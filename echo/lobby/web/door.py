@@ -48,6 +48,7 @@ import structlog
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
+from echo.lobby.due import DueQueue
 from echo.lobby.hello import HelloError, encode_hello
 from echo.lobby.limits import RateLimit, TokenBucket
 from echo.lobby.protocol import (
@@ -247,6 +248,7 @@ class _Member:
         """Its connection's handling is over: what waited for it is let go."""
         self.gone.set()
         self.chat = None
+        self.door._ping_due.discard(self)
         if self.ping is not None:
             self.ping.cancel()
 
@@ -264,8 +266,8 @@ class WebDoor:
         self._last: tuple[bytes, str] | None = None
         self._members: set[_Member] = set()
         self._nursery: trio.Nursery | None = None  # the door's own tasks (`run`)
-        # when each member is next pinged, in that order (`_heartbeats`)
-        self._ping_due: collections.deque[tuple[float, _Member]] = collections.deque()
+        # when each member is next pinged (`_heartbeats`)
+        self._ping_due: DueQueue[_Member] = DueQueue()
         self._ping_wake = _Flag()
         # members with chat waiting for their chat rate, by when a line is next due (`_pace_chat`)
         self._chat_due: list[tuple[float, int, _Member]] = []
@@ -567,25 +569,25 @@ class WebDoor:
                 member.chat = None
 
     def _ping_later(self, member: _Member) -> None:
-        self._ping_due.append((trio.current_time() + self.config.ping_interval, member))
-        if len(self._ping_due) == 1:
+        if not self._ping_due:
             self._ping_wake.set()
+        self._ping_due.add(member, trio.current_time() + self.config.ping_interval)
 
     async def _heartbeats(self) -> None:
         """The door's one ping clock: each member pinged every `ping_interval` from its
         arrival (members that arrived together are pinged together, the rest spread out)."""
         due = self._ping_due
         while True:
-            if not due:
+            at = due.next_due()
+            if at is None:
                 await self._ping_wake.wait()
                 continue
-            await trio.sleep_until(due[0][0])
-            _, member = due.popleft()
-            if member.gone.is_set():
-                continue
-            if member.ping is None:
-                cast(trio.Nursery, self._nursery).start_soon(self._ping, member)
-            due.append((trio.current_time() + self.config.ping_interval, member))
+            await trio.sleep_until(at)
+            now = trio.current_time()
+            for member in due.pop_due(now):
+                if member.ping is None:
+                    cast(trio.Nursery, self._nursery).start_soon(self._ping, member)
+                due.add(member, now + self.config.ping_interval)
 
     async def _ping(self, member: _Member) -> None:
         """No pong within `ping_timeout`: the member is gone."""
